@@ -1,0 +1,298 @@
+"""The ``coinfer`` command: flags become config objects and calls; nothing else lives here."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Sequence
+from typing import Any
+
+from coinfer import __version__, catalog
+from coinfer.errors import CoinferError, ConfigError
+
+DEFAULT_MODEL = "qwen2.5-coder-1.5b"
+
+
+def _err(text: str) -> None:
+    print(text, file=sys.stderr, flush=True)
+
+
+# ---- models ---------------------------------------------------------------------------
+
+
+def _parts_installed(model: catalog.CatalogModel) -> bool:
+    try:
+        for part in model.parts:
+            catalog.locate_part(part)
+    except CoinferError:
+        return False
+    return True
+
+
+def _model_row(model: catalog.CatalogModel) -> dict[str, Any]:
+    path = catalog.prepared_path(model)
+    return {
+        "name": model.name,
+        "path": str(path) if path else None,
+        "params": model.params,
+        "vocab_size": model.vocab_size,
+        "backend": model.backend,
+        "arch": model.arch,
+        "description": model.description,
+        "sha256": model.sha256,
+        "installed": _parts_installed(model),
+    }
+
+
+def cmd_models_list(args: argparse.Namespace) -> int:
+    rows = [_model_row(m) for m in catalog.CATALOG.values()]
+    if args.json:
+        print(json.dumps(rows, indent=2))
+        return 0
+    print(f"{'name':<20} {'params':>6} {'vocab':>7}  {'state':<10} path")
+    for r in rows:
+        state = "prepared" if r["path"] else ("installed" if r["installed"] else "missing")
+        print(f"{r['name']:<20} {r['params']:>6} {r['vocab_size']:>7}  {state:<10} {r['path'] or '-'}")
+    print(f"\ncache: {catalog.cache_dir() / 'models'}  (coinfer models prepare NAME)")
+    return 0
+
+
+def _byte_progress(desc: str) -> Any:
+    from tqdm import tqdm
+
+    bar = tqdm(total=0, unit="B", unit_scale=True, desc=desc, file=sys.stderr, leave=False)
+
+    def update(done: int, total: int) -> None:
+        bar.total = total
+        bar.update(done - bar.n)
+
+    update.close = bar.close  # type: ignore[attr-defined]
+    return update
+
+
+def prepare_with_progress(name: str, *, force: bool = False, quiet: bool = False) -> str:
+    model = catalog.get(name)
+    if not force and catalog.prepared_path(model):
+        return str(catalog.prepared_path(model))
+    progress = None if quiet else _byte_progress(f"assembling {name}")
+    try:
+        path = catalog.prepare(name, force=force, progress=progress)
+    finally:
+        if progress:
+            progress.close()
+    return str(path)
+
+
+def cmd_models_prepare(args: argparse.Namespace) -> int:
+    names = args.names or list(catalog.CATALOG)
+    for name in names:
+        path = prepare_with_progress(name, force=args.force, quiet=args.json)
+        if not args.json:
+            print(f"{name}: {path}")
+    if args.json:
+        print(json.dumps([_model_row(catalog.get(n)) for n in names], indent=2))
+    return 0
+
+
+def cmd_models_info(args: argparse.Namespace) -> int:
+    model = catalog.get(args.name)
+    row = _model_row(model)
+    row["packages"] = model.dists
+    if args.verify and row["path"]:
+        row["sha256_ok"] = catalog.sha256_file(catalog.prepared_path(model)) == model.sha256  # type: ignore[arg-type]
+    if args.json:
+        print(json.dumps(row, indent=2))
+        return 0
+    for key, value in row.items():
+        if key == "packages":
+            value = f"{len(value)} ({value[0]} …)" if len(value) > 1 else value[0]
+        print(f"{key:>12}: {value}")
+    return 0
+
+
+# ---- generate -------------------------------------------------------------------------
+
+
+def _load(args: argparse.Namespace, quiet: bool) -> Any:
+    from coinfer.models import load_model, resolve
+
+    source = resolve(args.model)
+    if source.kind == "catalog":
+        prepare_with_progress(args.model, quiet=quiet)
+    if not quiet:
+        _err(f"loading {args.model} on {args.backend}…")
+    return load_model(
+        args.model, backend=args.backend, n_ctx=args.ctx, n_threads=args.threads, device=args.device
+    )
+
+
+def _prompt_ids(model: Any, args: argparse.Namespace) -> list[int]:
+    if args.raw:
+        return list(model.text_prompt(args.prompt))
+    messages = ([{"role": "system", "content": args.system}] if args.system else []) + [
+        {"role": "user", "content": args.prompt}
+    ]
+    return list(model.chat_prompt(messages))
+
+
+def _summary(stats: Any, finish: str) -> str:
+    return (
+        f"[{stats.n_tokens} tokens, {stats.tokens_per_s:.1f} tok/s "
+        f"(decode {stats.decode_tokens_per_s:.1f} tok/s), ttft {stats.ttft_s:.2f}s, "
+        f"prompt {stats.prompt_tokens} tokens, {finish}]"
+    )
+
+
+def cmd_generate(args: argparse.Namespace) -> int:
+    from coinfer.decoding import GenerationStats, SamplingParams, stream_generate
+
+    sampling = SamplingParams(
+        temperature=args.temperature, top_k=args.top_k, top_p=args.top_p, seed=args.seed
+    )
+    model = _load(args, quiet=args.json)
+    prompt = _prompt_ids(model, args)
+    stream = stream_generate(model, prompt, max_tokens=args.max_tokens, sampling=sampling)
+    stats, tokens, finish, code = GenerationStats(prompt_tokens=len(prompt)), [], "length", 0
+    try:
+        for r in stream:
+            stats, tokens = r.stats, r.tokens
+            if not args.json:
+                sys.stdout.write(r.text)
+                sys.stdout.flush()
+            finish = r.finish_reason or finish
+    except KeyboardInterrupt:
+        stream.close()
+        finish, code = "interrupted", 130
+    text = model.detokenize(tokens)
+    model.close()
+    if args.json:
+        out = {
+            "text": text,
+            "n_tokens": len(tokens),
+            "finish_reason": finish,
+            "model": args.model,
+            "backend": args.backend,
+            "stats": stats.as_dict(),
+        }
+        print(json.dumps(out, ensure_ascii=False))
+    else:
+        sys.stdout.write("\n")
+        _err(_summary(stats, finish))
+    return code
+
+
+# ---- bench ----------------------------------------------------------------------------
+
+
+def cmd_bench_decode(args: argparse.Namespace) -> int:
+    from coinfer.bench.decode import DecodeBenchConfig, run_decode_bench
+
+    config = DecodeBenchConfig(
+        out=args.out,
+        models=tuple(args.models or catalog.CATALOG),
+        backends=tuple(args.backends),
+        ks=tuple(args.ks),
+        decode_tokens=args.decode_tokens,
+        repeats=args.repeats,
+        n_threads=args.threads,
+        transformers_models=tuple(args.transformers_models) if args.transformers_models else None,
+    )
+    report = run_decode_bench(config, log=_err)
+    _err(f"wrote {report['files']['json']} and {report['files']['markdown']}")
+    return 0
+
+
+# ---- parser ---------------------------------------------------------------------------
+
+
+def _add_model_flags(p: argparse.ArgumentParser, default_model: str | None = DEFAULT_MODEL) -> None:
+    p.add_argument(
+        "--model",
+        "-m",
+        default=default_model,
+        help="catalogue name, .gguf file, model directory or Hub id (default: %(default)s)",
+    )
+    p.add_argument("--backend", "-b", default="llama.cpp", choices=["llama.cpp", "transformers"])
+    p.add_argument("--ctx", type=int, default=4096, help="context window in tokens")
+    p.add_argument("--threads", type=int, default=None, help="CPU threads (default: all cores)")
+    p.add_argument("--device", default=None, help="transformers device: cpu or cuda (default: auto)")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="coinfer",
+        description="Collaborative inference between small and large language models.",
+    )
+    parser.add_argument("--version", action="version", version=f"coinfer {__version__}")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    models = sub.add_parser("models", help="the model catalogue").add_subparsers(dest="action", required=True)
+    p = models.add_parser("list", help="list catalogue models")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_models_list)
+    p = models.add_parser("prepare", help="assemble and verify models (all by default)")
+    p.add_argument("names", nargs="*", help="catalogue names (default: all)")
+    p.add_argument("--force", action="store_true", help="assemble again even if a file exists")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_models_prepare)
+    p = models.add_parser("info", help="details of one model")
+    p.add_argument("name")
+    p.add_argument("--verify", action="store_true", help="re-hash the assembled file")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_models_info)
+
+    p = sub.add_parser("generate", help="generate text from a prompt")
+    p.add_argument("prompt")
+    _add_model_flags(p)
+    p.add_argument("--max-tokens", "-n", type=int, default=256)
+    p.add_argument("--temperature", "-t", type=float, default=0.0, help="0 is greedy (default)")
+    p.add_argument("--top-p", type=float, default=1.0)
+    p.add_argument("--top-k", type=int, default=0)
+    p.add_argument("--seed", type=int, default=None)
+    p.add_argument("--system", default=None, help="a system message for the chat template")
+    p.add_argument("--raw", action="store_true", help="send the prompt as plain text, no chat template")
+    p.add_argument("--json", action="store_true", help="print one JSON object at the end")
+    p.set_defaults(func=cmd_generate)
+
+    bench = sub.add_parser("bench", help="benchmarks").add_subparsers(dest="suite", required=True)
+    p = bench.add_parser("decode", help="tokens/s and forward cost over k tokens, per model and backend")
+    p.add_argument("--out", default="bench-results/decode")
+    p.add_argument("--models", nargs="*", help="catalogue names (default: all)")
+    p.add_argument("--backends", nargs="*", default=["llama.cpp", "transformers"])
+    p.add_argument(
+        "--transformers-models",
+        nargs="*",
+        default=None,
+        help="limit the transformers backend to these models (it is slow on a CPU)",
+    )
+    p.add_argument("--ks", nargs="*", type=int, default=[1, 2, 4, 8, 16, 32])
+    p.add_argument("--decode-tokens", type=int, default=64)
+    p.add_argument("--repeats", type=int, default=5)
+    p.add_argument("--threads", type=int, default=None)
+    p.set_defaults(func=cmd_bench_decode)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return int(args.func(args) or 0)
+    except CoinferError as exc:
+        first, _, _ = str(exc.args[0] if exc.args else exc).partition("\n")
+        _err(f"coinfer: error: {first}")
+        if exc.hint:
+            _err(f"hint: {exc.hint}")
+        return 2
+    except KeyboardInterrupt:
+        _err("coinfer: interrupted")
+        return 130
+
+
+def _validate_positive(name: str, value: int) -> None:
+    if value < 1:
+        raise ConfigError(f"{name} must be at least 1, got {value}")
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,73 @@
+"""Next-token distributions and seeded sampling, shared by every engine.
+
+``probs_from_logits`` applies temperature, top-k and top-p (nucleus) to one row of
+logits; temperature 0 means greedy and gives a one-hot distribution, so lossless
+verification treats greedy and sampled decoding alike.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from coinfer.errors import ConfigError
+
+__all__ = ["SamplingParams", "probs_from_logits", "sample"]
+
+
+@dataclass(frozen=True)
+class SamplingParams:
+    """How to turn logits into a token. ``temperature == 0`` is greedy."""
+
+    temperature: float = 0.0
+    top_k: int = 0  # 0: no top-k cut
+    top_p: float = 1.0
+    seed: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.temperature < 0:
+            raise ConfigError(f"temperature must be >= 0, got {self.temperature}")
+        if self.top_k < 0:
+            raise ConfigError(f"top_k must be >= 0, got {self.top_k}")
+        if not 0.0 < self.top_p <= 1.0:
+            raise ConfigError(f"top_p must be in (0, 1], got {self.top_p}")
+
+    @property
+    def greedy(self) -> bool:
+        return self.temperature == 0.0
+
+
+def probs_from_logits(logits: np.ndarray, params: SamplingParams) -> np.ndarray:
+    """Distribution (vocab,) float64 from logits (vocab,): temperature, then top-k, then top-p."""
+    x = np.asarray(logits, dtype=np.float64)
+    if params.greedy:
+        out = np.zeros_like(x)
+        out[int(np.argmax(x))] = 1.0
+        return out
+    x = x / params.temperature
+    if 0 < params.top_k < x.size:
+        kth = np.partition(x, -params.top_k)[-params.top_k]
+        x = np.where(x < kth, -np.inf, x)
+    p = np.exp(x - np.max(x))
+    p /= p.sum()
+    if params.top_p < 1.0:
+        p = _nucleus(p, params.top_p)
+    return p
+
+
+def _nucleus(p: np.ndarray, top_p: float) -> np.ndarray:
+    """Keep the smallest set of most likely tokens whose mass reaches ``top_p``; renormalise."""
+    order = np.argsort(-p, kind="stable")
+    cum = np.cumsum(p[order])
+    keep = order[: int(np.searchsorted(cum, top_p) + 1)]
+    out = np.zeros_like(p)
+    out[keep] = p[keep]
+    return out / out.sum()
+
+
+def sample(probs: np.ndarray, rng: np.random.Generator) -> int:
+    """Draw one token id from ``probs`` (vocab,)."""
+    if probs.max() == 1.0:
+        return int(np.argmax(probs))
+    return int(rng.choice(probs.size, p=probs))

@@ -1,0 +1,86 @@
+"""The one exception tree of coinfer.
+
+Every error a user can cause or meet is a ``CoinferError``; its message says what to do.
+Third-party exceptions are translated where they enter (``raise X(...) from exc``).
+
+    CoinferError
+    ├── ConfigError           a setting or argument is invalid
+    ├── ModelError            a model cannot be found, assembled, loaded or run
+    │   ├── UnknownModelError     a name that is not in the catalogue and not a path
+    │   ├── MissingDependencyError an optional extra is not installed
+    │   ├── IntegrityError        an assembled file's sha256 differs from the catalogue's
+    │   └── ContextOverflowError  a prompt longer than the context window
+    ├── ProtocolError         a local–remote protocol broke its contract
+    ├── TransportError        a message between processes failed
+    └── SandboxError          code from a remote model was refused or failed
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "CoinferError",
+    "ConfigError",
+    "ContextOverflowError",
+    "IntegrityError",
+    "MissingDependencyError",
+    "ModelError",
+    "ProtocolError",
+    "SandboxError",
+    "TransportError",
+    "UnknownModelError",
+]
+
+
+class CoinferError(Exception):
+    """Base of every coinfer error. ``hint`` is a one-line suggestion for the user."""
+
+    def __init__(self, message: str, *, hint: str | None = None) -> None:
+        super().__init__(message)
+        self.hint = hint
+
+    def __str__(self) -> str:
+        base = super().__str__()
+        return f"{base}\nhint: {self.hint}" if self.hint else base
+
+
+class ConfigError(CoinferError):
+    """A setting or argument is invalid."""
+
+
+class ModelError(CoinferError):
+    """A model cannot be found, assembled, loaded or run."""
+
+
+class UnknownModelError(ModelError):
+    """A model spec that is neither a catalogue name, a file, a directory nor a Hub id."""
+
+
+class MissingDependencyError(ModelError):
+    """An optional dependency (an install extra) is missing."""
+
+    def __init__(self, what: str, extra: str) -> None:
+        super().__init__(
+            f"{what} is not installed",
+            hint=f"install the `{extra}` extra: pip install 'coinfer[{extra}]'",
+        )
+        self.extra = extra
+
+
+class IntegrityError(ModelError):
+    """An assembled model file whose sha256 is not the catalogue's."""
+
+
+class ContextOverflowError(ModelError):
+    """A prompt that does not fit the context window."""
+
+
+class ProtocolError(CoinferError):
+    """A local–remote protocol broke its contract."""
+
+
+class TransportError(CoinferError):
+    """A framed message between processes failed."""
+
+
+class SandboxError(CoinferError):
+    """Code written by a remote model was refused or failed in the sandbox."""

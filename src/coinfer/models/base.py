@@ -1,0 +1,224 @@
+"""The steerable-model contract: logits for every position, and control of the KV cache.
+
+A ``SteerableModel`` holds any number of independent ``Seq`` handles (llama.cpp: a seq_id
+in one shared context; transformers: one ``DynamicCache`` each). ``extend`` appends
+tokens and returns their logits; with ``parents`` the tokens form a token tree whose
+nodes see only their ancestors, and the tree stays *pending* until ``commit_path`` keeps
+one root-to-node path of it or ``truncate`` drops it. The validation and bookkeeping
+live here once; a backend only implements the ``_``-prefixed hooks.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from coinfer.errors import ConfigError, ContextOverflowError, ModelError
+from coinfer.models.chat_template import ChatTemplate, Message
+
+__all__ = ["Seq", "SteerableModel", "tree_depths", "check_parents"]
+
+
+@dataclass(eq=False)
+class Seq:
+    """One independent sequence: the tokens its KV cache holds, and a pending tree."""
+
+    id: int
+    tokens: list[int] = field(default_factory=list)
+    pending: list[int] | None = None  # ids of the last tree ``extend``, not yet committed
+    pending_parents: list[int] | None = None
+    released: bool = False
+
+    def __len__(self) -> int:
+        return len(self.tokens)
+
+
+def check_parents(parents: Sequence[int], n: int) -> list[int]:
+    """Validate a tree's parent list: ``parents[i]`` is -1 (child of the sequence end) or < i."""
+    if len(parents) != n:
+        raise ConfigError(f"parents has {len(parents)} entries for {n} tokens; give one per token")
+    out = [int(p) for p in parents]
+    for i, p in enumerate(out):
+        if not -1 <= p < i:
+            raise ConfigError(
+                f"parents[{i}] = {p}: a parent must be -1 or an earlier token's index (0..{i - 1})"
+            )
+    return out
+
+
+def tree_depths(parents: Sequence[int]) -> list[int]:
+    """Depth of each tree node (0 for children of the sequence end); parents are topological."""
+    depths: list[int] = []
+    for p in parents:
+        depths.append(0 if p < 0 else depths[p] + 1)
+    return depths
+
+
+class SteerableModel(ABC):
+    """A language model whose next-token logits and KV cache coinfer controls."""
+
+    name: str
+    backend: str
+    vocab_size: int
+    n_ctx: int
+    eos_ids: frozenset[int]
+    template: ChatTemplate
+
+    def __init__(self) -> None:
+        self._next_seq_id = 0
+        self._live: dict[int, Seq] = {}
+
+    # ---- tokens -----------------------------------------------------------------------
+    @abstractmethod
+    def tokenize(self, text: str, *, special: bool = False, add_bos: bool = False) -> list[int]:
+        """Text to token ids; ``special`` parses control tokens such as ``<|im_start|>``."""
+
+    @abstractmethod
+    def detokenize(self, ids: Sequence[int]) -> str:
+        """Token ids to text (control tokens rendered as text)."""
+
+    def chat_prompt(self, messages: Sequence[Message], *, add_generation_prompt: bool = True) -> list[int]:
+        """The model's own chat template applied to ``messages``, as token ids."""
+        text = self.template.render(messages, add_generation_prompt=add_generation_prompt)
+        ids = self.tokenize(text, special=True)
+        if (
+            self.template.add_bos
+            and self.template.bos_id is not None
+            and (not ids or ids[0] != self.template.bos_id)
+        ):
+            ids.insert(0, self.template.bos_id)
+        return ids
+
+    def text_prompt(self, text: str) -> list[int]:
+        """A raw prompt (no chat template), with BOS when the model asks for one."""
+        return self.tokenize(text, add_bos=self.template.add_bos)
+
+    # ---- sequences --------------------------------------------------------------------
+    def new_sequence(self) -> Seq:
+        """A fresh, empty, independent sequence."""
+        seq = self._new_seq(self._next_seq_id)
+        self._next_seq_id += 1
+        self._live[seq.id] = seq
+        return seq
+
+    def extend(
+        self,
+        seq: Seq,
+        ids: Sequence[int],
+        *,
+        parents: Sequence[int] | None = None,
+        last_only: bool = False,
+    ) -> np.ndarray:
+        """Append ``ids`` (a chain, or a tree when ``parents`` is given).
+
+        Returns float32 logits of shape (len(ids), vocab), or (1, vocab) for the last
+        token alone when ``last_only`` (a prompt's prefill needs no more).
+        """
+        ids = self._check_extend(seq, ids)
+        if parents is None:
+            logits = self._extend(seq, ids, None, last_only)
+            seq.tokens.extend(ids)
+            return logits
+        if last_only:
+            raise ConfigError("last_only applies to a chain, not to a token tree")
+        plist = check_parents(parents, len(ids))
+        logits = self._extend(seq, ids, plist, False)
+        seq.pending, seq.pending_parents = ids, plist
+        return logits
+
+    def extend_many(self, items: Sequence[tuple[Seq, Sequence[int]]]) -> list[np.ndarray]:
+        """Extend several sequences by chains; a backend may run them as one batch."""
+        checked = [(seq, self._check_extend(seq, ids)) for seq, ids in items]
+        if len({s.id for s, _ in checked}) != len(checked):
+            raise ConfigError("extend_many got the same sequence twice; merge its tokens")
+        out = self._extend_many(checked)
+        for seq, ids in checked:
+            seq.tokens.extend(ids)
+        return out
+
+    def commit_path(self, seq: Seq, nodes: Sequence[int]) -> None:
+        """Keep the pending tree's root-to-node path ``nodes`` (indexes into its ids)."""
+        self._check_live(seq)
+        if seq.pending is None or seq.pending_parents is None:
+            raise ModelError("commit_path needs a pending tree: call extend(..., parents=...) first")
+        path = [int(n) for n in nodes]
+        expected_parent = -1
+        for n in path:
+            if not 0 <= n < len(seq.pending) or seq.pending_parents[n] != expected_parent:
+                raise ConfigError(f"nodes {path} is not a root-to-node path of the pending tree")
+            expected_parent = n
+        self._commit_path(seq, path)
+        seq.tokens.extend(seq.pending[n] for n in path)
+        seq.pending = seq.pending_parents = None
+
+    def truncate(self, seq: Seq, length: int) -> None:
+        """Roll the sequence back to its first ``length`` tokens (drops any pending tree)."""
+        self._check_live(seq)
+        if not 0 <= length <= len(seq.tokens):
+            raise ConfigError(f"cannot truncate a sequence of {len(seq.tokens)} tokens to {length}")
+        self._truncate(seq, length)
+        del seq.tokens[length:]
+        seq.pending = seq.pending_parents = None
+
+    def release(self, seq: Seq) -> None:
+        """Free the sequence's cache; the handle may not be used again."""
+        if seq.released:
+            return
+        self._release(seq)
+        seq.released = True
+        self._live.pop(seq.id, None)
+
+    def close(self) -> None:
+        """Free every sequence and the model itself."""
+        for seq in list(self._live.values()):
+            self.release(seq)
+
+    def __enter__(self) -> SteerableModel:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # ---- checks -----------------------------------------------------------------------
+    def _check_live(self, seq: Seq) -> None:
+        if seq.released or self._live.get(seq.id) is not seq:
+            raise ModelError(f"sequence {seq.id} was released or belongs to another model")
+
+    def _check_extend(self, seq: Seq, ids: Sequence[int]) -> list[int]:
+        self._check_live(seq)
+        if seq.pending is not None:
+            raise ModelError("the sequence has a pending token tree: call commit_path() or truncate() first")
+        out = [int(t) for t in ids]
+        if not out:
+            raise ConfigError("extend needs at least one token")
+        bad = [t for t in out if not 0 <= t < self.vocab_size]
+        if bad:
+            raise ConfigError(f"token ids {bad[:5]} are outside the vocabulary (0..{self.vocab_size - 1})")
+        if len(seq.tokens) + len(out) > self.n_ctx:
+            raise ContextOverflowError(
+                f"{len(seq.tokens)} + {len(out)} tokens exceed the context window of {self.n_ctx}",
+                hint="shorten the prompt, lower --max-tokens, or load the model with a larger --ctx",
+            )
+        return out
+
+    # ---- backend hooks ----------------------------------------------------------------
+    def _new_seq(self, seq_id: int) -> Seq:
+        return Seq(seq_id)
+
+    @abstractmethod
+    def _extend(self, seq: Seq, ids: list[int], parents: list[int] | None, last_only: bool) -> np.ndarray: ...
+
+    def _extend_many(self, items: list[tuple[Seq, list[int]]]) -> list[np.ndarray]:
+        return [self._extend(seq, ids, None, False) for seq, ids in items]
+
+    @abstractmethod
+    def _commit_path(self, seq: Seq, path: list[int]) -> None: ...
+
+    @abstractmethod
+    def _truncate(self, seq: Seq, length: int) -> None: ...
+
+    @abstractmethod
+    def _release(self, seq: Seq) -> None: ...

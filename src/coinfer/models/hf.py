@@ -1,0 +1,169 @@
+"""transformers/PyTorch backend: one ``DynamicCache`` per sequence, CPU or CUDA.
+
+Chains are ordinary cached forwards. A token tree is one forward with explicit
+``position_ids`` (``len(seq) + depth``) and a 4D additive attention mask in which each
+node sees the whole prefix, its ancestors and itself. ``commit_path`` keeps the kept
+nodes' cache entries with ``index_select``; ``truncate`` slices the cache. Caches are
+built without the model config, so sliding-window layers keep every entry and can be
+rolled back (the tree mask does not apply the window: trees are short).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from coinfer.errors import MissingDependencyError, ModelError
+from coinfer.models.base import Seq, SteerableModel, tree_depths
+from coinfer.models.chat_template import ChatTemplate
+
+__all__ = ["HFModel", "import_torch"]
+
+# Control tokens that end a turn in the common chat formats (llama.cpp calls them EOG).
+_END_OF_TURN = {
+    "<|im_end|>",
+    "<|endoftext|>",
+    "<end_of_turn>",
+    "<|eot_id|>",
+    "<|end|>",
+    "<|eom_id|>",
+    "</s>",
+}
+
+
+def import_torch() -> Any:
+    try:
+        import torch
+        import transformers  # noqa: F401
+    except ImportError as exc:
+        raise MissingDependencyError("torch/transformers", "torch") from exc
+    return torch
+
+
+class HFModel(SteerableModel):
+    """A transformers causal LM and its tokenizer behind the steerable contract."""
+
+    backend = "transformers"
+
+    def __init__(self, model: Any, tokenizer: Any, *, name: str, n_ctx: int | None = None) -> None:
+        super().__init__()
+        self._torch = import_torch()
+        self.model = model.eval()
+        self.tok = tokenizer
+        self.name = name
+        self.device = next(model.parameters()).device
+        self.vocab_size = int(model.get_output_embeddings().weight.shape[0])
+        limit = getattr(model.config, "max_position_embeddings", None) or 4096
+        self.n_ctx = min(n_ctx, limit) if n_ctx else min(4096, limit)
+        self.eos_ids = frozenset(self._eos_ids())
+        self.template = self._read_template()
+
+    # ---- tokens -----------------------------------------------------------------------
+    def _eos_ids(self) -> set[int]:
+        ids: set[int] = set()
+        for value in (
+            self.tok.eos_token_id,
+            getattr(self.model.generation_config, "eos_token_id", None),
+        ):
+            if isinstance(value, int):
+                ids.add(value)
+            elif isinstance(value, (list, tuple)):
+                ids.update(int(v) for v in value)
+        for text, tid in self.tok.get_added_vocab().items():
+            if text in _END_OF_TURN:
+                ids.add(int(tid))
+        return {i for i in ids if 0 <= i < self.vocab_size}
+
+    def _read_template(self) -> ChatTemplate:
+        bos_id = self.tok.bos_token_id
+        probe = self.tok("a", add_special_tokens=True)["input_ids"]
+        return ChatTemplate(
+            source=getattr(self.tok, "chat_template", None),
+            bos_token=self.tok.bos_token or "",
+            eos_token=self.tok.eos_token or "",
+            bos_id=bos_id,
+            add_bos=bool(bos_id is not None and probe and probe[0] == bos_id),
+        )
+
+    def tokenize(self, text: str, *, special: bool = False, add_bos: bool = False) -> list[int]:
+        ids = list(self.tok(text, add_special_tokens=False, split_special_tokens=not special)["input_ids"])
+        if add_bos and self.template.bos_id is not None:
+            ids.insert(0, self.template.bos_id)
+        return ids
+
+    def detokenize(self, ids: Sequence[int]) -> str:
+        return str(self.tok.decode(list(ids), skip_special_tokens=False, clean_up_tokenization_spaces=False))
+
+    # ---- sequences --------------------------------------------------------------------
+    def _new_seq(self, seq_id: int) -> Seq:
+        from transformers import DynamicCache
+
+        seq = Seq(seq_id)
+        seq.cache = DynamicCache()  # type: ignore[attr-defined]
+        return seq
+
+    def _release(self, seq: Seq) -> None:
+        seq.cache = None  # type: ignore[attr-defined]
+
+    def _layers(self, seq: Seq) -> list[Any]:
+        return [layer for layer in seq.cache.layers if getattr(layer, "is_initialized", False)]  # type: ignore[attr-defined]
+
+    def _truncate(self, seq: Seq, length: int) -> None:
+        for layer in self._layers(seq):
+            layer.keys = layer.keys[..., :length, :]
+            layer.values = layer.values[..., :length, :]
+
+    def _commit_path(self, seq: Seq, path: list[int]) -> None:
+        start = len(seq.tokens)
+        keep = self._torch.tensor(
+            list(range(start)) + [start + n for n in path],
+            dtype=self._torch.long,
+            device=self.device,
+        )
+        for layer in self._layers(seq):
+            layer.keys = layer.keys.index_select(-2, keep)
+            layer.values = layer.values.index_select(-2, keep)
+
+    # ---- forward ----------------------------------------------------------------------
+    def _extend(self, seq: Seq, ids: list[int], parents: list[int] | None, last_only: bool) -> np.ndarray:
+        torch = self._torch
+        start = len(seq.tokens)
+        offsets = list(range(len(ids))) if parents is None else tree_depths(parents)
+        kwargs: dict[str, Any] = {
+            "input_ids": torch.tensor([ids], device=self.device),
+            "position_ids": torch.tensor([[start + d for d in offsets]], device=self.device),
+            "past_key_values": seq.cache,  # type: ignore[attr-defined]
+            "use_cache": True,
+        }
+        if parents is not None:
+            kwargs["attention_mask"] = self._tree_mask(start, parents)
+        if last_only:
+            kwargs["logits_to_keep"] = 1
+        try:
+            with torch.inference_mode():
+                out = self.model(**kwargs)
+        except RuntimeError as exc:
+            self._truncate(seq, start)
+            raise ModelError(f"{self.name} forward failed: {exc}") from exc
+        return out.logits[0].float().cpu().numpy()
+
+    def _tree_mask(self, start: int, parents: list[int]) -> Any:
+        """Additive mask (1, 1, n, start + n): 0 where a node may look, dtype-min elsewhere."""
+        torch = self._torch
+        n = len(parents)
+        allowed = torch.zeros((n, start + n), dtype=torch.bool)
+        allowed[:, :start] = True
+        for i, p in enumerate(parents):
+            allowed[i, start + i] = True
+            if p >= 0:
+                allowed[i, start : start + n] |= allowed[p, start : start + n]
+        dtype = self.model.dtype
+        mask = torch.zeros((n, start + n), dtype=dtype)
+        mask.masked_fill_(~allowed, torch.finfo(dtype).min)
+        return mask[None, None].to(self.device)
+
+    def close(self) -> None:
+        super().close()
+        self.model = None

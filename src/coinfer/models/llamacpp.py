@@ -1,0 +1,350 @@
+"""llama.cpp backend through llama-cpp-python's low-level batch API.
+
+All sequences share one context with a *unified* KV cache: a ``Seq`` owns one llama
+seq_id. A token tree is decoded in one ``llama_decode``: every leaf gets a temporary
+seq_id that first shares the sequence's cells (``memory_seq_cp``), and each tree token
+carries the seq_ids of the leaves below it, so it attends exactly to the prefix and its
+ancestors; positions are ``len(seq) + depth``. ``commit_path`` copies the kept path to the
+sequence's own seq_id and drops the temporaries; ``truncate`` is ``memory_seq_rm``.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import hashlib
+import os
+import subprocess
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from coinfer import catalog
+from coinfer.errors import ContextOverflowError, MissingDependencyError, ModelError
+from coinfer.models.base import Seq, SteerableModel, tree_depths
+from coinfer.models.chat_template import ChatTemplate
+
+__all__ = ["LlamaCppModel"]
+
+
+def _import_llama() -> Any:
+    try:
+        import llama_cpp
+        import llama_cpp._internals  # noqa: F401  (LlamaModel/LlamaContext wrappers)
+    except ImportError as exc:
+        raise MissingDependencyError("llama-cpp-python", "llama") from exc
+    _silence_logs(llama_cpp)
+    return llama_cpp
+
+
+_LOG_CALLBACK: Any = None
+
+
+def _silence_logs(llama_cpp: Any) -> None:
+    """llama.cpp logs to stderr by default; keep it quiet unless COINFER_LLAMA_LOG is set."""
+    global _LOG_CALLBACK
+    if _LOG_CALLBACK is not None or os.environ.get("COINFER_LLAMA_LOG"):
+        return
+
+    def drop(level: int, text: bytes, user_data: ctypes.c_void_p) -> None:
+        return None
+
+    _LOG_CALLBACK = llama_cpp.llama_log_callback(drop)
+    llama_cpp.llama_log_set(_LOG_CALLBACK, ctypes.c_void_p(0))
+
+
+_PROBE = """
+import sys, llama_cpp, llama_cpp._internals as I
+llama_cpp.llama_log_set(llama_cpp.llama_log_callback(lambda *a: None), None)
+m = I.LlamaModel(path_model=sys.argv[1], params=llama_cpp.llama_model_default_params(), verbose=False)
+p = llama_cpp.llama_context_default_params(); p.n_ctx = 64; p.n_batch = p.n_ubatch = 8
+c = I.LlamaContext(model=m, params=p, verbose=False)
+b = I.LlamaBatch(n_tokens=8, embd=0, n_seq_max=1); b.set_batch([0, 1, 2, 3], 0, False)
+c.decode(b)
+"""
+
+
+def cpu_extra_buffers_work(path: Path) -> bool:
+    """Whether llama.cpp's extra CPU buffer types (weight repacking, AMX) survive a decode.
+
+    Some builds crash in their AMX kernels on machines that report AMX without granting
+    it. A crash cannot be caught, so a child process decodes a few tokens once per
+    llama.cpp build and model, and the answer is cached. ``COINFER_LLAMA_EXTRA_BUFFERS``
+    (0 or 1) overrides the check.
+    """
+    if (env := os.environ.get("COINFER_LLAMA_EXTRA_BUFFERS")) in ("0", "1"):
+        return env == "1"
+    import llama_cpp
+
+    lib = Path(llama_cpp.__file__).parent / "lib"
+    build = [(f.name, f.stat().st_size, f.stat().st_mtime_ns) for f in sorted(lib.glob("libggml-cpu*"))]
+    st = path.stat()
+    ident = repr((llama_cpp.__version__, build, str(path), st.st_size, st.st_mtime_ns))
+    record = (
+        catalog.cache_dir()
+        / "probes"
+        / f"llama-extra-buffers-{hashlib.sha256(ident.encode()).hexdigest()[:16]}"
+    )
+    if record.exists():
+        return record.read_text().strip() == "ok"
+    proc = subprocess.run([sys.executable, "-c", _PROBE, str(path)], capture_output=True, timeout=300)
+    ok = proc.returncode == 0
+    record.parent.mkdir(parents=True, exist_ok=True)
+    record.write_text("ok" if ok else f"failed: exit {proc.returncode}")
+    if not ok:
+        print(
+            "coinfer: warning: this llama.cpp build crashes in its extra CPU kernels (AMX) on this "
+            "machine; running without them, which is several times slower.\n"
+            "hint: rebuild llama-cpp-python with scripts/build-llama-wheel.sh (AMX off)",
+            file=sys.stderr,
+        )
+    return ok
+
+
+class LlamaCppModel(SteerableModel):
+    """A GGUF model in one llama.cpp context shared by all its sequences."""
+
+    backend = "llama.cpp"
+
+    def __init__(
+        self,
+        path: str | Path,
+        *,
+        name: str | None = None,
+        n_ctx: int = 4096,
+        n_threads: int | None = None,
+        n_seq_max: int = 64,
+        n_batch: int = 512,
+        n_gpu_layers: int | None = None,
+        extra_buffers: bool | None = None,
+        flash_attn: bool = False,
+    ) -> None:
+        super().__init__()
+        lc = _import_llama()
+        self._lc = lc
+        path = Path(path)
+        if not path.is_file():
+            raise ModelError(f"no model file at {path}", hint="pass an existing .gguf file")
+        self.name = name or path.name
+        self.path = path
+        mparams = lc.llama_model_default_params()
+        if n_gpu_layers is None:
+            n_gpu_layers = -1 if lc.llama_supports_gpu_offload() else 0
+        mparams.n_gpu_layers = n_gpu_layers
+        if extra_buffers is None:
+            extra_buffers = cpu_extra_buffers_work(path)
+        self.extra_buffers = mparams.use_extra_bufts = extra_buffers
+        try:
+            self._model = lc._internals.LlamaModel(path_model=str(path), params=mparams, verbose=False)
+        except ValueError as exc:
+            raise ModelError(
+                f"llama.cpp could not load {path}: {exc}",
+                hint="check that the file is a complete GGUF model (coinfer models info NAME)",
+            ) from exc
+        self.n_ctx = min(n_ctx, self._model.n_ctx_train()) if n_ctx > 0 else self._model.n_ctx_train()
+        self._n_batch = n_batch
+        self._n_seq_max = n_seq_max
+        threads = n_threads or os.cpu_count() or 1
+        cparams = lc.llama_context_default_params()
+        cparams.n_ctx = self.n_ctx
+        cparams.n_batch = cparams.n_ubatch = n_batch
+        cparams.n_seq_max = n_seq_max
+        cparams.n_threads = cparams.n_threads_batch = threads
+        cparams.kv_unified = True  # one cell may belong to several sequences (token trees)
+        cparams.swa_full = True  # sliding-window models keep full caches so rollback works
+        cparams.no_perf = True
+        # Flash attention on the CPU accumulates in f16: it moved SmolLM2's logits up to 2.1
+        # away from the fp32 reference (0.8 more than without it), flipping greedy tokens.
+        cparams.flash_attn_type = 1 if flash_attn else 0
+        try:
+            self._ctx = lc._internals.LlamaContext(model=self._model, params=cparams, verbose=False)
+        except ValueError as exc:
+            raise ModelError(f"llama.cpp could not create a context for {path}: {exc}") from exc
+        self._mem = self._ctx.memory
+        self._batch = lc._internals.LlamaBatch(n_tokens=n_batch, embd=0, n_seq_max=n_seq_max)
+        self.vocab_size = self._model.n_vocab()
+        self._free_ids = list(range(n_seq_max - 1, -1, -1))
+        self._tree_ids: dict[int, list[int]] = {}  # seq id -> temporary leaf seq ids
+        self.metadata = self._model.metadata()
+        self.eos_ids = frozenset(
+            t for t in range(self.vocab_size) if lc.llama_vocab_is_eog(self._model.vocab, t)
+        )
+        self.template = self._read_template()
+
+    # ---- tokens -----------------------------------------------------------------------
+    def _read_template(self) -> ChatTemplate:
+        bos = self._model.token_bos()
+        eos = self._model.token_eos()
+        return ChatTemplate(
+            source=self.metadata.get("tokenizer.chat_template"),
+            bos_token=self._piece(bos).decode("utf-8", "replace") if bos >= 0 else "",
+            eos_token=self._piece(eos).decode("utf-8", "replace") if eos >= 0 else "",
+            bos_id=bos if bos >= 0 else None,
+            add_bos=bool(self._model.add_bos_token()) and bos >= 0,
+        )
+
+    def tokenize(self, text: str, *, special: bool = False, add_bos: bool = False) -> list[int]:
+        return list(self._model.tokenize(text.encode("utf-8"), add_bos, special))
+
+    def _piece(self, token: int) -> bytes:
+        size = 64
+        while True:
+            buf = ctypes.create_string_buffer(size)
+            n = self._lc.llama_token_to_piece(self._model.vocab, token, buf, size, 0, True)
+            if n >= 0:
+                return buf.raw[:n]
+            size = -n
+
+    def detokenize(self, ids: Sequence[int]) -> str:
+        return b"".join(self._piece(int(t)) for t in ids).decode("utf-8", errors="replace")
+
+    def token_bytes(self, token: int) -> bytes:
+        """The raw bytes of one token (a UTF-8 character may span several tokens)."""
+        return self._piece(token)
+
+    # ---- sequences --------------------------------------------------------------------
+    def _take_id(self) -> int:
+        if not self._free_ids:
+            raise ModelError(
+                f"all {self._n_seq_max} llama.cpp sequence slots are in use",
+                hint="release sequences you no longer need, or load the model with a larger n_seq_max",
+            )
+        return self._free_ids.pop()
+
+    def _new_seq(self, seq_id: int) -> Seq:
+        seq = Seq(seq_id)
+        seq.llama_id = self._take_id()  # type: ignore[attr-defined]
+        return seq
+
+    def _release(self, seq: Seq) -> None:
+        self._drop_tree(seq)
+        lid = seq.llama_id  # type: ignore[attr-defined]
+        self._lc.llama_memory_seq_rm(self._mem, lid, -1, -1)
+        self._free_ids.append(lid)
+
+    def _truncate(self, seq: Seq, length: int) -> None:
+        self._drop_tree(seq)
+        if not self._lc.llama_memory_seq_rm(self._mem, seq.llama_id, length, -1):  # type: ignore[attr-defined]
+            raise ModelError(f"llama.cpp could not roll {self.name} back to {length} tokens")
+
+    def _drop_tree(self, seq: Seq) -> None:
+        for tid in self._tree_ids.pop(seq.id, []):
+            self._lc.llama_memory_seq_rm(self._mem, tid, -1, -1)
+            self._free_ids.append(tid)
+
+    def _commit_path(self, seq: Seq, path: list[int]) -> None:
+        leaves = self._tree_ids[seq.id]
+        if path:
+            start = len(seq.tokens)
+            leaf = seq.leaf_of[path[-1]]  # type: ignore[attr-defined]
+            self._lc.llama_memory_seq_cp(
+                self._mem,
+                leaves[leaf],
+                seq.llama_id,
+                start,
+                start + len(path),  # type: ignore[attr-defined]
+            )
+        self._drop_tree(seq)
+
+    # ---- forward ----------------------------------------------------------------------
+    def _extend(self, seq: Seq, ids: list[int], parents: list[int] | None, last_only: bool) -> np.ndarray:
+        start = len(seq.tokens)
+        if parents is None:
+            rows = [(t, start + i, (seq.llama_id,)) for i, t in enumerate(ids)]  # type: ignore[attr-defined]
+            return self._decode(rows, last_only=last_only)
+        depths = tree_depths(parents)
+        leaf_sets = self._leaf_sets(parents)
+        leaves = sorted({leaf for s in leaf_sets for leaf in s})
+        if len(leaves) > len(self._free_ids):
+            raise ModelError(
+                f"a tree with {len(leaves)} leaves needs more free sequence slots than the "
+                f"{len(self._free_ids)} left",
+                hint="load the model with a larger n_seq_max or draft a narrower tree",
+            )
+        tids = [self._take_id() for _ in leaves]
+        self._tree_ids[seq.id] = tids
+        slot = {leaf: i for i, leaf in enumerate(leaves)}
+        for tid in tids:
+            self._lc.llama_memory_seq_cp(self._mem, seq.llama_id, tid, -1, -1)  # type: ignore[attr-defined]
+        seq.leaf_of = [slot[min(s)] for s in leaf_sets]  # type: ignore[attr-defined]
+        rows = [
+            (t, start + d, tuple(tids[slot[leaf]] for leaf in sorted(s)))
+            for t, d, s in zip(ids, depths, leaf_sets, strict=True)
+        ]
+        try:
+            return self._decode(rows)
+        except BaseException:
+            self._drop_tree(seq)
+            raise
+
+    @staticmethod
+    def _leaf_sets(parents: list[int]) -> list[set[int]]:
+        """For each node, the leaves of its subtree (a leaf is a node with no children)."""
+        children = [0] * len(parents)
+        for p in parents:
+            if p >= 0:
+                children[p] += 1
+        sets: list[set[int]] = [{i} if children[i] == 0 else set() for i in range(len(parents))]
+        for i in range(len(parents) - 1, -1, -1):
+            if parents[i] >= 0:
+                sets[parents[i]] |= sets[i]
+        return sets
+
+    def _extend_many(self, items: list[tuple[Seq, list[int]]]) -> list[np.ndarray]:
+        rows = []
+        for seq, ids in items:
+            start = len(seq.tokens)
+            rows.extend((t, start + i, (seq.llama_id,)) for i, t in enumerate(ids))  # type: ignore[attr-defined]
+        logits = self._decode(rows)
+        out, at = [], 0
+        for _, ids in items:
+            out.append(logits[at : at + len(ids)])
+            at += len(ids)
+        return out
+
+    def _decode(self, rows: list[tuple[int, int, tuple[int, ...]]], *, last_only: bool = False) -> np.ndarray:
+        """Decode (token, position, seq_ids) rows in chunks of n_batch.
+
+        Logits (len(rows), vocab), or (1, vocab) for the last row when ``last_only``.
+        """
+        out = np.empty((1 if last_only else len(rows), self.vocab_size), dtype=np.float32)
+        for lo in range(0, len(rows), self._n_batch):
+            chunk = rows[lo : lo + self._n_batch]
+            final = lo + len(chunk) == len(rows)
+            self._fill_batch(chunk, outputs="last" if last_only else "all", final=final)
+            rc = self._lc.llama_decode(self._ctx.ctx, self._batch.batch)
+            if rc == 1:
+                raise ContextOverflowError(
+                    f"the KV cache of {self.name} ({self.n_ctx} cells shared by all sequences) is full",
+                    hint="release finished sequences or load the model with a larger --ctx",
+                )
+            if rc != 0:
+                raise ModelError(f"llama_decode failed with code {rc} on {self.name}")
+            ptr = self._lc.llama_get_logits(self._ctx.ctx)
+            if not last_only:
+                out[lo : lo + len(chunk)] = np.ctypeslib.as_array(ptr, shape=(len(chunk), self.vocab_size))
+            elif final:
+                out[0] = np.ctypeslib.as_array(ptr, shape=(1, self.vocab_size))[0]
+        return out
+
+    def _fill_batch(self, rows: list[tuple[int, int, tuple[int, ...]]], *, outputs: str, final: bool) -> None:
+        """Fill the batch; every row outputs logits, or (outputs="last") only the final row."""
+        b = self._batch.batch
+        b.n_tokens = len(rows)
+        for i, (tok, pos, seq_ids) in enumerate(rows):
+            b.token[i] = tok
+            b.pos[i] = pos
+            b.n_seq_id[i] = len(seq_ids)
+            for j, sid in enumerate(seq_ids):
+                b.seq_id[i][j] = sid
+            b.logits[i] = outputs == "all"
+        if outputs == "last" and final:
+            b.logits[len(rows) - 1] = 1
+
+    def close(self) -> None:
+        super().close()
+        for obj in ("_batch", "_ctx", "_model"):
+            if hasattr(self, obj):
+                getattr(self, obj).close()

@@ -1,0 +1,200 @@
+"""``load_model(spec, backend=...)``: from any model spec to a steerable model.
+
+llama.cpp loads GGUF files (catalogue models are assembled first). transformers loads a
+model directory, a Hub id, or a GGUF file, which it de-quantizes once into
+``<cache>/hf/<key>`` (safetensors) so that later loads are fast.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Any, Literal
+
+from coinfer import catalog
+from coinfer.errors import ConfigError, MissingDependencyError, ModelError
+from coinfer.models.base import SteerableModel
+from coinfer.models.resolve import ModelSource, resolve
+
+__all__ = ["BACKENDS", "load_model", "gguf_path", "hf_cache_key"]
+
+Backend = Literal["llama.cpp", "transformers"]
+BACKENDS: tuple[str, ...] = ("llama.cpp", "transformers")
+
+
+def load_model(
+    spec: str,
+    *,
+    backend: str = "llama.cpp",
+    n_ctx: int = 4096,
+    n_threads: int | None = None,
+    device: str | None = None,
+    dtype: str | None = None,
+    **options: Any,
+) -> SteerableModel:
+    """Load ``spec`` (catalogue name, .gguf path, model directory or Hub id) on ``backend``."""
+    if backend not in BACKENDS:
+        raise ConfigError(f"unknown backend {backend!r}", hint=f"choose one of {', '.join(BACKENDS)}")
+    source = resolve(spec)
+    if backend == "llama.cpp":
+        from coinfer.models.llamacpp import LlamaCppModel
+
+        return LlamaCppModel(gguf_path(source), name=source.name, n_ctx=n_ctx, n_threads=n_threads, **options)
+    return _load_transformers(source, n_ctx=n_ctx, n_threads=n_threads, device=device, dtype=dtype)
+
+
+def gguf_path(source: ModelSource) -> Path:
+    """The GGUF file behind ``source`` (assembling or downloading it if needed)."""
+    if source.kind == "catalog":
+        return catalog.prepare(source.spec)
+    if source.kind == "gguf":
+        assert source.path is not None
+        return source.path
+    if source.kind == "hub":
+        repo, _, filename = source.spec.partition(":")
+        folder = hub_snapshot(repo, allow_patterns=[filename or "*.gguf"])
+        found = sorted(folder.rglob(filename or "*.gguf"))
+        if len(found) != 1:
+            raise ModelError(
+                f"{repo} holds {len(found)} GGUF files",
+                hint=f"name one: {repo}:FILE.gguf",
+            )
+        return found[0]
+    raise ModelError(
+        f"llama.cpp needs a GGUF file and {source.spec} is a transformers model directory",
+        hint="use --backend transformers, or convert it with llama.cpp's convert_hf_to_gguf.py",
+    )
+
+
+def hub_snapshot(repo_id: str, *, allow_patterns: list[str] | None = None) -> Path:
+    """Download (or find in the local Hub cache) a repository's files."""
+    try:
+        from huggingface_hub import snapshot_download
+    except ImportError as exc:
+        raise MissingDependencyError("huggingface_hub", "torch") from exc
+    try:
+        return Path(snapshot_download(repo_id, allow_patterns=allow_patterns))
+    except Exception as exc:  # every Hub failure is one user-facing condition
+        reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise ModelError(
+            f"could not fetch {repo_id!r} from the Hugging Face Hub ({type(exc).__name__}: {reason[:200]})",
+            hint="if this machine cannot reach the Hub, download the model elsewhere and pass its "
+            "local path (a .gguf file or a model directory)",
+        ) from exc
+
+
+# ---- transformers ---------------------------------------------------------------------
+
+
+def _load_transformers(
+    source: ModelSource,
+    *,
+    n_ctx: int,
+    n_threads: int | None,
+    device: str | None,
+    dtype: str | None,
+) -> SteerableModel:
+    from coinfer.models.hf import HFModel, import_torch
+
+    torch = import_torch()
+    if n_threads:
+        torch.set_num_threads(n_threads)
+    dev = device or ("cuda" if torch.cuda.is_available() else "cpu")
+    torch_dtype = _torch_dtype(torch, dtype, dev)
+    if source.kind == "hf_dir":
+        assert source.path is not None
+        folder = source.path
+    elif source.kind == "hub" and ":" not in source.spec:
+        folder = hub_snapshot(source.spec)
+    else:
+        folder = convert_gguf(gguf_path(source), hf_cache_key(source))
+    model, tok = _from_pretrained(folder, torch_dtype, dev)
+    return HFModel(model, tok, name=source.name, n_ctx=n_ctx)
+
+
+def _torch_dtype(torch: Any, dtype: str | None, device: str) -> Any:
+    if dtype is None:
+        return torch.float32 if device == "cpu" else torch.bfloat16
+    try:
+        return {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}[dtype]
+    except KeyError:
+        raise ConfigError(f"unknown dtype {dtype!r}", hint="use float32, bfloat16 or float16") from None
+
+
+def _from_pretrained(folder: Path, torch_dtype: Any, device: str) -> tuple[Any, Any]:
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    try:
+        tok = AutoTokenizer.from_pretrained(folder)
+        model = AutoModelForCausalLM.from_pretrained(folder, dtype=torch_dtype)
+    except (OSError, ValueError, KeyError) as exc:
+        raise ModelError(f"transformers could not load {folder}: {exc}") from exc
+    return model.to(device), tok
+
+
+def hf_cache_key(source: ModelSource) -> str:
+    """A cache folder name for a GGUF's converted weights: content hash or file identity."""
+    entry = source.catalog_model
+    if entry is not None:
+        return f"{entry.name}-{entry.sha256[:12]}"
+    path = gguf_path(source)
+    st = path.stat()
+    ident = f"{path}:{st.st_size}:{st.st_mtime_ns}".encode()
+    return f"{path.stem}-{hashlib.sha256(ident).hexdigest()[:12]}"
+
+
+def _detach_gguf_quantizer(model: Any) -> None:
+    """Mark a de-quantized GGUF model as a plain one so that ``save_pretrained`` writes it.
+
+    Without the optional GGUF matmul kernels transformers de-quantizes every weight to a
+    plain tensor, yet keeps its GGUF quantizer attached, which refuses to serialize.
+    """
+    import torch
+
+    packed = [n for n, m in model.named_modules() if type(m).__name__.startswith("Gguf")]
+    if packed:
+        raise ModelError(
+            f"transformers kept {len(packed)} GGUF layers packed; coinfer caches de-quantized weights only",
+            hint="uninstall the `kernels` package or use --backend llama.cpp",
+        )
+    model.hf_quantizer = None
+    for obj in (model, model.config):
+        if hasattr(obj, "quantization_config"):
+            delattr(obj, "quantization_config")
+    model.is_quantized = False
+    assert all(p.dtype in (torch.float32, torch.float16, torch.bfloat16) for p in model.parameters())
+
+
+def convert_gguf(gguf: Path, key: str) -> Path:
+    """De-quantize ``gguf`` with transformers once; return the saved model directory."""
+    target = catalog.cache_dir() / "hf" / key
+    if (target / "config.json").is_file():
+        return target
+    target.parent.mkdir(parents=True, exist_ok=True)
+    with catalog.file_lock(target):
+        if (target / "config.json").is_file():
+            return target
+        from transformers import AutoModelForCausalLM, AutoTokenizer
+
+        try:
+            tok = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
+            model = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name)
+        except (OSError, ValueError, KeyError, RuntimeError) as exc:
+            raise ModelError(
+                f"transformers could not read {gguf.name}: {exc}",
+                hint="this architecture or quantization may not be supported by transformers' GGUF "
+                "loader; use --backend llama.cpp",
+            ) from exc
+        _detach_gguf_quantizer(model)
+        tmp = Path(tempfile.mkdtemp(dir=target.parent, prefix=key + ".", suffix=".tmp"))
+        try:
+            model.save_pretrained(tmp)
+            tok.save_pretrained(tmp)
+            os.replace(tmp, target)
+        except BaseException:
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise
+    return target

@@ -1,0 +1,44 @@
+"""Shared fixtures: tiny random transformers models and the real SmolLM2 on llama.cpp."""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+import pytest
+
+HAS_TORCH = (
+    importlib.util.find_spec("torch") is not None and importlib.util.find_spec("transformers") is not None
+)
+HAS_LLAMA = importlib.util.find_spec("llama_cpp") is not None
+
+needs_torch = pytest.mark.skipif(not HAS_TORCH, reason="needs the `torch` extra")
+needs_llama = pytest.mark.skipif(not HAS_LLAMA, reason="needs the `llama` extra")
+
+
+@pytest.fixture(scope="session")
+def tiny_dirs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """Two tiny random models on disk, one per architecture family."""
+    from coinfer.testing import tiny_hf_model_dir
+
+    root = tmp_path_factory.mktemp("tiny")
+    return {
+        arch: tiny_hf_model_dir(root / arch, arch=arch, seed=i) for i, arch in enumerate(("llama", "qwen2"))
+    }
+
+
+@pytest.fixture(scope="session")
+def smollm_path() -> Path:
+    """The real SmolLM2-135M GGUF, assembled into the user's cache once."""
+    from coinfer import catalog
+
+    return catalog.prepare("smollm2-135m")
+
+
+@pytest.fixture(scope="session")
+def smollm_llama(smollm_path: Path):  # type: ignore[no-untyped-def]
+    from coinfer.models import load_model
+
+    model = load_model("smollm2-135m", backend="llama.cpp", n_ctx=1024, n_seq_max=32)
+    yield model
+    model.close()

@@ -1,0 +1,231 @@
+"""The steerable-model contract, run against every backend (ARCHITECTURE.md).
+
+transformers runs tiny random llama- and qwen2-architecture models built in the test;
+llama.cpp runs the real SmolLM2-135M. The same tokens decoded in batches of different
+shapes round differently (llama.cpp picks other matmul kernels and quantizes
+activations: on SmolLM2 Q4_1 a chain decoded in one batch and token by token differ by
+up to ~0.5 in logits), so rows are compared as probabilities with a per-backend
+tolerance, and the greedy token must agree exactly.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import pytest
+
+from coinfer.errors import ConfigError, ContextOverflowError, ModelError
+from coinfer.models import SteerableModel, load_model
+from tests.conftest import HAS_LLAMA, HAS_TORCH
+
+
+@dataclass
+class Subject:
+    model: SteerableModel
+    atol: float  # on probabilities
+    reference_greedy: Callable[[list[int], int], list[int]]
+
+    def assert_close(self, actual: np.ndarray, expected: np.ndarray) -> None:
+        assert actual.shape == expected.shape
+        np.testing.assert_allclose(_softmax(actual), _softmax(expected), atol=self.atol)
+        assert (actual.argmax(-1) == expected.argmax(-1)).all()
+
+
+def _softmax(x: np.ndarray) -> np.ndarray:
+    e = np.exp(x - x.max(-1, keepdims=True))
+    return e / e.sum(-1, keepdims=True)
+
+
+def _hf_subject(path: Any) -> Subject:
+    import torch
+
+    model = load_model(str(path), backend="transformers")
+
+    def reference(prompt: list[int], n: int) -> list[int]:
+        out = model.model.generate(  # type: ignore[attr-defined]
+            torch.tensor([prompt]), do_sample=False, max_new_tokens=n, min_new_tokens=n
+        )
+        return [int(t) for t in out[0, len(prompt) :]]
+
+    return Subject(model, 1e-5, reference)
+
+
+def _llama_subject(model: SteerableModel) -> Subject:
+    import llama_cpp
+    import llama_cpp.llama_cpp as low
+
+    def reference(prompt: list[int], n: int) -> list[int]:
+        # the same CPU buffer setting as the model under test (see cpu_extra_buffers_work)
+        default = low.llama_model_default_params
+
+        def params():  # type: ignore[no-untyped-def]
+            p = default()
+            p.use_extra_bufts = model.extra_buffers  # type: ignore[attr-defined]
+            return p
+
+        low.llama_model_default_params = params
+        try:
+            llm = llama_cpp.Llama(model_path=str(model.path), n_ctx=512, verbose=False)  # type: ignore[attr-defined]
+        finally:
+            low.llama_model_default_params = default
+        try:
+            out = []
+            for tok in llm.generate(prompt, temp=0.0, top_k=1):
+                out.append(int(tok))
+                if len(out) == n:
+                    break
+            return out
+        finally:
+            llm.close()
+
+    return Subject(model, 5e-2, reference)
+
+
+PARAMS = [
+    pytest.param("hf-llama", marks=pytest.mark.skipif(not HAS_TORCH, reason="needs torch")),
+    pytest.param("hf-qwen2", marks=pytest.mark.skipif(not HAS_TORCH, reason="needs torch")),
+    pytest.param("llama.cpp", marks=pytest.mark.skipif(not HAS_LLAMA, reason="needs llama-cpp-python")),
+]
+
+
+@pytest.fixture(scope="module", params=PARAMS)
+def subject(request: pytest.FixtureRequest) -> Subject:
+    if request.param == "llama.cpp":
+        return _llama_subject(request.getfixturevalue("smollm_llama"))
+    dirs = request.getfixturevalue("tiny_dirs")
+    return _hf_subject(dirs[request.param.removeprefix("hf-")])
+
+
+def _prompt(model: SteerableModel) -> list[int]:
+    return model.chat_prompt([{"role": "user", "content": "def add(a, b):"}])
+
+
+def _fresh(model: SteerableModel, ids: list[int]) -> np.ndarray:
+    seq = model.new_sequence()
+    try:
+        return model.extend(seq, ids)
+    finally:
+        model.release(seq)
+
+
+def test_greedy_one_token_at_a_time_equals_library_generate(subject: Subject) -> None:
+    model, prompt, n = subject.model, _prompt(subject.model), 12
+    seq = model.new_sequence()
+    tokens: list[int] = []
+    logits = model.extend(seq, prompt)[-1]
+    for _ in range(n):
+        tokens.append(int(np.argmax(logits)))
+        logits = model.extend(seq, [tokens[-1]])[-1]
+    model.release(seq)
+    assert tokens == subject.reference_greedy(prompt, n)
+
+
+def test_extend_returns_logits_for_every_position(subject: Subject) -> None:
+    model, prompt = subject.model, _prompt(subject.model)
+    seq = model.new_sequence()
+    whole = model.extend(seq, prompt)
+    assert whole.shape == (len(prompt), model.vocab_size)
+    assert whole.dtype == np.float32
+    model.release(seq)
+    # position i's logits equal a fresh run over the first i + 1 tokens
+    part = _fresh(model, prompt[:5])
+    subject.assert_close(whole[4], part[-1])
+    last = model.extend(s := model.new_sequence(), prompt, last_only=True)
+    model.release(s)
+    assert last.shape == (1, model.vocab_size)
+    subject.assert_close(last[0], whole[-1])
+
+
+def test_tree_extend_equals_each_branch_alone(subject: Subject) -> None:
+    model, prompt = subject.model, _prompt(subject.model)
+    a, b, c, d, e = (int(t) for t in np.arange(5) + 40)
+    #      a ─ b ─ c          branches: [a b c], [a d], [e]
+    #       └─ d
+    #      e
+    ids, parents = [a, b, c, d, e], [-1, 0, 1, 0, -1]
+    seq = model.new_sequence()
+    model.extend(seq, prompt)
+    tree = model.extend(seq, ids, parents=parents)
+    assert tree.shape == (5, model.vocab_size)
+    abc = _fresh(model, prompt + [a, b, c])[-3:]
+    ad = _fresh(model, prompt + [a, d])[-2:]
+    e_alone = _fresh(model, prompt + [e])[-1:]
+    expected = np.stack([abc[0], abc[1], abc[2], ad[1], e_alone[0]])
+    subject.assert_close(tree, expected)
+    model.release(seq)
+
+
+def test_commit_path_keeps_one_branch(subject: Subject) -> None:
+    model, prompt = subject.model, _prompt(subject.model)
+    seq = model.new_sequence()
+    model.extend(seq, prompt)
+    model.extend(seq, [40, 41, 42, 43], parents=[-1, 0, -1, 2])
+    model.commit_path(seq, [2, 3])  # keep [42, 43]
+    assert seq.tokens == prompt + [42, 43]
+    after = model.extend(seq, [44, 45])
+    subject.assert_close(after, _fresh(model, prompt + [42, 43, 44, 45])[-2:])
+    model.release(seq)
+
+
+def test_truncate_then_extend_equals_a_fresh_sequence(subject: Subject) -> None:
+    model, prompt = subject.model, _prompt(subject.model)
+    seq = model.new_sequence()
+    model.extend(seq, prompt + [40, 41, 42])
+    model.truncate(seq, len(prompt) + 1)
+    again = model.extend(seq, [50, 51])
+    subject.assert_close(again, _fresh(model, prompt + [40, 50, 51])[-2:])
+    # a pending tree is dropped by truncate too
+    model.extend(seq, [60, 61], parents=[-1, -1])
+    model.truncate(seq, len(prompt))
+    subject.assert_close(model.extend(seq, [70]), _fresh(model, prompt + [70])[-1:])
+    model.release(seq)
+
+
+def test_sequences_do_not_disturb_each_other(subject: Subject) -> None:
+    model, prompt = subject.model, _prompt(subject.model)
+    s1, s2 = model.new_sequence(), model.new_sequence()
+    model.extend(s1, prompt)
+    model.extend(s2, prompt[:3] + [40, 41])
+    model.extend(s2, [42], parents=None)
+    model.truncate(s2, 2)
+    one = model.extend(s1, [43, 44])
+    subject.assert_close(one, _fresh(model, prompt + [43, 44])[-2:])
+    two = model.extend(s2, [45])
+    subject.assert_close(two, _fresh(model, prompt[:2] + [45])[-1:])
+    model.release(s1)
+    model.release(s2)
+
+
+def test_extend_many_equals_separate_extends(subject: Subject) -> None:
+    model, prompt = subject.model, _prompt(subject.model)
+    s1, s2 = model.new_sequence(), model.new_sequence()
+    out = model.extend_many([(s1, prompt), (s2, prompt[:4] + [40])])
+    subject.assert_close(out[0], _fresh(model, prompt))
+    subject.assert_close(out[1], _fresh(model, prompt[:4] + [40]))
+    assert len(s1) == len(prompt) and len(s2) == 5
+    model.release(s1)
+    model.release(s2)
+
+
+def test_misuse_is_refused_with_a_clear_error(subject: Subject) -> None:
+    model = subject.model
+    seq = model.new_sequence()
+    with pytest.raises(ConfigError, match="outside the vocabulary"):
+        model.extend(seq, [model.vocab_size])
+    with pytest.raises(ConfigError, match="parent"):
+        model.extend(seq, [1, 2], parents=[-1, 1])
+    model.extend(seq, [1, 2], parents=[-1, 0])
+    with pytest.raises(ModelError, match="pending token tree"):
+        model.extend(seq, [3])
+    with pytest.raises(ConfigError, match="root-to-node path"):
+        model.commit_path(seq, [1])
+    model.commit_path(seq, [])
+    assert seq.tokens == []
+    with pytest.raises(ContextOverflowError, match="context window"):
+        model.extend(seq, [1] * (model.n_ctx + 1))
+    model.release(seq)
+    with pytest.raises(ModelError, match="released"):
+        model.extend(seq, [1])
