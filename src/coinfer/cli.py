@@ -9,7 +9,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from coinfer import __version__, catalog
-from coinfer.errors import CoinferError, ConfigError
+from coinfer.errors import CoinferError
 
 DEFAULT_MODEL = "qwen2.5-coder-1.5b"
 
@@ -287,11 +287,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         _err("coinfer: interrupted")
         return 130
-
-
-def _validate_positive(name: str, value: int) -> None:
-    if value < 1:
-        raise ConfigError(f"{name} must be at least 1, got {value}")
 
 
 if __name__ == "__main__":

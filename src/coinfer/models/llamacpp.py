@@ -57,7 +57,8 @@ def _silence_logs(llama_cpp: Any) -> None:
 
 _PROBE = """
 import sys, llama_cpp, llama_cpp._internals as I
-llama_cpp.llama_log_set(llama_cpp.llama_log_callback(lambda *a: None), None)
+quiet = llama_cpp.llama_log_callback(lambda *a: None)  # kept referenced: llama.cpp calls it
+llama_cpp.llama_log_set(quiet, None)
 m = I.LlamaModel(path_model=sys.argv[1], params=llama_cpp.llama_model_default_params(), verbose=False)
 p = llama_cpp.llama_context_default_params(); p.n_ctx = 64; p.n_batch = p.n_ubatch = 8
 c = I.LlamaContext(model=m, params=p, verbose=False)

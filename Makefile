@@ -1,0 +1,28 @@
+# The README's two commands: `make demo` and `make test`. Both set up .venv first.
+PYTHON ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+WHEELHOUSE ?= $(or $(XDG_CACHE_HOME),$(HOME)/.cache)/coinfer/wheels
+PROMPT ?= Write a Python function that tells whether a string is a palindrome, ignoring case and spaces.
+PYTEST_ARGS ?=
+
+.PHONY: setup demo test lint
+setup: $(VENV)/.installed
+
+$(VENV)/.installed: pyproject.toml scripts/build-llama-wheel.sh
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	COINFER_WHEELHOUSE=$(WHEELHOUSE) PYTHON=$(BIN)/python scripts/build-llama-wheel.sh
+	$(BIN)/python -m pip install --find-links $(WHEELHOUSE) -e '.[all]'
+	$(BIN)/coinfer models prepare
+	touch $@
+
+demo: setup
+	$(BIN)/coinfer generate "$(PROMPT)"
+
+test: setup
+	$(BIN)/python -m pytest -q $(PYTEST_ARGS)
+
+lint: setup
+	$(BIN)/ruff check src tests
+	$(BIN)/ruff format --check src tests

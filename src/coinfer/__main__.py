@@ -1,0 +1,7 @@
+"""``python -m coinfer`` is the ``coinfer`` command."""
+
+import sys
+
+from coinfer.cli import main
+
+sys.exit(main())

@@ -1,0 +1,53 @@
+"""``coinfer bench decode`` writes the cost curve engines plan with."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from coinfer.bench.decode import DecodeBenchConfig, run_decode_bench
+from coinfer.errors import ConfigError
+from tests.conftest import needs_llama, needs_torch
+
+
+@needs_llama
+@needs_torch
+def test_bench_decode_writes_json_and_markdown(
+    tmp_path: Path, tiny_dirs: dict[str, Path], smollm_path: Path
+) -> None:
+    config = DecodeBenchConfig(
+        out=str(tmp_path),
+        models=("smollm2-135m", str(tiny_dirs["llama"])),
+        backends=("llama.cpp", "transformers"),
+        ks=(1, 4),
+        decode_tokens=4,
+        repeats=1,
+        transformers_models=(str(tiny_dirs["llama"]),),
+    )
+    run_decode_bench(config, log=lambda _: None)
+    report = json.loads((tmp_path / "results.json").read_text())
+    rows = {(r["model"], r["backend"]): r for r in report["results"]}
+    assert set(rows) == {
+        ("smollm2-135m", "llama.cpp"),
+        (str(tiny_dirs["llama"]), "llama.cpp"),
+        (str(tiny_dirs["llama"]), "transformers"),
+    }
+    ok = rows[("smollm2-135m", "llama.cpp")]
+    assert ok["decode_tokens_per_s"] > 0 and set(ok["forward_ms"]) == {"1", "4"}
+    assert all(v > 0 for v in ok["forward_ms"].values())
+    assert (
+        "error" in rows[(str(tiny_dirs["llama"]), "llama.cpp")]
+    )  # a directory is not a GGUF: skipped, said why
+    assert rows[(str(tiny_dirs["llama"]), "transformers")]["decode_tokens_per_s"] > 0
+    table = (tmp_path / "results.md").read_text()
+    assert "| smollm2-135m | llama.cpp |" in table and "skipped:" in table
+    assert report["environment"]["cpu_count"] >= 1
+
+
+def test_bench_config_is_validated() -> None:
+    with pytest.raises(ConfigError):
+        DecodeBenchConfig(out="x", models=("smollm2-135m",), ks=(0,))
+    with pytest.raises(ConfigError):
+        DecodeBenchConfig(out="x", models=())

@@ -1,0 +1,179 @@
+"""The ``coinfer`` command as a user runs it: a real subprocess, real models."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import needs_llama, needs_torch
+
+CATALOGUE = {"smollm2-135m", "qwen2.5-coder-0.5b", "qwen2.5-coder-1.5b", "gemma-3-270m"}
+
+
+def coinfer(
+    *args: str, env: dict[str, str] | None = None, timeout: float = 300
+) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "coinfer", *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env={**os.environ, **(env or {})},
+    )
+
+
+def assert_user_error(proc: subprocess.CompletedProcess[str], *needles: str) -> None:
+    """A user mistake: exit 2, a one-line error plus a hint, never a traceback."""
+    assert proc.returncode == 2, proc.stderr
+    assert "Traceback" not in proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    errors = [ln for ln in lines if ln.startswith("coinfer: error:")]
+    assert len(errors) == 1, proc.stderr
+    assert any(ln.startswith("hint:") for ln in lines), proc.stderr
+    for needle in needles:
+        assert needle in proc.stderr, proc.stderr
+
+
+def test_models_list_json_shows_the_catalogue() -> None:
+    proc = coinfer("models", "list", "--json")
+    assert proc.returncode == 0, proc.stderr
+    rows = json.loads(proc.stdout)
+    assert {r["name"] for r in rows} == CATALOGUE
+    for r in rows:
+        assert {"name", "path", "params", "vocab_size", "backend"} <= r.keys()
+        assert r["path"] is None or Path(r["path"]).is_file()
+    assert {r["name"]: r["vocab_size"] for r in rows}["qwen2.5-coder-1.5b"] == 151936
+
+
+def test_models_info_verifies_the_file(smollm_path: Path) -> None:
+    proc = coinfer("models", "info", "smollm2-135m", "--verify", "--json")
+    assert proc.returncode == 0, proc.stderr
+    info = json.loads(proc.stdout)
+    assert info["path"] == str(smollm_path) and info["sha256_ok"] is True
+
+
+@needs_llama
+def test_generate_json_on_llama_cpp(smollm_path: Path) -> None:
+    proc = coinfer("generate", "Name three colours.", "-m", "smollm2-135m", "-n", "12", "--json")
+    assert proc.returncode == 0, proc.stderr
+    out = json.loads(proc.stdout)
+    assert out["text"].strip() and 1 <= out["n_tokens"] <= 12
+    assert out["stats"]["tokens_per_s"] > 0 and out["stats"]["ttft_s"] > 0
+    assert out["finish_reason"] in {"stop", "length"}
+
+
+@needs_llama
+def test_generate_streams_text_then_a_summary_line(smollm_path: Path) -> None:
+    proc = coinfer("generate", "Count from one to five.", "-m", "smollm2-135m", "-n", "16", "--seed", "1")
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip()
+    summary = proc.stderr.strip().splitlines()[-1]
+    assert "tokens" in summary and "tok/s" in summary and "ttft" in summary
+
+
+@needs_llama
+def test_greedy_generate_is_the_same_text_twice_and_raw_differs(smollm_path: Path) -> None:
+    args = ("generate", "The capital of France is", "-m", "smollm2-135m", "-n", "8", "--json")
+    first, second = json.loads(coinfer(*args).stdout), json.loads(coinfer(*args).stdout)
+    assert first["text"] == second["text"]
+    raw = json.loads(coinfer(*args, "--raw").stdout)
+    assert raw["stats"]["prompt_tokens"] < first["stats"]["prompt_tokens"]  # no chat template around it
+
+
+@needs_torch
+def test_generate_on_transformers_with_a_model_directory(tiny_dirs: dict[str, Path]) -> None:
+    proc = coinfer(
+        "generate", "def add(a, b):", "-m", str(tiny_dirs["qwen2"]), "-b", "transformers", "-n", "5", "--json"
+    )
+    assert proc.returncode == 0, proc.stderr
+    out = json.loads(proc.stdout)
+    assert out["backend"] == "transformers" and out["n_tokens"] >= 1
+
+
+def test_unknown_model_lists_the_names() -> None:
+    proc = coinfer("generate", "hi", "-m", "no-such-model")
+    assert_user_error(proc, "unknown model", "smollm2-135m", "qwen2.5-coder-1.5b")
+
+
+@needs_llama
+def test_prompt_longer_than_the_context_says_the_lengths(smollm_path: Path) -> None:
+    proc = coinfer("generate", "word " * 200, "-m", "smollm2-135m", "--ctx", "64", "--raw")
+    assert_user_error(proc, "context window holds 64")
+    assert re.search(r"the prompt has 2\d\d tokens", proc.stderr), proc.stderr
+
+
+@needs_llama
+def test_a_damaged_model_file_is_refused(tmp_path: Path, smollm_path: Path) -> None:
+    env = {"COINFER_CACHE": str(tmp_path)}
+    assert coinfer("models", "prepare", "smollm2-135m", env=env).returncode == 0
+    gguf = tmp_path / "models" / smollm_path.name
+    with gguf.open("ab") as f:
+        f.write(b"\0")
+    proc = coinfer("generate", "hi", "-m", "smollm2-135m", "-n", "2", env=env)
+    assert_user_error(proc, "sha256", "coinfer models prepare smollm2-135m --force")
+    assert coinfer("models", "prepare", "smollm2-135m", "--force", env=env).returncode == 0
+    assert coinfer("generate", "hi", "-m", "smollm2-135m", "-n", "2", env=env).returncode == 0
+
+
+@needs_llama
+def test_ctrl_c_keeps_what_was_generated(smollm_path: Path) -> None:
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "coinfer",
+            "generate",
+            "Write a long story about a lighthouse.",
+            "-m",
+            "smollm2-135m",
+            "-n",
+            "4000",
+            "--ctx",
+            "4096",
+            "-t",
+            "0.8",
+            "--seed",
+            "3",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    assert proc.stdout is not None
+    first = proc.stdout.read(20)  # wait until text is streaming
+    time.sleep(0.5)
+    proc.send_signal(signal.SIGINT)
+    rest, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130, err
+    assert len(first + rest) >= 20
+    assert "Traceback" not in err
+    assert "interrupted" in err.strip().splitlines()[-1]
+
+
+@pytest.mark.slow
+@needs_torch
+def test_generate_on_transformers_from_a_catalogue_gguf() -> None:
+    """The real Qwen2.5-Coder-0.5B through transformers (converted once, then cached)."""
+    proc = coinfer(
+        "generate",
+        "Write hello world in C.",
+        "-m",
+        "qwen2.5-coder-0.5b",
+        "-b",
+        "transformers",
+        "-n",
+        "6",
+        "--json",
+        timeout=900,
+    )
+    assert proc.returncode == 0, proc.stderr
+    out = json.loads(proc.stdout)
+    assert out["n_tokens"] >= 1 and out["text"].strip()
