@@ -21,16 +21,13 @@ from coinfer.models.chat_template import ChatTemplate
 
 __all__ = ["HFModel", "import_torch"]
 
-# Control tokens that end a turn in the common chat formats (llama.cpp calls them EOG).
-_END_OF_TURN = {
-    "<|im_end|>",
-    "<|endoftext|>",
-    "<end_of_turn>",
-    "<|eot_id|>",
-    "<|end|>",
-    "<|eom_id|>",
-    "</s>",
-}
+# Control tokens that end generation, as llama.cpp's vocabulary marks them (EOG): turn ends
+# of the common chat formats and the fill-in-the-middle separators, so that both backends
+# stop at the same token.
+_END_OF_GENERATION = {
+    "<|im_end|>", "<|endoftext|>", "<end_of_turn>", "<|eot_id|>", "<|end|>", "<|eom_id|>", "</s>",
+    "<EOT>", "<|fim_pad|>", "<|repo_name|>", "<|file_sep|>", "<reponame>",
+}  # fmt: skip
 
 
 def import_torch() -> Any:
@@ -71,9 +68,8 @@ class HFModel(SteerableModel):
                 ids.add(value)
             elif isinstance(value, (list, tuple)):
                 ids.update(int(v) for v in value)
-        for text, tid in self.tok.get_added_vocab().items():
-            if text in _END_OF_TURN:
-                ids.add(int(tid))
+        vocab = self.tok.get_vocab()
+        ids.update(int(vocab[text]) for text in _END_OF_GENERATION if text in vocab)
         return {i for i in ids if 0 <= i < self.vocab_size}
 
     def _read_template(self) -> ChatTemplate:
