@@ -177,3 +177,12 @@ def test_generate_on_transformers_from_a_catalogue_gguf() -> None:
     assert proc.returncode == 0, proc.stderr
     out = json.loads(proc.stdout)
     assert out["n_tokens"] >= 1 and out["text"].strip()
+
+
+@needs_llama
+def test_a_model_without_a_chat_template_says_so_and_sends_plain_text() -> None:
+    proc = coinfer("generate", "The three primary colours are", "-m", "gemma-3-270m", "-n", "4", "--json")
+    assert proc.returncode == 0, proc.stderr
+    assert "no chat template" in proc.stderr
+    out = json.loads(proc.stdout)
+    assert out["prompt_format"] == "raw" and out["n_tokens"] >= 1

@@ -127,13 +127,16 @@ def _load(args: argparse.Namespace, quiet: bool) -> Any:
     )
 
 
-def _prompt_ids(model: Any, args: argparse.Namespace) -> list[int]:
-    if args.raw:
-        return list(model.text_prompt(args.prompt))
+def _prompt_ids(model: Any, args: argparse.Namespace) -> tuple[list[int], str]:
+    """The prompt's ids and its format: "chat" (the model's template) or "raw"."""
+    if not args.raw and not model.template.source:
+        _err(f"note: {model.name} has no chat template; sending the prompt as plain text")
+    if args.raw or not model.template.source:
+        return list(model.text_prompt(args.prompt)), "raw"
     messages = ([{"role": "system", "content": args.system}] if args.system else []) + [
         {"role": "user", "content": args.prompt}
     ]
-    return list(model.chat_prompt(messages))
+    return list(model.chat_prompt(messages)), "chat"
 
 
 def _summary(stats: Any, finish: str) -> str:
@@ -151,7 +154,7 @@ def cmd_generate(args: argparse.Namespace) -> int:
         temperature=args.temperature, top_k=args.top_k, top_p=args.top_p, seed=args.seed
     )
     model = _load(args, quiet=args.json)
-    prompt = _prompt_ids(model, args)
+    prompt, prompt_format = _prompt_ids(model, args)
     stream = stream_generate(model, prompt, max_tokens=args.max_tokens, sampling=sampling)
     stats, tokens, finish, code = GenerationStats(prompt_tokens=len(prompt)), [], "length", 0
     try:
@@ -173,6 +176,7 @@ def cmd_generate(args: argparse.Namespace) -> int:
             "finish_reason": finish,
             "model": args.model,
             "backend": args.backend,
+            "prompt_format": prompt_format,
             "stats": stats.as_dict(),
         }
         print(json.dumps(out, ensure_ascii=False))
