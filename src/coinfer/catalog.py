@@ -199,8 +199,17 @@ def _write_stamp(path: Path, sha256: str) -> None:
     _atomic_write_text(_stamp_file(path), json.dumps(stamp))
 
 
+def _mkstemp(path: Path, suffix: str) -> tuple[int, str]:
+    """A temporary file beside ``path`` with the usual permissions (mkstemp's are 0600)."""
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name + ".", suffix=suffix)
+    umask = os.umask(0)
+    os.umask(umask)
+    os.fchmod(fd, 0o666 & ~umask)
+    return fd, tmp
+
+
 def _atomic_write_text(path: Path, text: str) -> None:
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name + ".", suffix=".tmp")
+    fd, tmp = _mkstemp(path, ".tmp")
     with os.fdopen(fd, "w") as f:
         f.write(text)
     os.replace(tmp, path)
@@ -265,7 +274,7 @@ def _assemble(
     total = sum(s.stat().st_size for s in sources)
     h = hashlib.sha256()
     done = 0
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name + ".", suffix=".partial")
+    fd, tmp = _mkstemp(path, ".partial")
     try:
         with os.fdopen(fd, "wb") as out:
             for src in sources:

@@ -135,11 +135,6 @@ def test_unknown_spec_lists_catalogue(spec: str, empty_cwd: Path) -> None:
         assert name in info.value.hint
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="resolve.py:52: Path('') is Path('.'), so an empty spec resolves to the working directory "
-    "(a model there is loaded; otherwise '. is a directory without config.json')",
-)
 def test_empty_spec_is_unknown(empty_cwd: Path) -> None:
     (empty_cwd / "config.json").write_text("{}")
     with pytest.raises(UnknownModelError):

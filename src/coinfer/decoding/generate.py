@@ -74,7 +74,11 @@ class GenerationStats:
 
 @dataclass
 class Response:
-    """One step of a stream: the new text, the token, and the state so far."""
+    """One step of a stream: the new text, the token, and the state so far.
+
+    ``tokens`` and ``stats`` are the stream's live objects, shared by all its responses
+    (copy them to keep a snapshot).
+    """
 
     text: str
     token: int | None

@@ -49,6 +49,8 @@ def resolve(spec: str) -> ModelSource:
     """Classify ``spec``; an unknown spec lists the catalogue names."""
     if spec in catalog.CATALOG:
         return ModelSource("catalog", spec)
+    if not spec.strip():
+        raise UnknownModelError("the model name is empty", hint=f"known models: {', '.join(catalog.CATALOG)}")
     path = Path(spec).expanduser()
     if path.is_file():
         if not _is_gguf(path):
