@@ -1,0 +1,61 @@
+"""llama.cpp specifics: the crash probe for its extra CPU kernels."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from coinfer.models import llamacpp
+from tests.conftest import needs_llama
+
+pytestmark = needs_llama
+
+
+@pytest.fixture
+def probe_cache(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Path:
+    monkeypatch.setenv("COINFER_CACHE", str(tmp_path))
+    monkeypatch.delenv("COINFER_LLAMA_EXTRA_BUFFERS", raising=False)
+    return tmp_path
+
+
+def test_a_crashing_kernel_is_detected_once_and_remembered(
+    probe_cache: Path, smollm_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setattr(llamacpp, "_PROBE", "import os, signal; os.kill(os.getpid(), signal.SIGSEGV)")
+    assert llamacpp.cpu_extra_buffers_work(smollm_path) is False
+    assert "crashes in its extra CPU kernels" in capsys.readouterr().err
+    monkeypatch.setattr(llamacpp, "_PROBE", "raise SystemExit('must not run again')")
+    assert llamacpp.cpu_extra_buffers_work(smollm_path) is False  # cached per build and model
+
+
+def test_an_ordinary_probe_error_keeps_the_fast_kernels(
+    probe_cache: Path, smollm_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(llamacpp, "_PROBE", "raise SystemExit(1)")
+    assert llamacpp.cpu_extra_buffers_work(smollm_path) is True
+    assert not (probe_cache / "probes").exists() or not any((probe_cache / "probes").iterdir())
+
+
+def test_the_real_probe_answer_is_safe_to_use(probe_cache: Path, smollm_path: Path) -> None:
+    """Whatever the probe says, a model loaded with that setting decodes (a wrong "yes" crashes here)."""
+    works = llamacpp.cpu_extra_buffers_work(smollm_path)
+    model = llamacpp.LlamaCppModel(smollm_path, n_ctx=128)
+    try:
+        assert model.extra_buffers is works
+        assert model.extend(model.new_sequence(), [1, 2, 3]).shape == (3, model.vocab_size)
+    finally:
+        model.close()
+
+
+def test_the_environment_overrides_the_probe(
+    probe_cache: Path, smollm_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(llamacpp, "_PROBE", "raise SystemExit('the override skips the probe')")
+    monkeypatch.setenv("COINFER_LLAMA_EXTRA_BUFFERS", "0")
+    model = llamacpp.LlamaCppModel(smollm_path, n_ctx=128)
+    try:
+        assert model.extra_buffers is False
+        assert model.extend(model.new_sequence(), [1, 2, 3]).shape == (3, model.vocab_size)
+    finally:
+        model.close()
