@@ -165,7 +165,7 @@ def cmd_generate(args: argparse.Namespace) -> int:
                 sys.stdout.flush()
             finish = r.finish_reason or finish
     except KeyboardInterrupt:
-        stream.close()
+        stream.close()  # runs the generator's cleanup: the sequence is released
         finish, code = "interrupted", 130
     text = model.detokenize(tokens)
     model.close()

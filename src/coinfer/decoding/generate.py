@@ -9,7 +9,7 @@ detokenizer.
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Generator, Iterator, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -122,7 +122,7 @@ def stream_generate(
     *,
     max_tokens: int,
     sampling: SamplingParams = GREEDY,
-) -> Iterator[Response]:
+) -> Generator[Response, None, None]:
     """Responses with text deltas; the last one carries ``finish_reason``."""
     if max_tokens < 1:
         raise ConfigError(f"max_tokens must be at least 1, got {max_tokens}")

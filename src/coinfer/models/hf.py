@@ -11,6 +11,7 @@ rolled back (the tree mask does not apply the window: trees are short).
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -37,6 +38,18 @@ def import_torch() -> Any:
     except ImportError as exc:
         raise MissingDependencyError("torch/transformers", "torch") from exc
     return torch
+
+
+@dataclass(eq=False)
+class HFSeq(Seq):
+    """A sequence and its own ``DynamicCache``."""
+
+    cache: Any = None
+
+
+def _hseq(seq: Seq) -> HFSeq:
+    assert isinstance(seq, HFSeq), "a sequence of another backend"
+    return seq
 
 
 class HFModel(SteerableModel):
@@ -96,15 +109,13 @@ class HFModel(SteerableModel):
     def _new_seq(self, seq_id: int) -> Seq:
         from transformers import DynamicCache
 
-        seq = Seq(seq_id)
-        seq.cache = DynamicCache()  # type: ignore[attr-defined]
-        return seq
+        return HFSeq(seq_id, cache=DynamicCache())
 
     def _release(self, seq: Seq) -> None:
-        seq.cache = None  # type: ignore[attr-defined]
+        _hseq(seq).cache = None
 
     def _layers(self, seq: Seq) -> list[Any]:
-        return [layer for layer in seq.cache.layers if getattr(layer, "is_initialized", False)]  # type: ignore[attr-defined]
+        return [layer for layer in _hseq(seq).cache.layers if getattr(layer, "is_initialized", False)]
 
     def _truncate(self, seq: Seq, length: int) -> None:
         for layer in self._layers(seq):
@@ -130,7 +141,7 @@ class HFModel(SteerableModel):
         kwargs: dict[str, Any] = {
             "input_ids": torch.tensor([ids], device=self.device),
             "position_ids": torch.tensor([[start + d for d in offsets]], device=self.device),
-            "past_key_values": seq.cache,  # type: ignore[attr-defined]
+            "past_key_values": _hseq(seq).cache,
             "use_cache": True,
         }
         if parents is not None:

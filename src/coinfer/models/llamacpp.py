@@ -16,6 +16,7 @@ import os
 import subprocess
 import sys
 from collections.abc import Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -105,6 +106,19 @@ def cpu_extra_buffers_work(path: Path) -> bool:
             file=sys.stderr,
         )
     return ok
+
+
+@dataclass(eq=False)
+class LlamaSeq(Seq):
+    """A sequence's llama.cpp seq_id, and for a pending tree the leaf slot under each node."""
+
+    llama_id: int = -1
+    leaf_of: list[int] = field(default_factory=list)
+
+
+def _lseq(seq: Seq) -> LlamaSeq:
+    assert isinstance(seq, LlamaSeq), "a sequence of another backend"
+    return seq
 
 
 class LlamaCppModel(SteerableModel):
@@ -218,45 +232,49 @@ class LlamaCppModel(SteerableModel):
         return self._free_ids.pop()
 
     def _new_seq(self, seq_id: int) -> Seq:
-        seq = Seq(seq_id)
-        seq.llama_id = self._take_id()  # type: ignore[attr-defined]
-        return seq
+        return LlamaSeq(seq_id, llama_id=self._take_id())
 
     def _release(self, seq: Seq) -> None:
+        assert isinstance(seq, LlamaSeq)
         self._drop_tree(seq)
-        lid = seq.llama_id  # type: ignore[attr-defined]
+        lid = seq.llama_id
         self._lc.llama_memory_seq_rm(self._mem, lid, -1, -1)
         self._free_ids.append(lid)
 
     def _truncate(self, seq: Seq, length: int) -> None:
+        assert isinstance(seq, LlamaSeq)
         self._drop_tree(seq)
-        if not self._lc.llama_memory_seq_rm(self._mem, seq.llama_id, length, -1):  # type: ignore[attr-defined]
+        if not self._lc.llama_memory_seq_rm(self._mem, seq.llama_id, length, -1):
             raise ModelError(f"llama.cpp could not roll {self.name} back to {length} tokens")
 
-    def _drop_tree(self, seq: Seq) -> None:
+    def _drop_tree(self, seq: LlamaSeq) -> None:
         for tid in self._tree_ids.pop(seq.id, []):
             self._lc.llama_memory_seq_rm(self._mem, tid, -1, -1)
             self._free_ids.append(tid)
 
     def _commit_path(self, seq: Seq, path: list[int]) -> None:
+        assert isinstance(seq, LlamaSeq)
         leaves = self._tree_ids[seq.id]
         if path:
             start = len(seq.tokens)
-            leaf = seq.leaf_of[path[-1]]  # type: ignore[attr-defined]
+            leaf = seq.leaf_of[path[-1]]
             self._lc.llama_memory_seq_cp(
                 self._mem,
                 leaves[leaf],
                 seq.llama_id,
                 start,
-                start + len(path),  # type: ignore[attr-defined]
+                start + len(path),
             )
         self._drop_tree(seq)
 
     # ---- forward ----------------------------------------------------------------------
     def _extend(self, seq: Seq, ids: list[int], parents: list[int] | None, last_only: bool) -> np.ndarray:
+        assert isinstance(seq, LlamaSeq)
         start = len(seq.tokens)
         if parents is None:
-            rows = [(t, start + i, (seq.llama_id,)) for i, t in enumerate(ids)]  # type: ignore[attr-defined]
+            rows: list[tuple[int, int, tuple[int, ...]]] = [
+                (t, start + i, (seq.llama_id,)) for i, t in enumerate(ids)
+            ]
             return self._decode(rows, last_only=last_only)
         depths = tree_depths(parents)
         leaf_sets = self._leaf_sets(parents)
@@ -271,11 +289,11 @@ class LlamaCppModel(SteerableModel):
         self._tree_ids[seq.id] = tids
         slot = {leaf: i for i, leaf in enumerate(leaves)}
         for tid in tids:
-            self._lc.llama_memory_seq_cp(self._mem, seq.llama_id, tid, -1, -1)  # type: ignore[attr-defined]
-        seq.leaf_of = [slot[min(s)] for s in leaf_sets]  # type: ignore[attr-defined]
+            self._lc.llama_memory_seq_cp(self._mem, seq.llama_id, tid, -1, -1)
+        seq.leaf_of = [slot[min(s)] for s in leaf_sets]
         rows = [
-            (t, start + d, tuple(tids[slot[leaf]] for leaf in sorted(s)))
-            for t, d, s in zip(ids, depths, leaf_sets, strict=True)
+            (t, start + d, tuple(tids[slot[leaf]] for leaf in sorted(leaf_set)))
+            for t, d, leaf_set in zip(ids, depths, leaf_sets, strict=True)
         ]
         try:
             return self._decode(rows)
@@ -297,10 +315,11 @@ class LlamaCppModel(SteerableModel):
         return sets
 
     def _extend_many(self, items: list[tuple[Seq, list[int]]]) -> list[np.ndarray]:
-        rows = []
+        rows: list[tuple[int, int, tuple[int, ...]]] = []
         for seq, ids in items:
             start = len(seq.tokens)
-            rows.extend((t, start + i, (seq.llama_id,)) for i, t in enumerate(ids))  # type: ignore[attr-defined]
+            lid = _lseq(seq).llama_id
+            rows.extend((t, start + i, (lid,)) for i, t in enumerate(ids))
         logits = self._decode(rows)
         out, at = [], 0
         for _, ids in items:
