@@ -81,7 +81,10 @@ def _forward_ms(model: SteerableModel, prompt: list[int], k: int, repeats: int) 
 
 
 def measure_model(model: SteerableModel, config: DecodeBenchConfig) -> dict[str, Any]:
-    prompt = model.chat_prompt([{"role": "user", "content": PROMPT}])
+    if model.template.source:
+        prompt = model.chat_prompt([{"role": "user", "content": PROMPT}])
+    else:  # a base model without a chat template (gemma-3-270m): the same text, plain
+        prompt = model.text_prompt(PROMPT)
     seq = model.new_sequence()
     start = time.perf_counter()
     model.extend(seq, prompt, last_only=True)
