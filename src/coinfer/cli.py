@@ -5,11 +5,16 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from coinfer import __version__, catalog
 from coinfer.errors import CoinferError
+
+if TYPE_CHECKING:  # the models package is imported lazily: `coinfer models list` stays fast
+    from coinfer.models import SteerableModel
 
 DEFAULT_MODEL = "qwen2.5-coder-1.5b"
 
@@ -19,15 +24,6 @@ def _err(text: str) -> None:
 
 
 # ---- models ---------------------------------------------------------------------------
-
-
-def _parts_installed(model: catalog.CatalogModel) -> bool:
-    try:
-        for part in model.parts:
-            catalog.locate_part(part)
-    except CoinferError:
-        return False
-    return True
 
 
 def _model_row(model: catalog.CatalogModel) -> dict[str, Any]:
@@ -41,7 +37,7 @@ def _model_row(model: catalog.CatalogModel) -> dict[str, Any]:
         "arch": model.arch,
         "description": model.description,
         "sha256": model.sha256,
-        "installed": _parts_installed(model),
+        "installed": catalog.parts_installed(model),
     }
 
 
@@ -58,30 +54,29 @@ def cmd_models_list(args: argparse.Namespace) -> int:
     return 0
 
 
-def _byte_progress(desc: str) -> Any:
+@contextmanager
+def _byte_progress(desc: str, *, enabled: bool) -> Iterator[Callable[[int, int], None] | None]:
+    """A progress bar on stderr fed with (bytes done, bytes total), or None when disabled."""
+    if not enabled:
+        yield None
+        return
     from tqdm import tqdm
 
-    bar = tqdm(total=0, unit="B", unit_scale=True, desc=desc, file=sys.stderr, leave=False)
+    with tqdm(total=0, unit="B", unit_scale=True, desc=desc, file=sys.stderr, leave=False) as bar:
 
-    def update(done: int, total: int) -> None:
-        bar.total = total
-        bar.update(done - bar.n)
+        def update(done: int, total: int) -> None:
+            bar.total = total
+            bar.update(done - bar.n)
 
-    update.close = bar.close  # type: ignore[attr-defined]
-    return update
+        yield update
 
 
 def prepare_with_progress(name: str, *, force: bool = False, quiet: bool = False) -> str:
-    model = catalog.get(name)
-    if not force and catalog.prepared_path(model):
-        return str(catalog.prepared_path(model))
-    progress = None if quiet else _byte_progress(f"assembling {name}")
-    try:
-        path = catalog.prepare(name, force=force, progress=progress)
-    finally:
-        if progress:
-            progress.close()
-    return str(path)
+    path = catalog.prepared_path(catalog.get(name))
+    if path and not force:
+        return str(path)
+    with _byte_progress(f"assembling {name}", enabled=not quiet) as progress:
+        return str(catalog.prepare(name, force=force, progress=progress))
 
 
 def cmd_models_prepare(args: argparse.Namespace) -> int:
@@ -100,7 +95,7 @@ def cmd_models_info(args: argparse.Namespace) -> int:
     row = _model_row(model)
     row["packages"] = model.dists
     if args.verify and row["path"]:
-        row["sha256_ok"] = catalog.sha256_file(catalog.prepared_path(model)) == model.sha256  # type: ignore[arg-type]
+        row["sha256_ok"] = catalog.sha256_file(Path(row["path"])) == model.sha256
     if args.json:
         print(json.dumps(row, indent=2))
         return 0
@@ -114,7 +109,7 @@ def cmd_models_info(args: argparse.Namespace) -> int:
 # ---- generate -------------------------------------------------------------------------
 
 
-def _load(args: argparse.Namespace, quiet: bool) -> Any:
+def _load(args: argparse.Namespace, quiet: bool) -> SteerableModel:
     from coinfer.models import load_model, resolve
 
     source = resolve(args.model)
@@ -127,7 +122,7 @@ def _load(args: argparse.Namespace, quiet: bool) -> Any:
     )
 
 
-def _prompt_ids(model: Any, args: argparse.Namespace) -> tuple[list[int], str]:
+def _prompt_ids(model: SteerableModel, args: argparse.Namespace) -> tuple[list[int], str]:
     """The prompt's ids and its format: "chat" (the model's template) or "raw"."""
     if not args.raw and not model.template.source:
         _err(f"note: {model.name} has no chat template; sending the prompt as plain text")

@@ -37,15 +37,20 @@ def test_an_ordinary_probe_error_keeps_the_fast_kernels(
     assert not (probe_cache / "probes").exists() or not any((probe_cache / "probes").iterdir())
 
 
+def _load_and_decode(path: Path) -> bool:
+    """Load with the default (probed or overridden) setting, decode, return that setting."""
+    model = llamacpp.LlamaCppModel(path, n_ctx=128)
+    try:
+        assert model.extend(model.new_sequence(), [1, 2, 3]).shape == (3, model.vocab_size)
+        return model.extra_buffers
+    finally:
+        model.close()
+
+
 def test_the_real_probe_answer_is_safe_to_use(probe_cache: Path, smollm_path: Path) -> None:
     """Whatever the probe says, a model loaded with that setting decodes (a wrong "yes" crashes here)."""
     works = llamacpp.cpu_extra_buffers_work(smollm_path)
-    model = llamacpp.LlamaCppModel(smollm_path, n_ctx=128)
-    try:
-        assert model.extra_buffers is works
-        assert model.extend(model.new_sequence(), [1, 2, 3]).shape == (3, model.vocab_size)
-    finally:
-        model.close()
+    assert _load_and_decode(smollm_path) is works
 
 
 def test_the_environment_overrides_the_probe(
@@ -53,9 +58,4 @@ def test_the_environment_overrides_the_probe(
 ) -> None:
     monkeypatch.setattr(llamacpp, "_PROBE", "raise SystemExit('the override skips the probe')")
     monkeypatch.setenv("COINFER_LLAMA_EXTRA_BUFFERS", "0")
-    model = llamacpp.LlamaCppModel(smollm_path, n_ctx=128)
-    try:
-        assert model.extra_buffers is False
-        assert model.extend(model.new_sequence(), [1, 2, 3]).shape == (3, model.vocab_size)
-    finally:
-        model.close()
+    assert _load_and_decode(smollm_path) is False
