@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 
+from coinfer.errors import ModelError
 from coinfer.models import llamacpp
 from tests.conftest import needs_llama
 
@@ -59,3 +60,22 @@ def test_the_environment_overrides_the_probe(
     monkeypatch.setattr(llamacpp, "_PROBE", "raise SystemExit('the override skips the probe')")
     monkeypatch.setenv("COINFER_LLAMA_EXTRA_BUFFERS", "0")
     assert _load_and_decode(smollm_path) is False
+
+
+def test_running_out_of_sequence_slots_says_what_to_do(smollm_path: Path) -> None:
+    model = llamacpp.LlamaCppModel(smollm_path, n_ctx=256, n_seq_max=4)
+    try:
+        seqs = [model.new_sequence() for _ in range(2)]
+        model.extend(seqs[0], [1, 2])
+        with pytest.raises(ModelError, match="free sequence slots") as info:
+            model.extend(seqs[0], [3, 4, 5], parents=[-1, -1, -1])  # three leaves, two slots left
+        assert "n_seq_max" in (info.value.hint or "")
+        assert seqs[0].tokens == [1, 2] and seqs[0].pending is None
+        model.extend(seqs[0], [3, 4], parents=[-1, -1])  # two leaves fit, and are given back
+        model.commit_path(seqs[0], [1])
+        model.new_sequence()
+        model.new_sequence()
+        with pytest.raises(ModelError, match="sequence slots are in use"):
+            model.new_sequence()
+    finally:
+        model.close()
