@@ -147,35 +147,12 @@ class LlamaCppModel(SteerableModel):
             raise ModelError(f"no model file at {path}", hint="pass an existing .gguf file")
         self.name = name or path.name
         self.path = path
-        mparams = lc.llama_model_default_params()
-        if n_gpu_layers is None:
-            n_gpu_layers = -1 if lc.llama_supports_gpu_offload() else 0
-        mparams.n_gpu_layers = n_gpu_layers
-        if extra_buffers is None:
-            extra_buffers = cpu_extra_buffers_work(path)
-        self.extra_buffers = mparams.use_extra_bufts = extra_buffers
-        try:
-            self._model = lc._internals.LlamaModel(path_model=str(path), params=mparams, verbose=False)
-        except ValueError as exc:
-            raise ModelError(
-                f"llama.cpp could not load {path}: {exc}",
-                hint="check that the file is a complete GGUF model (coinfer models info NAME)",
-            ) from exc
+        self.extra_buffers = cpu_extra_buffers_work(path) if extra_buffers is None else extra_buffers
+        self._model = self._load(path, n_gpu_layers)
         self.n_ctx = min(n_ctx, self._model.n_ctx_train()) if n_ctx > 0 else self._model.n_ctx_train()
         self._n_batch = n_batch
         self._n_seq_max = n_seq_max
-        threads = n_threads or os.cpu_count() or 1
-        cparams = lc.llama_context_default_params()
-        cparams.n_ctx = self.n_ctx
-        cparams.n_batch = cparams.n_ubatch = n_batch
-        cparams.n_seq_max = n_seq_max
-        cparams.n_threads = cparams.n_threads_batch = threads
-        cparams.kv_unified = True  # one cell may belong to several sequences (token trees)
-        cparams.swa_full = True  # sliding-window models keep full caches so rollback works
-        cparams.no_perf = True
-        # Flash attention on the CPU accumulates in f16: it moved SmolLM2's logits up to 2.1
-        # away from the fp32 reference (0.8 more than without it), flipping greedy tokens.
-        cparams.flash_attn_type = 1 if flash_attn else 0
+        cparams = self._context_params(n_threads or os.cpu_count() or 1, flash_attn)
         try:
             self._ctx = lc._internals.LlamaContext(model=self._model, params=cparams, verbose=False)
         except ValueError as exc:
@@ -190,6 +167,34 @@ class LlamaCppModel(SteerableModel):
             t for t in range(self.vocab_size) if lc.llama_vocab_is_eog(self._model.vocab, t)
         )
         self.template = self._read_template()
+
+    def _load(self, path: Path, n_gpu_layers: int | None) -> Any:
+        params = self._lc.llama_model_default_params()
+        if n_gpu_layers is None:
+            n_gpu_layers = -1 if self._lc.llama_supports_gpu_offload() else 0
+        params.n_gpu_layers = n_gpu_layers
+        params.use_extra_bufts = self.extra_buffers
+        try:
+            return self._lc._internals.LlamaModel(path_model=str(path), params=params, verbose=False)
+        except ValueError as exc:
+            raise ModelError(
+                f"llama.cpp could not load {path}: {exc}",
+                hint="check that the file is a complete GGUF model (coinfer models info NAME)",
+            ) from exc
+
+    def _context_params(self, threads: int, flash_attn: bool) -> Any:
+        params = self._lc.llama_context_default_params()
+        params.n_ctx = self.n_ctx
+        params.n_batch = params.n_ubatch = self._n_batch
+        params.n_seq_max = self._n_seq_max
+        params.n_threads = params.n_threads_batch = threads
+        params.kv_unified = True  # one cell may belong to several sequences (token trees)
+        params.swa_full = True  # sliding-window models keep full caches so rollback works
+        params.no_perf = True
+        # Flash attention on the CPU accumulates in f16: it moved SmolLM2's logits up to 2.1
+        # away from the fp32 reference (0.8 more than without it), flipping greedy tokens.
+        params.flash_attn_type = 1 if flash_attn else 0
+        return params
 
     # ---- tokens -----------------------------------------------------------------------
     def _read_template(self) -> ChatTemplate:
