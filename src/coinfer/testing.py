@@ -7,6 +7,7 @@ ChatML template), so the real loading path runs in tests with no download.
 
 from __future__ import annotations
 
+import functools
 from pathlib import Path
 from typing import Literal
 
@@ -27,7 +28,9 @@ _CORPUS = [
 ]
 
 
+@functools.lru_cache(maxsize=4)
 def _train_tokenizer(vocab_size: int):  # type: ignore[no-untyped-def]
+    """Trained once per process, so tiny models built together share one vocabulary."""
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
     from transformers import PreTrainedTokenizerFast
 

@@ -1,23 +1,30 @@
 """The pure decoding algorithms every engine shares."""
 
 from coinfer.decoding.detok import IncrementalDetokenizer
-from coinfer.decoding.generate import (
-    GenerationStats,
-    Response,
-    generate,
-    generate_tokens,
-    stream_generate,
-)
+from coinfer.decoding.drafters import Draft, Drafter, ModelDrafter, NgramDrafter
+from coinfer.decoding.generate import GenerationStats, Response, generate, generate_tokens, stream_generate
 from coinfer.decoding.sampling import SamplingParams, probs_from_logits, sample
+from coinfer.decoding.speculative import Round, SpecConfig, SpecStats, speculative_generate
+from coinfer.decoding.verify import greedy_accept, speculative_accept
 
 __all__ = [
+    "Draft",
+    "Drafter",
     "GenerationStats",
     "IncrementalDetokenizer",
+    "ModelDrafter",
+    "NgramDrafter",
     "Response",
+    "Round",
     "SamplingParams",
+    "SpecConfig",
+    "SpecStats",
     "generate",
     "generate_tokens",
+    "greedy_accept",
     "probs_from_logits",
     "sample",
+    "speculative_accept",
+    "speculative_generate",
     "stream_generate",
 ]

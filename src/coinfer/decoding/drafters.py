@@ -1,0 +1,148 @@
+"""Drafters: propose k tokens after a context, then learn how many were kept.
+
+The two-method contract (``propose``, ``feedback``) is Hugging Face's
+``CandidateGenerator`` shape; it fits model drafts, n-gram lookup and, later, early exit
+and cross-tokenizer drafts. A ``Draft`` carries the distributions its tokens were drawn
+from, or None when the drafter is deterministic (one-hot), which is what lossless
+verification needs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Protocol
+
+import numpy as np
+
+from coinfer.decoding.sampling import SamplingParams, probs_from_logits, sample
+from coinfer.errors import ConfigError
+from coinfer.models.base import SteerableModel
+
+__all__ = ["Draft", "Drafter", "ModelDrafter", "NgramDrafter"]
+
+
+@dataclass(frozen=True)
+class Draft:
+    """Proposed tokens and, for a sampling drafter, their distributions (k, vocab)."""
+
+    tokens: list[int]
+    probs: np.ndarray | None = None
+
+
+class Drafter(Protocol):
+    """Anything that proposes continuations of a token context."""
+
+    def propose(self, context: Sequence[int], k: int) -> Draft: ...
+
+    def feedback(self, n_accepted: int) -> None: ...
+
+
+class NgramDrafter:
+    """Prompt lookup: continue the latest earlier occurrence of the context's last n-gram.
+
+    Costs no model call. Tries n from ``max_n`` down to ``min_n``. The index holds, for
+    every n-gram seen, where its latest continuation starts, and is extended
+    incrementally as the context grows.
+    """
+
+    def __init__(self, *, min_n: int = 1, max_n: int = 4) -> None:
+        if not 1 <= min_n <= max_n:
+            raise ConfigError(f"need 1 <= min_n <= max_n, got {min_n}, {max_n}")
+        self.min_n, self.max_n = min_n, max_n
+        self._seen: list[int] = []
+        self._next: dict[tuple[int, ...], int] = {}
+
+    def _index(self, context: Sequence[int]) -> None:
+        if context[: len(self._seen)] != self._seen:  # not an extension: start over
+            self._seen, self._next = [], {}
+        for j in range(len(self._seen), len(context)):
+            for n in range(self.min_n, self.max_n + 1):
+                if j - n >= 0:
+                    self._next[tuple(context[j - n : j])] = j
+        self._seen = list(context)
+
+    def propose(self, context: Sequence[int], k: int) -> Draft:
+        context = list(context)
+        self._index(context)
+        if k <= 0:
+            return Draft([])
+        for n in range(min(self.max_n, len(context)), self.min_n - 1, -1):
+            start = self._next.get(tuple(context[-n:]))
+            if start is not None:
+                return Draft(context[start : start + k])
+        return Draft([])
+
+    def feedback(self, n_accepted: int) -> None:
+        return None
+
+
+class ModelDrafter:
+    """A smaller model with the target's vocabulary drafts token by token.
+
+    Its own sequence follows the context: each ``propose`` keeps the common prefix with
+    what it drafted before (the accepted tokens), rolls back the rest and extends the new
+    tokens, so only new tokens cost a forward. ``sampling=None`` drafts greedily
+    (deterministic, one-hot ``q``); otherwise tokens are sampled and their ``q`` returned.
+    """
+
+    def __init__(
+        self,
+        draft: SteerableModel,
+        *,
+        target: SteerableModel | None = None,
+        sampling: SamplingParams | None = None,
+    ) -> None:
+        if target is not None:
+            check_same_vocabulary(draft, target)
+        self.model = draft
+        self.sampling = sampling
+        self._rng = np.random.default_rng(None if sampling is None else sampling.seed)
+        self._seq = draft.new_sequence()
+
+    def _sync(self, context: list[int]) -> np.ndarray:
+        """Make the draft sequence hold ``context``; return the logits after it (vocab,)."""
+        have = self._seq.tokens
+        common = 0
+        limit = min(len(have), len(context) - 1)  # re-extend at least one token for fresh logits
+        while common < limit and have[common] == context[common]:
+            common += 1
+        self.model.truncate(self._seq, common)
+        return self.model.extend(self._seq, context[common:], last_only=True)[-1]
+
+    def propose(self, context: Sequence[int], k: int) -> Draft:
+        if k <= 0:
+            return Draft([])
+        logits = self._sync(list(context))
+        tokens: list[int] = []
+        qs: list[np.ndarray] = []
+        for i in range(k):
+            if self.sampling is None:
+                tokens.append(int(np.argmax(logits)))
+            else:
+                q = probs_from_logits(logits, self.sampling)
+                tokens.append(sample(q, self._rng))
+                qs.append(q)
+            if tokens[-1] in self.model.eos_ids:
+                break
+            if i < k - 1:
+                logits = self.model.extend(self._seq, [tokens[-1]])[-1]
+        return Draft(tokens, np.stack(qs) if qs else None)
+
+    def feedback(self, n_accepted: int) -> None:
+        return None  # the next propose() keeps the accepted prefix by itself
+
+    def close(self) -> None:
+        self.model.release(self._seq)
+
+
+def check_same_vocabulary(draft: SteerableModel, target: SteerableModel) -> None:
+    """A draft model must tokenize like the target, or its tokens mean other things."""
+    probe = "def f(x):\n    return x * 2  # ünïcode 🙂"
+    if draft.vocab_size != target.vocab_size or draft.tokenize(probe) != target.tokenize(probe):
+        raise ConfigError(
+            f"the draft's vocabulary ({draft.name}, {draft.vocab_size}) differs from the target's "
+            f"({target.name}, {target.vocab_size})",
+            hint="pick a draft of the same family (qwen2.5-coder-0.5b for qwen2.5-coder-1.5b), "
+            "or use --draft ngram",
+        )

@@ -1,0 +1,146 @@
+"""The speculative loop: a drafter proposes, the target verifies in one forward.
+
+Each round sends ``[pending] + draft`` to the target, where ``pending`` is the last
+token the target chose and is not yet in its cache. Row i of the returned logits is the
+target's distribution after the first i draft tokens, so one forward over k + 1 tokens
+verifies k drafts and yields one more token (the correction or the bonus). Rejected
+tokens are rolled back with ``truncate``. With ``k = 0`` a round is plain decoding.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from coinfer.decoding.drafters import Draft, Drafter
+from coinfer.decoding.sampling import SamplingParams, probs_from_logits, sample
+from coinfer.decoding.verify import greedy_accept, speculative_accept
+from coinfer.errors import ConfigError, ContextOverflowError
+from coinfer.models.base import Seq, SteerableModel
+
+__all__ = ["Round", "SpecConfig", "SpecStats", "speculative_generate"]
+
+
+@dataclass(frozen=True)
+class SpecConfig:
+    """Knobs of the loop; ``draft_tokens`` is k, or a callable choosing k each round."""
+
+    max_tokens: int = 256
+    sampling: SamplingParams = field(default_factory=SamplingParams)
+    draft_tokens: int | Callable[[], int] = 4
+
+    def __post_init__(self) -> None:
+        if self.max_tokens < 1:
+            raise ConfigError(f"max_tokens must be at least 1, got {self.max_tokens}")
+        if isinstance(self.draft_tokens, int) and self.draft_tokens < 0:
+            raise ConfigError(f"draft_tokens must be >= 0, got {self.draft_tokens}")
+
+
+@dataclass
+class SpecStats:
+    """The metrics every engine reports."""
+
+    rounds: int = 0
+    drafted: int = 0
+    accepted: int = 0
+    target_forwards: int = 0
+
+    @property
+    def mean_accepted_length(self) -> float:
+        """Tokens per target forward: 1 + accepted / rounds (the bonus token included)."""
+        return 1.0 + self.accepted / self.rounds if self.rounds else 0.0
+
+    @property
+    def acceptance_rate(self) -> float:
+        return self.accepted / self.drafted if self.drafted else 0.0
+
+
+@dataclass(frozen=True)
+class Round:
+    """One verification round: the tokens it added and what it cost."""
+
+    tokens: list[int]
+    drafted: int
+    accepted: int
+    draft_s: float
+    verify_s: float
+    finished: str | None = None  # "stop" or "length" on the last round
+
+
+def speculative_generate(
+    target: SteerableModel,
+    drafter: Drafter,
+    prompt: Sequence[int],
+    config: SpecConfig = SpecConfig(),  # noqa: B008  (frozen, so a shared default is safe)
+) -> Iterator[Round]:
+    """Yield rounds until an end-of-generation token or ``max_tokens``.
+
+    The output follows the target's distribution exactly (greedy: equals the target
+    alone); end-of-generation tokens are not included in ``Round.tokens``. The first
+    round is the prefill and carries the first token.
+    """
+    if not prompt:
+        raise ConfigError("the prompt is empty")
+    if len(prompt) >= target.n_ctx:
+        raise ContextOverflowError(
+            f"the prompt has {len(prompt)} tokens and {target.name}'s context window holds {target.n_ctx}",
+            hint="shorten the prompt or load the model with a larger --ctx",
+        )
+    rng = np.random.default_rng(config.sampling.seed)
+    seq = target.new_sequence()
+    try:
+        t0 = time.perf_counter()
+        logits = target.extend(seq, list(prompt), last_only=True)[-1]
+        first = sample(probs_from_logits(logits, config.sampling), rng)
+        context, produced = list(prompt), 0
+        new, drafted, n_acc, draft_s, verify_s = [first], 0, 0, 0.0, time.perf_counter() - t0
+        while True:
+            kept, finished = _emit(new, target.eos_ids, config.max_tokens - produced)
+            context.extend(kept)
+            produced += len(kept)
+            if not finished and len(context) + 1 >= target.n_ctx:
+                finished = "length"
+            yield Round(kept, drafted, n_acc, draft_s, verify_s, finished)
+            if finished:
+                return
+            k = config.draft_tokens() if callable(config.draft_tokens) else config.draft_tokens
+            k = max(0, min(k, config.max_tokens - produced - 1, target.n_ctx - len(context)))
+            t0 = time.perf_counter()
+            draft = drafter.propose(context, k)
+            t1 = time.perf_counter()
+            n_acc, nxt = _verify(target, seq, context[-1], draft, config.sampling, rng)
+            target.truncate(seq, len(context) + n_acc)  # keep pending + accepted drafts
+            drafter.feedback(n_acc)
+            drafted, draft_s, verify_s = len(draft.tokens), t1 - t0, time.perf_counter() - t1
+            new = [*draft.tokens[:n_acc], nxt]
+    finally:
+        target.release(seq)
+
+
+def _verify(
+    target: SteerableModel,
+    seq: Seq,
+    pending: int,
+    draft: Draft,
+    sampling: SamplingParams,
+    rng: np.random.Generator,
+) -> tuple[int, int]:
+    """One target forward over [pending, *draft]: (accepted count, next token)."""
+    rows = target.extend(seq, [pending, *draft.tokens])  # (k + 1, vocab)
+    probs = np.stack([probs_from_logits(r, sampling) for r in rows])
+    if sampling.greedy:
+        return greedy_accept(draft.tokens, probs)
+    return speculative_accept(draft.tokens, draft.probs, probs, rng)
+
+
+def _emit(new: list[int], eos_ids: frozenset[int], budget: int) -> tuple[list[int], str | None]:
+    """The decided tokens to output, and why generation ends here (or None)."""
+    for i, token in enumerate(new[:budget]):
+        if token in eos_ids:
+            return new[:i], "stop"
+    if len(new) >= budget:
+        return new[:budget], "length"
+    return new, None

@@ -1,0 +1,67 @@
+"""Lossless verification of a drafted chain against the target's distributions.
+
+``speculative_accept`` is the rejection rule of Leviathan et al. (2023) and Chen et al.
+(2023): draft token ``d_i`` drawn from ``q_i`` is kept with probability
+``min(1, p_i(d_i) / q_i(d_i))``; at the first rejection the next token is drawn from
+``norm(max(0, p_i - q_i))``; if every draft token is kept, a bonus token is drawn from
+``p_{k+1}``. The output then has exactly the target's distribution. A deterministic
+drafter (n-grams, a greedy draft model) has one-hot ``q``. With a greedy target every
+``p`` is one-hot and the rule reduces to ``greedy_accept``: keep the longest prefix that
+equals the target's argmax.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+__all__ = ["greedy_accept", "speculative_accept"]
+
+
+def greedy_accept(draft: Sequence[int], target_probs: np.ndarray) -> tuple[int, int]:
+    """(accepted count, next token) for a greedy target.
+
+    ``target_probs`` (k + 1, vocab): row i is the target's distribution after the first i
+    draft tokens. The next token is the target's choice after the accepted prefix.
+    """
+    choices = np.argmax(target_probs, axis=-1)
+    n = 0
+    while n < len(draft) and int(draft[n]) == int(choices[n]):
+        n += 1
+    return n, int(choices[n])
+
+
+def speculative_accept(
+    draft: Sequence[int],
+    draft_probs: np.ndarray | None,
+    target_probs: np.ndarray,
+    rng: np.random.Generator,
+) -> tuple[int, int]:
+    """(accepted count, next token) by rejection sampling; the output follows ``target_probs``.
+
+    ``draft_probs`` (k, vocab): the distribution each draft token was drawn from, or None
+    when the drafter is deterministic (one-hot). ``target_probs`` (k + 1, vocab).
+    """
+    for i, token in enumerate(int(t) for t in draft):
+        p = target_probs[i]
+        q_token = 1.0 if draft_probs is None else float(draft_probs[i, token])
+        if q_token > 0 and rng.random() < min(1.0, float(p[token]) / q_token):
+            continue
+        residual = _residual(p, None if draft_probs is None else draft_probs[i], token)
+        return i, int(rng.choice(residual.size, p=residual))
+    bonus = target_probs[len(draft)]
+    return len(draft), int(rng.choice(bonus.size, p=bonus))
+
+
+def _residual(p: np.ndarray, q: np.ndarray | None, token: int) -> np.ndarray:
+    """norm(max(0, p - q)); q one-hot at ``token`` when None (Leviathan et al., Alg. 1)."""
+    if q is None:
+        r = p.copy()
+        r[token] = 0.0
+    else:
+        r = np.maximum(p - q, 0.0)
+    total = r.sum()
+    if total <= 0:  # p == q: a rejection has probability 0; keep p for numerical safety
+        return p
+    return r / total

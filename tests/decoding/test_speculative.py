@@ -1,0 +1,129 @@
+"""The speculative loop and its drafters: greedy output is the target's own output."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from coinfer.decoding import SamplingParams, generate
+from coinfer.decoding.drafters import ModelDrafter, NgramDrafter
+from coinfer.decoding.speculative import SpecConfig, speculative_generate
+from coinfer.errors import ConfigError
+from coinfer.models import SteerableModel, load_model
+from tests.conftest import needs_llama, needs_torch
+
+
+def _run(
+    target: SteerableModel, drafter: object, prompt: list[int], **config: object
+) -> tuple[list[int], list]:
+    rounds = list(speculative_generate(target, drafter, prompt, SpecConfig(**config)))  # type: ignore[arg-type]
+    return [t for r in rounds for t in r.tokens], rounds
+
+
+def test_ngram_drafter_continues_the_latest_earlier_occurrence() -> None:
+    d = NgramDrafter(min_n=1, max_n=3)
+    ctx = [1, 2, 3, 4, 9, 1, 2, 3, 5, 7, 1, 2, 3]
+    assert d.propose(ctx, 2).tokens == [5, 7]  # latest "1 2 3" continues with 5 7
+    assert d.propose(ctx + [5, 7], 3).tokens == [1, 2, 3]  # "5 7" was followed by "1 2 3"
+    assert d.propose(ctx + [5, 7, 8], 3).tokens == []  # "8" never occurred before
+    assert d.propose([4, 5, 6], 3).tokens == []  # no earlier occurrence
+    assert d.propose(ctx, 0).tokens == []
+    fresh = NgramDrafter(min_n=1, max_n=3)  # the incremental index equals a rebuilt one
+    assert fresh.propose(ctx + [5, 7], 3).tokens == [1, 2, 3]
+    with pytest.raises(ConfigError):
+        NgramDrafter(min_n=0)
+
+
+@pytest.fixture(scope="module")
+def tiny_pair(
+    tiny_dirs: dict[str, Path], tmp_path_factory: pytest.TempPathFactory
+) -> tuple[SteerableModel, SteerableModel]:
+    """A tiny target and a tiny draft sharing one tokenizer (same architecture, other weights)."""
+    from coinfer.testing import tiny_hf_model_dir
+
+    draft_dir = tiny_hf_model_dir(tmp_path_factory.mktemp("draft"), arch="llama", seed=11)
+    return (
+        load_model(str(tiny_dirs["llama"]), backend="transformers"),
+        load_model(str(draft_dir), backend="transformers"),
+    )
+
+
+@needs_torch
+@pytest.mark.parametrize("k", [0, 1, 3, 6])
+def test_greedy_speculation_equals_the_target_alone(
+    tiny_pair: tuple[SteerableModel, SteerableModel], k: int
+) -> None:
+    target, draft = tiny_pair
+    prompt = target.chat_prompt([{"role": "user", "content": "def add(a, b): return a + b; def add(a, b):"}])
+    plain = generate(target, prompt, max_tokens=40).tokens
+    drafter = ModelDrafter(draft, target=target)
+    for d in (NgramDrafter(), drafter):
+        tokens, rounds = _run(target, d, prompt, max_tokens=40, draft_tokens=k)
+        assert tokens == plain
+        assert sum(r.accepted for r in rounds) <= sum(r.drafted for r in rounds) <= k * len(rounds)
+        assert rounds[-1].finished in {"stop", "length"}
+    drafter.close()
+
+
+@needs_torch
+def test_a_perfect_drafter_is_fully_accepted(tiny_pair: tuple[SteerableModel, SteerableModel]) -> None:
+    """The target drafting for itself: every draft token is accepted, k + 1 tokens per forward."""
+    target, _ = tiny_pair
+    prompt = target.text_prompt("for i in range(10):")
+    plain = generate(target, prompt, max_tokens=30).tokens
+    tokens, rounds = _run(target, ModelDrafter(target), prompt, max_tokens=30, draft_tokens=4)
+    assert tokens == plain
+    verify = [r for r in rounds[1:] if r.drafted]
+    assert verify and all(r.accepted == r.drafted for r in verify)
+
+
+@needs_torch
+def test_seeded_speculative_sampling_is_reproducible(
+    tiny_pair: tuple[SteerableModel, SteerableModel],
+) -> None:
+    target, draft = tiny_pair
+    prompt = target.text_prompt("The quick brown fox")
+    sampling = SamplingParams(temperature=1.0, seed=7)
+    runs = [
+        _run(
+            target,
+            ModelDrafter(draft, target=target, sampling=sampling),
+            prompt,
+            max_tokens=20,
+            sampling=sampling,
+        )[0]
+        for _ in range(2)
+    ]
+    assert runs[0] == runs[1] and len(runs[0]) > 0
+
+
+@needs_llama
+@needs_torch
+def test_a_draft_with_another_vocabulary_is_refused(
+    smollm_llama: SteerableModel, tiny_pair, tiny_dirs
+) -> None:  # type: ignore[no-untyped-def]
+    with pytest.raises(ConfigError) as info:
+        ModelDrafter(tiny_pair[1], target=smollm_llama)
+    with pytest.raises(ConfigError):  # qwen2's tokenizer splits whitespace differently
+        ModelDrafter(load_model(str(tiny_dirs["qwen2"]), backend="transformers"), target=tiny_pair[0])
+    assert "same family" in (info.value.hint or "")
+
+
+@needs_llama
+@pytest.mark.xfail(
+    strict=True,
+    reason="issue 3, open: llama.cpp rounds a k-token verify batch differently from one-token decoding "
+    "(up to 0.48 in SmolLM2's logits, with or without weight repacking), and here a near-tie between "
+    "EOS and a newline flips after 30 identical tokens; k=0 is identical",
+)
+def test_ngram_speculation_on_llama_cpp_matches_plain_decoding(smollm_llama: SteerableModel) -> None:
+    """On the real SmolLM2: prompt lookup on an editing task reproduces plain greedy decoding."""
+    code = "def add(a, b):\n    return a + b\n\ndef sub(a, b):\n    return a - b\n"
+    prompt = smollm_llama.chat_prompt([{"role": "user", "content": f"Repeat this code exactly:\n{code}"}])
+    plain = generate(smollm_llama, prompt, max_tokens=48).tokens
+    tokens, rounds = _run(smollm_llama, NgramDrafter(), prompt, max_tokens=48, draft_tokens=4)
+    assert tokens == plain
+    assert sum(r.accepted for r in rounds) > 0  # copying code: lookup drafts are accepted
+    assert np.mean([len(r.tokens) for r in rounds[1:]]) > 1.0

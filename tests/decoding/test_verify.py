@@ -1,0 +1,70 @@
+"""Lossless acceptance: greedy prefix matching and Leviathan/Chen rejection sampling."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from coinfer.decoding.verify import greedy_accept, speculative_accept
+
+CHI2_999 = {3: 16.27}  # 0.999 quantile of chi-square with 3 degrees of freedom
+
+
+def _one_hot(rows: list[int], vocab: int = 4) -> np.ndarray:
+    out = np.zeros((len(rows), vocab))
+    out[np.arange(len(rows)), rows] = 1.0
+    return out
+
+
+def test_greedy_accept_keeps_the_matching_prefix_and_adds_the_targets_choice() -> None:
+    target = _one_hot([2, 1, 3, 0])  # the target's choice after 0, 1, 2, 3 draft tokens
+    assert greedy_accept([2, 1, 3], target) == (3, 0)  # all kept, bonus token
+    assert greedy_accept([2, 0, 3], target) == (1, 1)  # second differs: corrected
+    assert greedy_accept([1, 1, 3], target) == (0, 2)
+    assert greedy_accept([], target[:1]) == (0, 2)  # no draft: plain decoding
+
+
+def test_rejection_sampling_with_a_greedy_target_is_greedy_acceptance() -> None:
+    rng = np.random.default_rng(0)
+    target = _one_hot([2, 1, 3, 0])
+    for draft in ([2, 1, 3], [2, 0, 3], [1, 1, 3]):
+        assert speculative_accept(draft, None, target, rng) == greedy_accept(draft, target)
+
+
+def _chi2(samples: np.ndarray, probs: np.ndarray) -> float:
+    counts = np.bincount(samples, minlength=probs.size)
+    expected = probs * samples.size
+    mask = expected > 0
+    assert counts[~mask].sum() == 0, "a token with zero target probability was produced"
+    return float(((counts[mask] - expected[mask]) ** 2 / expected[mask]).sum())
+
+
+@pytest.mark.parametrize("deterministic", [False, True])
+def test_the_first_output_token_follows_the_target_distribution(deterministic: bool) -> None:
+    """Whatever the draft proposes, the first emitted token is distributed as p_1 (chi-square)."""
+    p = np.array([[0.1, 0.2, 0.3, 0.4], [0.25, 0.25, 0.25, 0.25], [0.7, 0.1, 0.1, 0.1]])
+    q = np.array([[0.4, 0.3, 0.2, 0.1], [0.1, 0.1, 0.1, 0.7]])
+    rng = np.random.default_rng(1234)
+    firsts = []
+    for _ in range(20000):
+        if deterministic:
+            draft, q_used = [3, 0], None  # an n-gram style proposal
+        else:
+            draft, q_used = [int(rng.choice(4, p=q[0])), int(rng.choice(4, p=q[1]))], q
+        n, nxt = speculative_accept(draft, q_used, p, rng)
+        firsts.append(draft[0] if n >= 1 else nxt)
+    assert _chi2(np.array(firsts), p[0]) < CHI2_999[3]
+
+
+def test_the_second_output_token_follows_the_target_given_the_first() -> None:
+    """Conditioned on the first token being the accepted draft, the next is distributed as p_2."""
+    p = np.array([[0.5, 0.5, 0.0, 0.0], [0.1, 0.6, 0.2, 0.1], [0.25, 0.25, 0.25, 0.25]])
+    q = np.array([[1.0, 0.0, 0.0, 0.0], [0.3, 0.3, 0.3, 0.1]])
+    rng = np.random.default_rng(99)
+    seconds = []
+    for _ in range(40000):
+        draft = [0, int(rng.choice(4, p=q[1]))]
+        n, nxt = speculative_accept(draft, q, p, rng)
+        if n >= 1:  # first token was 0 (drafted and kept): the second is draft[1] or nxt
+            seconds.append(draft[1] if n >= 2 else nxt)
+    assert _chi2(np.array(seconds), p[1]) < CHI2_999[3]
