@@ -186,3 +186,32 @@ def test_a_model_without_a_chat_template_says_so_and_sends_plain_text() -> None:
     assert "no chat template" in proc.stderr
     out = json.loads(proc.stdout)
     assert out["prompt_format"] == "raw" and out["n_tokens"] >= 1
+
+
+@needs_llama
+def test_generate_with_an_ngram_draft_reports_speculation_stats(smollm_path: Path) -> None:
+    args = (
+        "generate",
+        "Repeat exactly: def add(a, b): return a + b",
+        "-m",
+        "smollm2-135m",
+        "-n",
+        "24",
+        "--json",
+    )
+    plain = json.loads(coinfer(*args).stdout)
+    proc = coinfer(*args, "--draft", "ngram", "--draft-tokens", "3")
+    assert proc.returncode == 0, proc.stderr
+    out = json.loads(proc.stdout)
+    stats = out["stats"]
+    assert out["draft"] == "ngram" and stats["drafted"] >= stats["accepted"] >= 0
+    assert stats["target_forwards"] >= 1 and stats["mean_accepted_length"] >= 1.0
+    assert 0.0 <= stats["acceptance_rate"] <= 1.0
+    assert out["n_tokens"] >= 1 and len(out["text"]) > 0
+    assert "mean_accepted_length" not in plain["stats"]
+
+
+@needs_llama
+def test_a_draft_model_with_another_vocabulary_is_a_user_error(smollm_path: Path) -> None:
+    proc = coinfer("generate", "hi", "-m", "smollm2-135m", "--draft", "gemma-3-270m", "-n", "2")
+    assert_user_error(proc, "vocabulary", "same family")

@@ -134,27 +134,56 @@ def _prompt_ids(model: SteerableModel, args: argparse.Namespace) -> tuple[list[i
     return list(model.chat_prompt(messages)), "chat"
 
 
-def _summary(stats: Any, finish: str) -> str:
+def _summary(stats: Any, finish: str, spec: Any = None) -> str:
+    drafting = ""
+    if spec:
+        drafting = f", mean accepted length {spec.mean_accepted_length:.2f}"
+        drafting += f", acceptance {100 * spec.acceptance_rate:.0f}%"
     return (
         f"[{stats.n_tokens} tokens, {stats.tokens_per_s:.1f} tok/s "
         f"(decode {stats.decode_tokens_per_s:.1f} tok/s), ttft {stats.ttft_s:.2f}s, "
-        f"prompt {stats.prompt_tokens} tokens, {finish}]"
+        f"prompt {stats.prompt_tokens} tokens{drafting}, {finish}]"
     )
 
 
-def cmd_generate(args: argparse.Namespace) -> int:
-    from coinfer.decoding import GenerationStats, SamplingParams, stream_generate
+def _drafter(args: argparse.Namespace, target: SteerableModel) -> Any:
+    """None, the n-gram drafter, or a draft model on the target's backend."""
+    from coinfer.decoding import ModelDrafter, NgramDrafter
+    from coinfer.models import load_model
+
+    if args.draft == "none":
+        return None
+    if args.draft == "ngram":
+        return NgramDrafter()
+    draft = load_model(
+        args.draft, backend=args.backend, n_ctx=args.ctx, n_threads=args.threads, device=args.device
+    )
+    return ModelDrafter(draft, target=target)
+
+
+def _stream(args: argparse.Namespace, model: SteerableModel, drafter: Any, prompt: list[int]) -> Any:
+    from coinfer.decoding import SamplingParams, SpecConfig, stream_generate, stream_speculative
 
     sampling = SamplingParams(
         temperature=args.temperature, top_k=args.top_k, top_p=args.top_p, seed=args.seed
     )
+    if drafter is None:
+        return stream_generate(model, prompt, max_tokens=args.max_tokens, sampling=sampling)
+    config = SpecConfig(max_tokens=args.max_tokens, sampling=sampling, draft_tokens=args.draft_tokens)
+    return stream_speculative(model, drafter, prompt, config)
+
+
+def cmd_generate(args: argparse.Namespace) -> int:
+    from coinfer.decoding import GenerationStats
+
     model = _load(args, quiet=args.json)
+    drafter = _drafter(args, model)
     prompt, prompt_format = _prompt_ids(model, args)
-    stream = stream_generate(model, prompt, max_tokens=args.max_tokens, sampling=sampling)
-    stats, tokens, finish, code = GenerationStats(prompt_tokens=len(prompt)), [], "length", 0
+    stream = _stream(args, model, drafter, prompt)
+    stats, spec, tokens, finish, code = GenerationStats(prompt_tokens=len(prompt)), None, [], "length", 0
     try:
         for r in stream:
-            stats, tokens = r.stats, r.tokens
+            stats, spec, tokens = r.stats, r.spec, r.tokens
             if not args.json:
                 sys.stdout.write(r.text)
                 sys.stdout.flush()
@@ -163,6 +192,9 @@ def cmd_generate(args: argparse.Namespace) -> int:
         stream.close()  # runs the generator's cleanup: the sequence is released
         finish, code = "interrupted", 130
     text = model.detokenize(tokens)
+    if drafter is not None and hasattr(drafter, "close"):
+        drafter.close()
+        drafter.model.close()
     model.close()
     if args.json:
         out = {
@@ -171,13 +203,14 @@ def cmd_generate(args: argparse.Namespace) -> int:
             "finish_reason": finish,
             "model": args.model,
             "backend": args.backend,
+            "draft": args.draft,
             "prompt_format": prompt_format,
-            "stats": stats.as_dict(),
+            "stats": {**stats.as_dict(), **(spec.as_dict() if spec else {})},
         }
         print(json.dumps(out, ensure_ascii=False))
     else:
         sys.stdout.write("\n")
-        _err(_summary(stats, finish))
+        _err(_summary(stats, finish, spec))
     return code
 
 
@@ -252,6 +285,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--system", default=None, help="a system message for the chat template")
     p.add_argument("--raw", action="store_true", help="send the prompt as plain text, no chat template")
     p.add_argument("--json", action="store_true", help="print one JSON object at the end")
+    p.add_argument(
+        "--draft",
+        default="none",
+        help="speculative drafter: none (default), ngram (prompt lookup), or a draft model "
+        "with the target's vocabulary, e.g. qwen2.5-coder-0.5b",
+    )
+    p.add_argument("--draft-tokens", type=int, default=4, help="tokens drafted per round (k)")
     p.set_defaults(func=cmd_generate)
 
     bench = sub.add_parser("bench", help="benchmarks").add_subparsers(dest="suite", required=True)

@@ -127,3 +127,23 @@ def test_ngram_speculation_on_llama_cpp_matches_plain_decoding(smollm_llama: Ste
     assert tokens == plain
     assert sum(r.accepted for r in rounds) > 0  # copying code: lookup drafts are accepted
     assert np.mean([len(r.tokens) for r in rounds[1:]]) > 1.0
+
+
+@needs_torch
+def test_stream_speculative_counts_rounds_and_streams_the_text(
+    tiny_pair: tuple[SteerableModel, SteerableModel],
+) -> None:
+    from coinfer.decoding import stream_speculative
+
+    target, draft = tiny_pair
+    prompt = target.text_prompt("def add(a, b):")
+    responses = list(
+        stream_speculative(target, ModelDrafter(draft, target=target), prompt, SpecConfig(max_tokens=25))
+    )
+    final = responses[-1]
+    assert final.finish_reason in {"stop", "length"}
+    assert "".join(r.text for r in responses) == target.detokenize(final.tokens)
+    spec = final.spec
+    assert spec.target_forwards == len(responses) == spec.rounds + 1
+    assert spec.mean_accepted_length == pytest.approx(1 + spec.accepted / spec.rounds)
+    assert final.tokens == generate(target, prompt, max_tokens=25).tokens

@@ -4,7 +4,13 @@ from coinfer.decoding.detok import IncrementalDetokenizer
 from coinfer.decoding.drafters import Draft, Drafter, ModelDrafter, NgramDrafter
 from coinfer.decoding.generate import GenerationStats, Response, generate, generate_tokens, stream_generate
 from coinfer.decoding.sampling import SamplingParams, probs_from_logits, sample
-from coinfer.decoding.speculative import Round, SpecConfig, SpecStats, speculative_generate
+from coinfer.decoding.speculative import (
+    Round,
+    SpecConfig,
+    SpecStats,
+    speculative_generate,
+    stream_speculative,
+)
 from coinfer.decoding.verify import greedy_accept, speculative_accept
 
 __all__ = [
@@ -27,4 +33,5 @@ __all__ = [
     "speculative_accept",
     "speculative_generate",
     "stream_generate",
+    "stream_speculative",
 ]

@@ -11,6 +11,7 @@ from __future__ import annotations
 import time
 from collections.abc import Generator, Iterator, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
@@ -85,6 +86,7 @@ class Response:
     tokens: list[int]
     stats: GenerationStats
     finish_reason: str | None = None  # "stop" (end of turn), "length" (budget or context)
+    spec: Any = None  # SpecStats when a drafter was used
 
 
 def generate_tokens(

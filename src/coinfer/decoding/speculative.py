@@ -10,18 +10,20 @@ tokens are rolled back with ``truncate``. With ``k = 0`` a round is plain decodi
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Generator, Iterator, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
 
+from coinfer.decoding.detok import IncrementalDetokenizer
 from coinfer.decoding.drafters import Draft, Drafter
+from coinfer.decoding.generate import GenerationStats, Response
 from coinfer.decoding.sampling import SamplingParams, probs_from_logits, sample
 from coinfer.decoding.verify import greedy_accept, speculative_accept
 from coinfer.errors import ConfigError, ContextOverflowError
 from coinfer.models.base import Seq, SteerableModel
 
-__all__ = ["Round", "SpecConfig", "SpecStats", "speculative_generate"]
+__all__ = ["Round", "SpecConfig", "SpecStats", "speculative_generate", "stream_speculative"]
 
 
 @dataclass(frozen=True)
@@ -56,6 +58,22 @@ class SpecStats:
     @property
     def acceptance_rate(self) -> float:
         return self.accepted / self.drafted if self.drafted else 0.0
+
+    def add(self, r: Round) -> None:
+        self.target_forwards += 1
+        if self.target_forwards > 1:  # the first forward is the prefill, not a verification
+            self.rounds += 1
+            self.drafted += r.drafted
+            self.accepted += r.accepted
+
+    def as_dict(self) -> dict[str, float | int]:
+        return {
+            "mean_accepted_length": round(self.mean_accepted_length, 3),
+            "acceptance_rate": round(self.acceptance_rate, 3),
+            "target_forwards": self.target_forwards,
+            "drafted": self.drafted,
+            "accepted": self.accepted,
+        }
 
 
 @dataclass(frozen=True)
@@ -144,3 +162,26 @@ def _emit(new: list[int], eos_ids: frozenset[int], budget: int) -> tuple[list[in
     if len(new) >= budget:
         return new[:budget], "length"
     return new, None
+
+
+def stream_speculative(
+    target: SteerableModel,
+    drafter: Drafter,
+    prompt: Sequence[int],
+    config: SpecConfig = SpecConfig(),  # noqa: B008
+) -> Generator[Response, None, None]:
+    """``stream_generate``'s responses, one per round, with ``spec`` stats attached."""
+    stats, spec = GenerationStats(prompt_tokens=len(prompt)), SpecStats()
+    detok = IncrementalDetokenizer(target.detokenize)
+    tokens: list[int] = []
+    for r in speculative_generate(target, drafter, prompt, config):
+        spec.add(r)
+        text = ""
+        for token in r.tokens:
+            tokens.append(token)
+            stats.token()
+            text += detok.push(token)
+        if r.finished:
+            yield Response(text + detok.flush(), None, tokens, stats, r.finished, spec)
+            return
+        yield Response(text, r.tokens[-1] if r.tokens else None, tokens, stats, None, spec)
