@@ -163,13 +163,15 @@ def _drafter(args: argparse.Namespace, target: SteerableModel) -> Any:
 
 def _stream(args: argparse.Namespace, model: SteerableModel, drafter: Any, prompt: list[int]) -> Any:
     from coinfer.decoding import SamplingParams, SpecConfig, stream_generate, stream_speculative
+    from coinfer.decoding.draft_length import AdaptiveDraftLength
 
     sampling = SamplingParams(
         temperature=args.temperature, top_k=args.top_k, top_p=args.top_p, seed=args.seed
     )
     if drafter is None:
         return stream_generate(model, prompt, max_tokens=args.max_tokens, sampling=sampling)
-    config = SpecConfig(max_tokens=args.max_tokens, sampling=sampling, draft_tokens=args.draft_tokens)
+    draft_tokens = AdaptiveDraftLength() if args.draft_tokens == "auto" else args.draft_tokens
+    config = SpecConfig(max_tokens=args.max_tokens, sampling=sampling, draft_tokens=draft_tokens)
     return stream_speculative(model, drafter, prompt, config)
 
 
@@ -238,6 +240,18 @@ def cmd_bench_decode(args: argparse.Namespace) -> int:
 # ---- parser ---------------------------------------------------------------------------
 
 
+def _draft_tokens(value: str) -> int | str:
+    if value == "auto":
+        return value
+    try:
+        k = int(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number or 'auto', got {value!r}") from None
+    if k < 0:
+        raise argparse.ArgumentTypeError(f"expected k >= 0, got {k}")
+    return k
+
+
 def _add_model_flags(p: argparse.ArgumentParser, default_model: str | None = DEFAULT_MODEL) -> None:
     p.add_argument(
         "--model",
@@ -291,7 +305,13 @@ def build_parser() -> argparse.ArgumentParser:
         help="speculative drafter: none (default), ngram (prompt lookup), or a draft model "
         "with the target's vocabulary, e.g. qwen2.5-coder-0.5b",
     )
-    p.add_argument("--draft-tokens", type=int, default=4, help="tokens drafted per round (k)")
+    p.add_argument(
+        "--draft-tokens",
+        type=_draft_tokens,
+        default="auto",
+        help="tokens drafted per round: K, or auto (default: chosen online from the measured "
+        "verification cost and acceptance, 0 when drafting does not pay)",
+    )
     p.set_defaults(func=cmd_generate)
 
     bench = sub.add_parser("bench", help="benchmarks").add_subparsers(dest="suite", required=True)

@@ -10,12 +10,13 @@ tokens are rolled back with ``truncate``. With ``k = 0`` a round is plain decodi
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Generator, Iterator, Sequence
+from collections.abc import Generator, Iterator, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
 
 from coinfer.decoding.detok import IncrementalDetokenizer
+from coinfer.decoding.draft_length import DraftLength, FixedDraftLength
 from coinfer.decoding.drafters import Draft, Drafter
 from coinfer.decoding.generate import GenerationStats, Response
 from coinfer.decoding.sampling import SamplingParams, probs_from_logits, sample
@@ -28,17 +29,21 @@ __all__ = ["Round", "SpecConfig", "SpecStats", "speculative_generate", "stream_s
 
 @dataclass(frozen=True)
 class SpecConfig:
-    """Knobs of the loop; ``draft_tokens`` is k, or a callable choosing k each round."""
+    """Knobs of the loop; ``draft_tokens`` is a fixed k or a policy that chooses k each round."""
 
     max_tokens: int = 256
     sampling: SamplingParams = field(default_factory=SamplingParams)
-    draft_tokens: int | Callable[[], int] = 4
+    draft_tokens: int | DraftLength = 4
 
     def __post_init__(self) -> None:
         if self.max_tokens < 1:
             raise ConfigError(f"max_tokens must be at least 1, got {self.max_tokens}")
-        if isinstance(self.draft_tokens, int) and self.draft_tokens < 0:
-            raise ConfigError(f"draft_tokens must be >= 0, got {self.draft_tokens}")
+        if isinstance(self.draft_tokens, int):
+            FixedDraftLength(self.draft_tokens)  # validates
+
+    def policy(self) -> DraftLength:
+        k = self.draft_tokens
+        return FixedDraftLength(k) if isinstance(k, int) else k
 
 
 @dataclass
@@ -108,6 +113,7 @@ def speculative_generate(
             hint="shorten the prompt or load the model with a larger --ctx",
         )
     rng = np.random.default_rng(config.sampling.seed)
+    policy = config.policy()
     seq = target.new_sequence()
     try:
         t0 = time.perf_counter()
@@ -124,8 +130,7 @@ def speculative_generate(
             yield Round(kept, drafted, n_acc, draft_s, verify_s, finished)
             if finished:
                 return
-            k = config.draft_tokens() if callable(config.draft_tokens) else config.draft_tokens
-            k = max(0, min(k, config.max_tokens - produced - 1, target.n_ctx - len(context)))
+            k = max(0, min(policy.next_k(), config.max_tokens - produced - 1, target.n_ctx - len(context)))
             t0 = time.perf_counter()
             draft = drafter.propose(context, k)
             t1 = time.perf_counter()
@@ -133,6 +138,7 @@ def speculative_generate(
             target.truncate(seq, len(context) + n_acc)  # keep pending + accepted drafts
             drafter.feedback(n_acc)
             drafted, draft_s, verify_s = len(draft.tokens), t1 - t0, time.perf_counter() - t1
+            policy.observe(drafted=drafted, accepted=n_acc, draft_s=draft_s, verify_s=verify_s)
             new = [*draft.tokens[:n_acc], nxt]
     finally:
         target.release(seq)
