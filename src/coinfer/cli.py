@@ -122,9 +122,11 @@ def _load(args: argparse.Namespace, quiet: bool) -> SteerableModel:
     )
 
 
-def _prompt_ids(model: SteerableModel, args: argparse.Namespace) -> tuple[list[int], str]:
+def _prompt_ids(
+    model: SteerableModel, args: argparse.Namespace, quiet: bool = False
+) -> tuple[list[int], str]:
     """The prompt's ids and its format: "chat" (the model's template) or "raw"."""
-    if not args.raw and not model.template.source:
+    if not args.raw and not model.template.source and not quiet:
         _err(f"note: {model.name} has no chat template; sending the prompt as plain text")
     if args.raw or not model.template.source:
         return list(model.text_prompt(args.prompt)), "raw"
@@ -146,9 +148,10 @@ def _summary(stats: Any, finish: str, spec: Any = None) -> str:
     )
 
 
-def _drafter(args: argparse.Namespace, target: SteerableModel) -> Any:
-    """None, the n-gram drafter, or a draft model on the target's backend."""
-    from coinfer.decoding import ModelDrafter, NgramDrafter
+def _drafter(args: argparse.Namespace, target: SteerableModel, prompt: list[int]) -> Any:
+    """None, the n-gram drafter, or a draft model (bridged through text if its vocabulary differs)."""
+    from coinfer.decoding import ModelDrafter, NgramDrafter, TextDrafter
+    from coinfer.decoding.drafters import check_same_vocabulary
     from coinfer.models import load_model
 
     if args.draft == "none":
@@ -158,6 +161,13 @@ def _drafter(args: argparse.Namespace, target: SteerableModel) -> Any:
     draft = load_model(
         args.draft, backend=args.backend, n_ctx=args.ctx, n_threads=args.threads, device=args.device
     )
+    try:
+        check_same_vocabulary(draft, target)
+    except CoinferError:
+        if not args.json:
+            _err(f"note: {draft.name} tokenizes differently from {target.name}: drafting through text")
+        draft_prompt, _ = _prompt_ids(draft, args, quiet=True)
+        return TextDrafter(draft, target, draft_prompt=draft_prompt, target_prompt_len=len(prompt))
     return ModelDrafter(draft, target=target)
 
 
@@ -179,8 +189,8 @@ def cmd_generate(args: argparse.Namespace) -> int:
     from coinfer.decoding import GenerationStats
 
     model = _load(args, quiet=args.json)
-    drafter = _drafter(args, model)
     prompt, prompt_format = _prompt_ids(model, args)
+    drafter = _drafter(args, model, prompt)
     stream = _stream(args, model, drafter, prompt)
     stats, spec, tokens, finish, code = GenerationStats(prompt_tokens=len(prompt)), None, [], "length", 0
     try:

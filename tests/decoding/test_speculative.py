@@ -147,3 +147,25 @@ def test_stream_speculative_counts_rounds_and_streams_the_text(
     assert spec.target_forwards == len(responses) == spec.rounds + 1
     assert spec.mean_accepted_length == pytest.approx(1 + spec.accepted / spec.rounds)
     assert final.tokens == generate(target, prompt, max_tokens=25).tokens
+
+
+@needs_llama
+@needs_torch
+def test_a_draft_with_another_tokenizer_drafts_through_text() -> None:
+    """Gemma (262k vocabulary, llama.cpp) drafts for SmolLM2 (49k, transformers): lossless, and useful."""
+    from coinfer.decoding import TextDrafter
+
+    target = load_model("smollm2-135m", backend="transformers", n_ctx=512)
+    draft = load_model("gemma-3-270m", backend="llama.cpp", n_ctx=512)
+    request = "Write the numbers from one to ten in words, separated by commas."
+    prompt = target.chat_prompt([{"role": "user", "content": request}])
+    plain = generate(target, prompt, max_tokens=32).tokens
+    drafter = TextDrafter(
+        draft, target, draft_prompt=draft.text_prompt(request + "\n"), target_prompt_len=len(prompt)
+    )
+    tokens, rounds = _run(target, drafter, prompt, max_tokens=32, draft_tokens=3)
+    assert tokens == plain
+    assert sum(r.drafted for r in rounds) > 0
+    assert all(r.accepted <= r.drafted <= 3 for r in rounds)
+    drafter.close()
+    draft.close()

@@ -1,7 +1,7 @@
 """The pure decoding algorithms every engine shares."""
 
 from coinfer.decoding.detok import IncrementalDetokenizer
-from coinfer.decoding.drafters import Draft, Drafter, ModelDrafter, NgramDrafter
+from coinfer.decoding.drafters import Draft, Drafter, ModelDrafter, NgramDrafter, TextDrafter
 from coinfer.decoding.generate import GenerationStats, Response, generate, generate_tokens, stream_generate
 from coinfer.decoding.sampling import SamplingParams, probs_from_logits, sample
 from coinfer.decoding.speculative import (
@@ -25,6 +25,7 @@ __all__ = [
     "SamplingParams",
     "SpecConfig",
     "SpecStats",
+    "TextDrafter",
     "generate",
     "generate_tokens",
     "greedy_accept",

@@ -19,7 +19,7 @@ from coinfer.decoding.sampling import SamplingParams, probs_from_logits, sample
 from coinfer.errors import ConfigError
 from coinfer.models.base import SteerableModel
 
-__all__ = ["Draft", "Drafter", "ModelDrafter", "NgramDrafter"]
+__all__ = ["Draft", "Drafter", "ModelDrafter", "NgramDrafter", "TextDrafter"]
 
 
 @dataclass(frozen=True)
@@ -134,6 +134,52 @@ class ModelDrafter:
 
     def close(self) -> None:
         self.model.release(self._seq)
+
+
+class TextDrafter:
+    """A draft model with another tokenizer, bridged through text.
+
+    The target's generated tokens become text, the draft continues that text after its
+    own prompt (``draft_prompt``: the same request in the draft's own chat format), and
+    its continuation is tokenized back with the target's tokenizer. Proposals are
+    deterministic (greedy draft), so verification keeps the output lossless under greedy
+    decoding and, with a one-hot ``q``, exactly the target's distribution under sampling.
+    A proposal whose re-tokenization would change tokens already generated is dropped.
+    """
+
+    def __init__(
+        self,
+        draft: SteerableModel,
+        target: SteerableModel,
+        *,
+        draft_prompt: Sequence[int],
+        target_prompt_len: int,
+        overshoot: int = 2,
+    ) -> None:
+        self.model, self.target = draft, target
+        self.draft_prompt = list(draft_prompt)
+        self.target_prompt_len = target_prompt_len
+        self.overshoot = overshoot  # draft tokens beyond k: token boundaries rarely line up
+        self._inner = ModelDrafter(draft)
+
+    def propose(self, context: Sequence[int], k: int) -> Draft:
+        if k <= 0:
+            return Draft([])
+        generated = list(context[self.target_prompt_len :])
+        text = self.target.detokenize(generated)
+        draft_context = self.draft_prompt + self.model.tokenize(text)
+        drafted = self._inner.propose(draft_context, k + self.overshoot).tokens
+        continuation = self.model.detokenize(drafted)
+        retokenized = self.target.tokenize(text + continuation)
+        if retokenized[: len(generated)] != generated:
+            return Draft([])
+        return Draft(retokenized[len(generated) : len(generated) + k])
+
+    def feedback(self, n_accepted: int) -> None:
+        return None
+
+    def close(self) -> None:
+        self._inner.close()
 
 
 def check_same_vocabulary(draft: SteerableModel, target: SteerableModel) -> None:
