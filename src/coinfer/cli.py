@@ -247,6 +247,28 @@ def cmd_bench_decode(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_bench_speculative(args: argparse.Namespace) -> int:
+    from coinfer.bench.speculative import PEERS, SpecBenchConfig, run_speculative_bench
+
+    config = SpecBenchConfig(
+        out=args.out,
+        target=args.target,
+        max_tokens=args.max_tokens,
+        quick=args.quick,
+        prompts=args.prompts,
+        peers=tuple(PEERS if args.peers is None else args.peers),
+        n_threads=args.threads,
+    )
+    report = run_speculative_bench(config, log=_err)
+    s = report["summary"]
+    _err(
+        f"coinfer: geomean {s['geomean_speedup']}x, min {s['min_speedup']}x, per category "
+        f"{s['per_category']}, identical {s['identical_outputs']}/{s['total_prompts']}; "
+        f"wrote {args.out}/results.json"
+    )
+    return 0
+
+
 # ---- parser ---------------------------------------------------------------------------
 
 
@@ -340,6 +362,15 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--repeats", type=int, default=5)
     p.add_argument("--threads", type=int, default=None)
     p.set_defaults(func=cmd_bench_decode)
+    p = bench.add_parser("speculative", help="speculative decoding vs plain decoding and peers")
+    p.add_argument("--out", default="bench-results/speculative")
+    p.add_argument("--target", default=DEFAULT_MODEL)
+    p.add_argument("--max-tokens", type=int, default=256)
+    p.add_argument("--quick", action="store_true", help="2 prompts per category")
+    p.add_argument("--prompts", default=None, help='JSON lines {"id", "category", "messages"}')
+    p.add_argument("--peers", nargs="*", default=None, help="peers to run (default: all available)")
+    p.add_argument("--threads", type=int, default=None)
+    p.set_defaults(func=cmd_bench_speculative)
     return parser
 
 

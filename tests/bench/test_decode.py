@@ -51,3 +51,38 @@ def test_bench_config_is_validated() -> None:
         DecodeBenchConfig(out="x", models=("smollm2-135m",), ks=(0,))
     with pytest.raises(ConfigError):
         DecodeBenchConfig(out="x", models=())
+
+
+@needs_llama
+def test_bench_speculative_writes_summary_table_and_plot(tmp_path: Path, smollm_path: Path) -> None:
+    from coinfer.bench.speculative import SpecBenchConfig, run_speculative_bench
+
+    prompts = tmp_path / "p.jsonl"
+    code = "def add(a, b):\n    return a + b\n"
+    lines = [
+        {
+            "id": "e1",
+            "category": "edit",
+            "messages": [{"role": "user", "content": f"Repeat exactly:\n{code}"}],
+        },
+        {
+            "id": "h1",
+            "category": "humaneval",
+            "messages": [{"role": "user", "content": "Write def sub(a, b)."}],
+        },
+    ]
+    prompts.write_text("\n".join(json.dumps(x) for x in lines))
+    config = SpecBenchConfig(
+        out=str(tmp_path / "out"), target="smollm2-135m", max_tokens=12, prompts=str(prompts)
+    )
+    run_speculative_bench(config, log=lambda _: None)
+    report = json.loads((tmp_path / "out" / "results.json").read_text())
+    summary = report["summary"]
+    assert summary["total_prompts"] == 2 and 0 <= summary["identical_outputs"] <= 2
+    assert summary["geomean_speedup"] > 0 and summary["min_speedup"] > 0
+    assert set(summary["per_category"]) == {"edit", "humaneval"}
+    assert set(report["peers"]) == {"llama-cpp-python-prompt-lookup"}
+    assert (tmp_path / "out" / "results.md").read_text().count("|") > 10
+    assert (tmp_path / "out" / "speedup.png").stat().st_size > 1000
+    with pytest.raises(ConfigError, match="unknown peers"):
+        SpecBenchConfig(out="x", peers=("nope",))

@@ -1,0 +1,217 @@
+"""``coinfer bench speculative``: our speculative decoding against plain decoding and peers.
+
+Every system runs the same prompts on the same target in one invocation. Speedup is
+the ratio of *decode* tokens/s (first token to last; the prefill is the same work for
+everyone) against plain llama.cpp decoding of the target, the baseline; end-to-end
+tokens/s is reported beside it. ``identical`` says whether a system's greedy tokens
+equal the baseline's. Results: ``results.json`` (``summary`` and ``peers``),
+``results.md`` and ``speedup.png``.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from coinfer.bench.report import environment, write_json, write_markdown
+from coinfer.bench.workloads import CATEGORIES, build_suite, load_prompts
+from coinfer.decoding import GenerationStats, NgramDrafter, SpecConfig, stream_generate, stream_speculative
+from coinfer.decoding.draft_length import AdaptiveDraftLength
+from coinfer.errors import ConfigError
+from coinfer.models import SteerableModel, load_model
+from coinfer.models.llamacpp import LlamaCppModel
+
+__all__ = ["PEERS", "SpecBenchConfig", "run_speculative_bench"]
+
+PEERS = ("llama-cpp-python-prompt-lookup",)
+
+
+@dataclass(frozen=True)
+class SpecBenchConfig:
+    out: str
+    target: str = "qwen2.5-coder-1.5b"
+    max_tokens: int = 256
+    quick: bool = False
+    prompts: str | None = None
+    peers: tuple[str, ...] = PEERS
+    n_threads: int | None = None
+
+    def __post_init__(self) -> None:
+        unknown = set(self.peers) - set(PEERS)
+        if unknown:
+            raise ConfigError(f"unknown peers {sorted(unknown)}", hint=f"known peers: {', '.join(PEERS)}")
+        if self.max_tokens < 2:
+            raise ConfigError("max_tokens must be at least 2 (decode speed needs two tokens)")
+
+
+@dataclass
+class Run:
+    tokens: list[int]
+    decode_tps: float
+    e2e_tps: float
+
+
+def _timed(tokens: Iterator[int], start: float) -> Run:
+    """Collect tokens with their arrival times into a Run (decode rate: first to last token)."""
+    stats = GenerationStats(start=start)
+    out = []
+    for t in tokens:
+        out.append(t)
+        stats.token()
+    return Run(out, stats.decode_tokens_per_s, stats.tokens_per_s)
+
+
+def _plain(target: SteerableModel, prompt: list[int], max_tokens: int) -> Run:
+    start = time.perf_counter()
+    stream = stream_generate(target, prompt, max_tokens=max_tokens)
+    return _timed((r.token for r in stream if r.token is not None), start)
+
+
+def _ours(target: SteerableModel, prompt: list[int], max_tokens: int) -> Run:
+    start = time.perf_counter()
+    config = SpecConfig(max_tokens=max_tokens, draft_tokens=AdaptiveDraftLength())
+    stats = GenerationStats(start=start)
+    tokens: list[int] = []
+    for r in stream_speculative(target, NgramDrafter(), prompt, config):
+        tokens, stats = r.tokens, r.stats
+    return Run(list(tokens), stats.decode_tokens_per_s, stats.tokens_per_s)
+
+
+def _prompt_lookup_peer(model_path: str, n_threads: int | None, eos: frozenset[int]) -> Callable[..., Run]:
+    """llama-cpp-python's own speculative path: ``Llama(draft_model=LlamaPromptLookupDecoding())``."""
+    import llama_cpp
+    from llama_cpp.llama_speculative import LlamaPromptLookupDecoding
+
+    llm = llama_cpp.Llama(
+        model_path=model_path, n_ctx=4096, n_threads=n_threads, verbose=False,
+        draft_model=LlamaPromptLookupDecoding(num_pred_tokens=10),
+    )  # fmt: skip
+
+    def run(prompt: list[int], max_tokens: int) -> Run:
+        def tokens() -> Iterator[int]:
+            for n, t in enumerate(llm.generate(prompt, temp=0.0, top_k=1, reset=True)):
+                if t in eos or n >= max_tokens:
+                    return
+                yield int(t)
+
+        return _timed(tokens(), time.perf_counter())
+
+    return run
+
+
+def _geomean(xs: list[float]) -> float:
+    xs = [x for x in xs if x > 0]
+    return math.exp(sum(map(math.log, xs)) / len(xs)) if xs else 0.0
+
+
+def _summary(rows: list[dict[str, Any]], system: str) -> dict[str, Any]:
+    ratios = [r[system]["speedup"] for r in rows]
+    by_cat = {c: _geomean([r[system]["speedup"] for r in rows if r["category"] == c]) for c in CATEGORIES}
+    return {
+        "geomean_speedup": round(_geomean(ratios), 3),
+        "min_speedup": round(min(ratios), 3),
+        "per_category": {c: round(v, 3) for c, v in by_cat.items() if v},
+        "identical_outputs": sum(r[system]["identical"] for r in rows),
+        "total_prompts": len(rows),
+    }
+
+
+def run_speculative_bench(config: SpecBenchConfig, log: Callable[[str], None] = print) -> dict[str, Any]:
+    prompts = load_prompts(config.prompts) if config.prompts else build_suite(2 if config.quick else 8)
+    target = load_model(config.target, backend="llama.cpp", n_threads=config.n_threads)
+    assert isinstance(target, LlamaCppModel)
+    peers: dict[str, Callable[..., Run]] = {}
+    if "llama-cpp-python-prompt-lookup" in config.peers:
+        peers["llama-cpp-python-prompt-lookup"] = _prompt_lookup_peer(
+            str(target.path),
+            config.n_threads,
+            target.eos_ids,  # type: ignore[attr-defined]
+        )
+    rows = []
+    for item in prompts:
+        prompt = target.chat_prompt(item["messages"])
+        base = _plain(target, prompt, config.max_tokens)
+        row: dict[str, Any] = {"id": item["id"], "category": item["category"], "tokens": len(base.tokens)}
+        row["baseline"] = {"decode_tps": round(base.decode_tps, 2), "e2e_tps": round(base.e2e_tps, 2)}
+        systems = {"coinfer": lambda p, m: _ours(target, p, m), **peers}
+        for name, system in systems.items():
+            run = system(prompt, config.max_tokens)
+            row[name] = {
+                "decode_tps": round(run.decode_tps, 2),
+                "e2e_tps": round(run.e2e_tps, 2),
+                "speedup": round(run.decode_tps / base.decode_tps, 3) if base.decode_tps else 0.0,
+                "identical": run.tokens == base.tokens,
+            }
+        log(f"  {item['id']}: " + ", ".join(f"{n} {row[n]['speedup']}x" for n in systems))
+        rows.append(row)
+    target.close()
+    summary = _summary(rows, "coinfer")
+    report = {
+        "config": asdict(config),
+        "environment": environment(),
+        "summary": summary,
+        "peers": {name: _summary(rows, name) for name in peers},
+        "results": rows,
+    }
+    out = Path(config.out)
+    write_json(out / "results.json", report)
+    write_markdown(out / "results.md", _markdown(report, list(peers)))
+    _plot(out / "speedup.png", report, list(peers))
+    return report
+
+
+def _markdown(report: dict[str, Any], peers: list[str]) -> str:
+    systems = ["coinfer", *peers]
+    lines = [
+        "# coinfer bench speculative",
+        "",
+        f"Target `{report['config']['target']}`, greedy, up to {report['config']['max_tokens']} new tokens. "
+        "Speedup = decode tokens/s over plain llama.cpp decoding of the target.",
+        "",
+        "| system | geomean | min | " + " | ".join(CATEGORIES) + " | identical |",
+        "|---|---|---|" + "---|" * len(CATEGORIES) + "---|",
+    ]
+    for name in systems:
+        s = report["summary"] if name == "coinfer" else report["peers"][name]
+        cats = " | ".join(f"{s['per_category'].get(c, 0):.2f}x" for c in CATEGORIES)
+        lines.append(
+            f"| {name} | {s['geomean_speedup']:.2f}x | {s['min_speedup']:.2f}x | {cats} | "
+            f"{s['identical_outputs']}/{s['total_prompts']} |"
+        )
+    lines += [
+        "",
+        "| prompt | tokens | baseline tok/s | " + " | ".join(systems) + " |",
+        "|---|---|---|" + "---|" * len(systems),
+    ]
+    for r in report["results"]:
+        cells = " | ".join(f"{r[n]['speedup']:.2f}x{'' if r[n]['identical'] else ' ≠'}" for n in systems)
+        lines.append(f"| {r['id']} | {r['tokens']} | {r['baseline']['decode_tps']:.1f} | {cells} |")
+    lines += ["", "≠: output differs from the baseline's greedy output."]
+    return "\n".join(lines) + "\n"
+
+
+def _plot(path: Path, report: dict[str, Any], peers: list[str]) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    systems = ["coinfer", *peers]
+    fig, ax = plt.subplots(figsize=(7, 3.5))
+    width = 0.8 / len(systems)
+    for i, name in enumerate(systems):
+        s = report["summary"] if name == "coinfer" else report["peers"][name]
+        values = [s["per_category"].get(c, 0.0) for c in CATEGORIES]
+        ax.bar([j + i * width for j in range(len(CATEGORIES))], values, width, label=name)
+    ax.axhline(1.0, color="black", linewidth=0.8)
+    ax.set_xticks([j + width * (len(systems) - 1) / 2 for j in range(len(CATEGORIES))], CATEGORIES)
+    ax.set_ylabel("decode speedup vs plain")
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
