@@ -20,7 +20,15 @@ from coinfer.decoding.sampling import SamplingParams, probs_from_logits, sample
 from coinfer.errors import ConfigError, ContextOverflowError
 from coinfer.models.base import SteerableModel
 
-__all__ = ["GREEDY", "GenerationStats", "Response", "generate", "generate_tokens", "stream_generate"]
+__all__ = [
+    "GREEDY",
+    "GenerationStats",
+    "Response",
+    "check_prompt",
+    "generate",
+    "generate_tokens",
+    "stream_generate",
+]
 
 GREEDY = SamplingParams()
 
@@ -89,6 +97,17 @@ class Response:
     spec: Any = None  # SpecStats when a drafter was used
 
 
+def check_prompt(model: SteerableModel, prompt: Sequence[int]) -> None:
+    """A prompt must be non-empty and leave room in the context window for one token."""
+    if not prompt:
+        raise ConfigError("the prompt is empty")
+    if len(prompt) >= model.n_ctx:
+        raise ContextOverflowError(
+            f"the prompt has {len(prompt)} tokens and {model.name}'s context window holds {model.n_ctx}",
+            hint="shorten the prompt or load the model with a larger --ctx",
+        )
+
+
 def generate_tokens(
     model: SteerableModel,
     prompt: Sequence[int],
@@ -97,13 +116,7 @@ def generate_tokens(
     sampling: SamplingParams = GREEDY,
 ) -> Iterator[int]:
     """Yield up to ``max_tokens`` sampled ids; an end-of-turn token is yielded last."""
-    if not prompt:
-        raise ConfigError("the prompt is empty")
-    if len(prompt) >= model.n_ctx:
-        raise ContextOverflowError(
-            f"the prompt has {len(prompt)} tokens and {model.name}'s context window holds {model.n_ctx}",
-            hint="shorten the prompt or load the model with a larger --ctx",
-        )
+    check_prompt(model, prompt)
     rng = np.random.default_rng(sampling.seed)
     seq = model.new_sequence()
     try:

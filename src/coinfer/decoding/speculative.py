@@ -18,10 +18,10 @@ import numpy as np
 from coinfer.decoding.detok import IncrementalDetokenizer
 from coinfer.decoding.draft_length import DraftLength, FixedDraftLength
 from coinfer.decoding.drafters import Draft, Drafter
-from coinfer.decoding.generate import GenerationStats, Response
+from coinfer.decoding.generate import GenerationStats, Response, check_prompt
 from coinfer.decoding.sampling import SamplingParams, probs_from_logits, sample
 from coinfer.decoding.verify import greedy_accept, speculative_accept
-from coinfer.errors import ConfigError, ContextOverflowError
+from coinfer.errors import ConfigError
 from coinfer.models.base import Seq, SteerableModel
 
 __all__ = ["Round", "SpecConfig", "SpecStats", "speculative_generate", "stream_speculative"]
@@ -105,13 +105,7 @@ def speculative_generate(
     alone); end-of-generation tokens are not included in ``Round.tokens``. The first
     round is the prefill and carries the first token.
     """
-    if not prompt:
-        raise ConfigError("the prompt is empty")
-    if len(prompt) >= target.n_ctx:
-        raise ContextOverflowError(
-            f"the prompt has {len(prompt)} tokens and {target.name}'s context window holds {target.n_ctx}",
-            hint="shorten the prompt or load the model with a larger --ctx",
-        )
+    check_prompt(target, prompt)
     rng = np.random.default_rng(config.sampling.seed)
     policy = config.policy()
     seq = target.new_sequence()
