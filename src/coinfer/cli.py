@@ -258,6 +258,7 @@ def cmd_bench_speculative(args: argparse.Namespace) -> int:
         prompts=args.prompts,
         peers=tuple(PEERS if args.peers is None else args.peers),
         n_threads=args.threads,
+        build_peers=args.build_peers,
     )
     report = run_speculative_bench(config, log=_err)
     s = report["summary"]
@@ -369,6 +370,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--quick", action="store_true", help="2 prompts per category")
     p.add_argument("--prompts", default=None, help='JSON lines {"id", "category", "messages"}')
     p.add_argument("--peers", nargs="*", default=None, help="peers to run (default: all available)")
+    p.add_argument(
+        "--build-peers",
+        action="store_true",
+        help="build llama.cpp's C++ llama-server for its peers if missing (about 8 minutes)",
+    )
     p.add_argument("--threads", type=int, default=None)
     p.set_defaults(func=cmd_bench_speculative)
     return parser

@@ -54,8 +54,17 @@ def test_bench_config_is_validated() -> None:
 
 
 @needs_llama
-def test_bench_speculative_writes_summary_table_and_plot(tmp_path: Path, smollm_path: Path) -> None:
+def test_bench_speculative_writes_summary_table_and_plot(
+    tmp_path: Path, smollm_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from coinfer.bench.peers import start_peer
     from coinfer.bench.speculative import SpecBenchConfig, run_speculative_bench
+    from coinfer.errors import ModelError
+
+    monkeypatch.setenv("COINFER_PEERS", str(tmp_path / "no-peers-built"))
+    with pytest.raises(ModelError) as info:
+        start_peer("llama-server-ngram-mod", model_path=str(smollm_path), eos=frozenset(), n_threads=None)
+    assert "--build-peers" in (info.value.hint or "")
 
     prompts = tmp_path / "p.jsonl"
     code = "def add(a, b):\n    return a + b\n"

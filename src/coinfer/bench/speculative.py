@@ -12,11 +12,12 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from coinfer.bench.peers import PEERS, Peer, Run, llama_server_binary, start_peer, timed_run
 from coinfer.bench.report import environment, write_json, write_markdown
 from coinfer.bench.workloads import CATEGORIES, build_suite, load_prompts
 from coinfer.decoding import GenerationStats, NgramDrafter, SpecConfig, stream_generate, stream_speculative
@@ -26,8 +27,6 @@ from coinfer.models import SteerableModel, load_model
 from coinfer.models.llamacpp import LlamaCppModel
 
 __all__ = ["PEERS", "SpecBenchConfig", "run_speculative_bench"]
-
-PEERS = ("llama-cpp-python-prompt-lookup",)
 
 
 @dataclass(frozen=True)
@@ -39,6 +38,7 @@ class SpecBenchConfig:
     prompts: str | None = None
     peers: tuple[str, ...] = PEERS
     n_threads: int | None = None
+    build_peers: bool = False  # build llama-server (about 8 minutes) when it is missing
 
     def __post_init__(self) -> None:
         unknown = set(self.peers) - set(PEERS)
@@ -48,27 +48,10 @@ class SpecBenchConfig:
             raise ConfigError("max_tokens must be at least 2 (decode speed needs two tokens)")
 
 
-@dataclass
-class Run:
-    tokens: list[int]
-    decode_tps: float
-    e2e_tps: float
-
-
-def _timed(tokens: Iterator[int], start: float) -> Run:
-    """Collect tokens with their arrival times into a Run (decode rate: first to last token)."""
-    stats = GenerationStats(start=start)
-    out = []
-    for t in tokens:
-        out.append(t)
-        stats.token()
-    return Run(out, stats.decode_tokens_per_s, stats.tokens_per_s)
-
-
 def _plain(target: SteerableModel, prompt: list[int], max_tokens: int) -> Run:
     start = time.perf_counter()
     stream = stream_generate(target, prompt, max_tokens=max_tokens)
-    return _timed((r.token for r in stream if r.token is not None), start)
+    return timed_run((r.token for r in stream if r.token is not None), start)
 
 
 def _ours(target: SteerableModel, prompt: list[int], max_tokens: int) -> Run:
@@ -81,26 +64,23 @@ def _ours(target: SteerableModel, prompt: list[int], max_tokens: int) -> Run:
     return Run(list(tokens), stats.decode_tokens_per_s, stats.tokens_per_s)
 
 
-def _prompt_lookup_peer(model_path: str, n_threads: int | None, eos: frozenset[int]) -> Callable[..., Run]:
-    """llama-cpp-python's own speculative path: ``Llama(draft_model=LlamaPromptLookupDecoding())``."""
-    import llama_cpp
-    from llama_cpp.llama_speculative import LlamaPromptLookupDecoding
-
-    llm = llama_cpp.Llama(
-        model_path=model_path, n_ctx=4096, n_threads=n_threads, verbose=False,
-        draft_model=LlamaPromptLookupDecoding(num_pred_tokens=10),
-    )  # fmt: skip
-
-    def run(prompt: list[int], max_tokens: int) -> Run:
-        def tokens() -> Iterator[int]:
-            for n, t in enumerate(llm.generate(prompt, temp=0.0, top_k=1, reset=True)):
-                if t in eos or n >= max_tokens:
-                    return
-                yield int(t)
-
-        return _timed(tokens(), time.perf_counter())
-
-    return run
+def _start_peers(
+    config: SpecBenchConfig, target: LlamaCppModel, log: Callable[[str], None]
+) -> dict[str, Peer]:
+    if any(p.startswith("llama-server") for p in config.peers) and llama_server_binary() is None:
+        if config.build_peers:
+            log("building llama-server for the C++ peers (about 8 minutes)…")
+            llama_server_binary(build=True)
+        else:
+            log("skipping the llama-server peers: not built (pass --build-peers to build them)")
+    peers = {}
+    for name in config.peers:
+        if name.startswith("llama-server") and llama_server_binary() is None:
+            continue
+        peers[name] = start_peer(
+            name, model_path=str(target.path), eos=target.eos_ids, n_threads=config.n_threads
+        )
+    return peers
 
 
 def _geomean(xs: list[float]) -> float:
@@ -124,20 +104,17 @@ def run_speculative_bench(config: SpecBenchConfig, log: Callable[[str], None] = 
     prompts = load_prompts(config.prompts) if config.prompts else build_suite(2 if config.quick else 8)
     target = load_model(config.target, backend="llama.cpp", n_threads=config.n_threads)
     assert isinstance(target, LlamaCppModel)
-    peers: dict[str, Callable[..., Run]] = {}
-    if "llama-cpp-python-prompt-lookup" in config.peers:
-        peers["llama-cpp-python-prompt-lookup"] = _prompt_lookup_peer(
-            str(target.path),
-            config.n_threads,
-            target.eos_ids,  # type: ignore[attr-defined]
-        )
+    peers = _start_peers(config, target, log)
     rows = []
     for item in prompts:
         prompt = target.chat_prompt(item["messages"])
         base = _plain(target, prompt, config.max_tokens)
         row: dict[str, Any] = {"id": item["id"], "category": item["category"], "tokens": len(base.tokens)}
         row["baseline"] = {"decode_tps": round(base.decode_tps, 2), "e2e_tps": round(base.e2e_tps, 2)}
-        systems = {"coinfer": lambda p, m: _ours(target, p, m), **peers}
+        systems: dict[str, Callable[[list[int], int], Run]] = {
+            "coinfer": lambda p, m: _ours(target, p, m),
+            **peers,
+        }
         for name, system in systems.items():
             run = system(prompt, config.max_tokens)
             row[name] = {
@@ -149,6 +126,8 @@ def run_speculative_bench(config: SpecBenchConfig, log: Callable[[str], None] = 
         log(f"  {item['id']}: " + ", ".join(f"{n} {row[n]['speedup']}x" for n in systems))
         rows.append(row)
     target.close()
+    for peer in peers.values():
+        peer.close()
     summary = _summary(rows, "coinfer")
     report = {
         "config": asdict(config),

@@ -1,0 +1,172 @@
+"""The peers users would pick instead of coinfer, run on the same prompts and target.
+
+* ``llama-cpp-python-prompt-lookup``: ``Llama(draft_model=LlamaPromptLookupDecoding())``.
+* ``llama-server-ngram-mod``, ``llama-server-ngram-simple``, ``llama-server-draft-simple``:
+  llama.cpp's own C++ server (``--spec-type …``; draft-simple drafts with
+  qwen2.5-coder-0.5b), a real process on loopback spoken to over HTTP. Its decode rate
+  is the server's own ``timings.predicted_per_second``, so HTTP costs nothing. The binary
+  is built from the llama.cpp sources in the pinned llama-cpp-python sdist by
+  ``scripts/build-llama-server.sh`` (``--build-peers``), into the cache directory.
+
+Each peer is a callable ``(prompt ids, max_tokens) -> Run`` with a ``close()``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import time
+import urllib.request
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from coinfer import catalog
+from coinfer.decoding import GenerationStats
+from coinfer.errors import ConfigError, ModelError
+
+__all__ = ["PEERS", "Peer", "Run", "llama_server_binary", "start_peer"]
+
+SERVER_PEERS = {
+    "llama-server-ngram-mod": ["--spec-type", "ngram-mod"],
+    "llama-server-ngram-simple": ["--spec-type", "ngram-simple"],
+    "llama-server-draft-simple": ["--spec-type", "draft-simple"],  # plus -md: the 0.5B draft
+}
+PEERS = ("llama-cpp-python-prompt-lookup", *SERVER_PEERS)
+_SCRIPT = Path(__file__).resolve().parents[3] / "scripts" / "build-llama-server.sh"
+
+
+@dataclass
+class Run:
+    tokens: list[int]
+    decode_tps: float
+    e2e_tps: float
+
+
+def timed_run(tokens: Iterator[int], start: float) -> Run:
+    """Collect tokens with their arrival times (decode rate: first to last token)."""
+    stats = GenerationStats(start=start)
+    out = []
+    for t in tokens:
+        out.append(t)
+        stats.token()
+    return Run(out, stats.decode_tokens_per_s, stats.tokens_per_s)
+
+
+class Peer:
+    """A running peer: call it with (prompt, max_tokens); close it when done."""
+
+    def __init__(
+        self, run: Callable[[list[int], int], Run], close: Callable[[], None] = lambda: None
+    ) -> None:
+        self._run, self.close = run, close
+
+    def __call__(self, prompt: list[int], max_tokens: int) -> Run:
+        return self._run(prompt, max_tokens)
+
+
+def llama_server_binary(*, build: bool = False) -> Path | None:
+    """The cached llama-server binary; with ``build`` it is built first if missing."""
+    from importlib.metadata import version
+
+    root = Path(os.environ.get("COINFER_PEERS") or catalog.cache_dir() / "peers")
+    binary = root / f"llama-server-{version('llama-cpp-python')}" / "build" / "bin" / "llama-server"
+    if binary.is_file() or not build:
+        return binary if binary.is_file() else None
+    if not _SCRIPT.is_file():
+        raise ConfigError(f"{_SCRIPT} is missing: build peers from a coinfer checkout")
+    env = {**os.environ, "COINFER_PEERS": str(root), "LLAMA_CPP_PYTHON_VERSION": version("llama-cpp-python")}
+    subprocess.run(["bash", str(_SCRIPT)], check=True, env=env)
+    return binary if binary.is_file() else None
+
+
+def start_peer(name: str, *, model_path: str, eos: frozenset[int], n_threads: int | None) -> Peer:
+    if name == "llama-cpp-python-prompt-lookup":
+        return _prompt_lookup(model_path, n_threads, eos)
+    binary = llama_server_binary()
+    if binary is None:
+        raise ModelError(
+            f"{name}: llama-server is not built", hint="run the bench with --build-peers (about 8 minutes)"
+        )
+    extra = SERVER_PEERS[name]
+    if name == "llama-server-draft-simple":
+        extra = [*extra, "-md", str(catalog.prepare("qwen2.5-coder-0.5b"))]
+    return _llama_server(binary, model_path, extra, n_threads, eos)
+
+
+def _prompt_lookup(model_path: str, n_threads: int | None, eos: frozenset[int]) -> Peer:
+    import llama_cpp
+    from llama_cpp.llama_speculative import LlamaPromptLookupDecoding
+
+    llm = llama_cpp.Llama(
+        model_path=model_path, n_ctx=4096, n_threads=n_threads, verbose=False,
+        draft_model=LlamaPromptLookupDecoding(num_pred_tokens=10),
+    )  # fmt: skip
+
+    def run(prompt: list[int], max_tokens: int) -> Run:
+        def tokens() -> Iterator[int]:
+            for n, t in enumerate(llm.generate(prompt, temp=0.0, top_k=1, reset=True)):
+                if t in eos or n >= max_tokens:
+                    return
+                yield int(t)
+
+        return timed_run(tokens(), time.perf_counter())
+
+    return Peer(run, llm.close)
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _post(url: str, body: dict[str, Any], timeout: float) -> dict[str, Any]:
+    req = urllib.request.Request(url, json.dumps(body).encode(), {"Content-Type": "application/json"})
+    with urllib.request.urlopen(req, timeout=timeout) as resp:
+        return json.loads(resp.read())  # type: ignore[no-any-return]
+
+
+def _llama_server(
+    binary: Path, model_path: str, extra: list[str], n_threads: int | None, eos: frozenset[int]
+) -> Peer:
+    port = _free_port()
+    threads = str(n_threads or os.cpu_count() or 1)
+    cmd = [str(binary), "-m", model_path, "--host", "127.0.0.1", "--port", str(port), "-c", "4096",
+           "-t", threads, "-tb", threads, "-np", "1", "-fa", "off", *extra]  # fmt: skip
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    base = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 120
+    while True:
+        try:
+            with urllib.request.urlopen(base + "/health", timeout=2) as resp:
+                if resp.status == 200:
+                    break
+        except OSError:
+            pass
+        if proc.poll() is not None or time.monotonic() > deadline:
+            proc.kill()
+            err = proc.stderr.read().decode(errors="replace")[-400:] if proc.stderr else ""
+            raise ModelError(f"llama-server did not start: {err}")
+        time.sleep(0.3)
+
+    def run(prompt: list[int], max_tokens: int) -> Run:
+        body = {"prompt": prompt, "n_predict": max_tokens, "temperature": 0.0, "top_k": 1,
+                "cache_prompt": False, "return_tokens": True}  # fmt: skip
+        out = _post(base + "/completion", body, timeout=600)
+        tokens = [int(t) for t in out.get("tokens", []) if int(t) not in eos]
+        timings: dict[str, float] = out["timings"]
+        total_s = (timings["prompt_ms"] + timings["predicted_ms"]) / 1000
+        return Run(tokens, float(timings["predicted_per_second"]), len(tokens) / total_s if total_s else 0.0)
+
+    def close() -> None:
+        proc.terminate()
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+
+    return Peer(run, close)
