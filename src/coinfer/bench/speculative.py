@@ -73,13 +73,18 @@ def _start_peers(
             llama_server_binary(build=True)
         else:
             log("skipping the llama-server peers: not built (pass --build-peers to build them)")
-    peers = {}
-    for name in config.peers:
-        if name.startswith("llama-server") and llama_server_binary() is None:
-            continue
-        peers[name] = start_peer(
-            name, model_path=str(target.path), eos=target.eos_ids, n_threads=config.n_threads
-        )
+    peers: dict[str, Peer] = {}
+    try:
+        for name in config.peers:
+            if name.startswith("llama-server") and llama_server_binary() is None:
+                continue
+            peers[name] = start_peer(
+                name, model_path=str(target.path), eos=target.eos_ids, n_threads=config.n_threads
+            )
+    except BaseException:  # a peer that fails to start must not leave the others running
+        for peer in peers.values():
+            peer.close()
+        raise
     return peers
 
 
@@ -100,34 +105,45 @@ def _summary(rows: list[dict[str, Any]], system: str) -> dict[str, Any]:
     }
 
 
+def _measure(
+    item: dict[str, Any],
+    target: LlamaCppModel,
+    peers: dict[str, Peer],
+    config: SpecBenchConfig,
+    log: Callable[[str], None],
+) -> dict[str, Any]:
+    """One prompt through the baseline, coinfer and every peer."""
+    prompt = target.chat_prompt(item["messages"])
+    base = _plain(target, prompt, config.max_tokens)
+    row: dict[str, Any] = {"id": item["id"], "category": item["category"], "tokens": len(base.tokens)}
+    row["baseline"] = {"decode_tps": round(base.decode_tps, 2), "e2e_tps": round(base.e2e_tps, 2)}
+    systems: dict[str, Callable[[list[int], int], Run]] = {
+        "coinfer": lambda p, m: _ours(target, p, m),
+        **peers,
+    }
+    for name, system in systems.items():
+        run = system(prompt, config.max_tokens)
+        row[name] = {
+            "decode_tps": round(run.decode_tps, 2),
+            "e2e_tps": round(run.e2e_tps, 2),
+            "speedup": round(run.decode_tps / base.decode_tps, 3) if base.decode_tps else 0.0,
+            "identical": run.tokens == base.tokens,
+        }
+    log(f"  {item['id']}: " + ", ".join(f"{n} {row[n]['speedup']}x" for n in systems))
+    return row
+
+
 def run_speculative_bench(config: SpecBenchConfig, log: Callable[[str], None] = print) -> dict[str, Any]:
     prompts = load_prompts(config.prompts) if config.prompts else build_suite(2 if config.quick else 8)
     target = load_model(config.target, backend="llama.cpp", n_threads=config.n_threads)
     assert isinstance(target, LlamaCppModel)
     peers = _start_peers(config, target, log)
-    rows = []
-    for item in prompts:
-        prompt = target.chat_prompt(item["messages"])
-        base = _plain(target, prompt, config.max_tokens)
-        row: dict[str, Any] = {"id": item["id"], "category": item["category"], "tokens": len(base.tokens)}
-        row["baseline"] = {"decode_tps": round(base.decode_tps, 2), "e2e_tps": round(base.e2e_tps, 2)}
-        systems: dict[str, Callable[[list[int], int], Run]] = {
-            "coinfer": lambda p, m: _ours(target, p, m),
-            **peers,
-        }
-        for name, system in systems.items():
-            run = system(prompt, config.max_tokens)
-            row[name] = {
-                "decode_tps": round(run.decode_tps, 2),
-                "e2e_tps": round(run.e2e_tps, 2),
-                "speedup": round(run.decode_tps / base.decode_tps, 3) if base.decode_tps else 0.0,
-                "identical": run.tokens == base.tokens,
-            }
-        log(f"  {item['id']}: " + ", ".join(f"{n} {row[n]['speedup']}x" for n in systems))
-        rows.append(row)
-    target.close()
-    for peer in peers.values():
-        peer.close()
+    try:
+        rows = [_measure(item, target, peers, config, log) for item in prompts]
+    finally:  # never leave llama-server processes behind
+        target.close()
+        for peer in peers.values():
+            peer.close()
     summary = _summary(rows, "coinfer")
     report = {
         "config": asdict(config),
@@ -156,7 +172,9 @@ def _markdown(report: dict[str, Any], peers: list[str]) -> str:
     ]
     for name in systems:
         s = report["summary"] if name == "coinfer" else report["peers"][name]
-        cats = " | ".join(f"{s['per_category'].get(c, 0):.2f}x" for c in CATEGORIES)
+        cats = " | ".join(
+            f"{s['per_category'][c]:.2f}x" if c in s["per_category"] else "–" for c in CATEGORIES
+        )
         lines.append(
             f"| {name} | {s['geomean_speedup']:.2f}x | {s['min_speedup']:.2f}x | {cats} | "
             f"{s['identical_outputs']}/{s['total_prompts']} |"
