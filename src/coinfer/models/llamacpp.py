@@ -223,10 +223,6 @@ class LlamaCppModel(SteerableModel):
     def detokenize(self, ids: Sequence[int]) -> str:
         return b"".join(self._piece(int(t)) for t in ids).decode("utf-8", errors="replace")
 
-    def token_bytes(self, token: int) -> bytes:
-        """The raw bytes of one token (a UTF-8 character may span several tokens)."""
-        return self._piece(token)
-
     # ---- sequences --------------------------------------------------------------------
     def _take_id(self) -> int:
         if not self._free_ids:

@@ -110,7 +110,8 @@ def _load_transformers(
     elif source.kind == "hub" and ":" not in source.spec:
         folder = hub_snapshot(source.spec)
     else:
-        folder = convert_gguf(gguf_path(source), hf_cache_key(source))
+        gguf = gguf_path(source)
+        folder = convert_gguf(gguf, hf_cache_key(source, gguf))
     model, tok = _from_pretrained(folder, torch_dtype, dev)
     return HFModel(model, tok, name=source.name, n_ctx=n_ctx)
 
@@ -135,12 +136,12 @@ def _from_pretrained(folder: Path, torch_dtype: Any, device: str) -> tuple[Any, 
     return model.to(device), tok  # type: ignore[arg-type]  # transformers' stub wants a model
 
 
-def hf_cache_key(source: ModelSource) -> str:
-    """A cache folder name for a GGUF's converted weights: content hash or file identity."""
+def hf_cache_key(source: ModelSource, path: Path) -> str:
+    """A cache folder name for the converted weights of ``source``'s GGUF file at ``path``:
+    the catalogue's content hash, or else the file's identity (path, size, mtime)."""
     entry = source.catalog_model
     if entry is not None:
         return f"{entry.name}-{entry.sha256[:12]}"
-    path = gguf_path(source)
     st = path.stat()
     ident = f"{path}:{st.st_size}:{st.st_mtime_ns}".encode()
     return f"{path.stem}-{hashlib.sha256(ident).hexdigest()[:12]}"
