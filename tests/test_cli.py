@@ -199,7 +199,9 @@ def test_generate_with_an_ngram_draft_reports_speculation_stats(smollm_path: Pat
         "24",
         "--json",
     )
-    plain = json.loads(coinfer(*args).stdout)
+    plain = json.loads(coinfer(*args, "--draft", "none").stdout)
+    default = json.loads(coinfer(*args).stdout)  # --draft auto: prompt lookup, adaptive k
+    assert default["draft"] == "ngram" and default["stats"]["drafted"] > 0
     proc = coinfer(*args, "--draft", "ngram", "--draft-tokens", "3")
     assert proc.returncode == 0, proc.stderr
     out = json.loads(proc.stdout)

@@ -60,6 +60,7 @@ class CatalogModel:
     vocab_size: int
     arch: str
     backend: str = "llama.cpp"  # the default backend for it
+    draft: str | None = None  # a smaller catalogue model with the same vocabulary, to draft for it
 
     @property
     def dists(self) -> list[str]:
@@ -106,6 +107,7 @@ CATALOG: dict[str, CatalogModel] = {
             params="1.5B",
             vocab_size=151936,
             arch="qwen2",
+            draft="qwen2.5-coder-0.5b",
         ),
         CatalogModel(
             name="gemma-3-270m",

@@ -156,7 +156,7 @@ def _drafter(args: argparse.Namespace, target: SteerableModel, prompt: list[int]
 
     if args.draft == "none":
         return None
-    if args.draft == "ngram":
+    if args.draft in ("auto", "ngram"):  # auto: the drafter that measured best (README, benchmarks)
         return NgramDrafter()
     draft = load_model(
         args.draft, backend=args.backend, n_ctx=args.ctx, n_threads=args.threads, device=args.device
@@ -215,7 +215,7 @@ def cmd_generate(args: argparse.Namespace) -> int:
             "finish_reason": finish,
             "model": args.model,
             "backend": args.backend,
-            "draft": args.draft,
+            "draft": "ngram" if args.draft == "auto" else args.draft,
             "prompt_format": prompt_format,
             "stats": {**stats.as_dict(), **(spec.as_dict() if spec else {})},
         }
@@ -334,9 +334,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true", help="print one JSON object at the end")
     p.add_argument(
         "--draft",
-        default="none",
-        help="speculative drafter: none (default), ngram (prompt lookup), or a draft model "
-        "with the target's vocabulary, e.g. qwen2.5-coder-0.5b",
+        default="auto",
+        help="speculative drafter: auto (default: the best measured, today ngram), none, ngram "
+        "(prompt lookup), or a draft model, e.g. qwen2.5-coder-0.5b (another vocabulary drafts "
+        "through text)",
     )
     p.add_argument(
         "--draft-tokens",

@@ -63,7 +63,17 @@ def test_bench_speculative_writes_summary_table_and_plot(
 
     monkeypatch.setenv("COINFER_PEERS", str(tmp_path / "no-peers-built"))
     with pytest.raises(ModelError) as info:
-        start_peer("llama-server-ngram-mod", model_path=str(smollm_path), eos=frozenset(), n_threads=None)
+        start_peer(
+            "llama-server-ngram-mod",
+            target="smollm2-135m",
+            model_path=str(smollm_path),
+            eos=frozenset(),
+            n_threads=None,
+        )
+    with pytest.raises(ConfigError, match="vocabulary"):  # no same-vocabulary draft for SmolLM2
+        start_peer(
+            "transformers-assisted", target="smollm2-135m", model_path="", eos=frozenset(), n_threads=None
+        )
     assert "--build-peers" in (info.value.hint or "")
 
     prompts = tmp_path / "p.jsonl"

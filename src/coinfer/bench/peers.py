@@ -1,6 +1,12 @@
 """The peers users would pick instead of coinfer, run on the same prompts and target.
 
 * ``llama-cpp-python-prompt-lookup``: ``Llama(draft_model=LlamaPromptLookupDecoding())``.
+* ``transformers-assisted``: Hugging Face assisted generation on the CPU,
+  ``model.generate(assistant_model=<qwen2.5-coder-0.5b>)``, both models de-quantized
+  from the same GGUF files (so its greedy text can differ from llama.cpp's). It is slow,
+  so it runs on the first prompt of each category only.
+* ``llama-server-plain``: the C++ server without speculation, which separates what the
+  C++ loop saves from what drafting saves.
 * ``llama-server-ngram-mod``, ``llama-server-ngram-simple``, ``llama-server-draft-simple``:
   llama.cpp's own C++ server (``--spec-type …``; draft-simple drafts with
   qwen2.5-coder-0.5b), a real process on loopback spoken to over HTTP. Its decode rate
@@ -28,14 +34,26 @@ from coinfer import catalog
 from coinfer.decoding import GenerationStats
 from coinfer.errors import ConfigError, ModelError
 
-__all__ = ["PEERS", "Peer", "Run", "llama_server_binary", "start_peer"]
+__all__ = [
+    "DRAFT_PEERS",
+    "PEERS",
+    "SLOW_PEERS",
+    "Peer",
+    "Run",
+    "draft_for",
+    "llama_server_binary",
+    "start_peer",
+]
 
 SERVER_PEERS = {
+    "llama-server-plain": [],
     "llama-server-ngram-mod": ["--spec-type", "ngram-mod"],
     "llama-server-ngram-simple": ["--spec-type", "ngram-simple"],
     "llama-server-draft-simple": ["--spec-type", "draft-simple"],  # plus -md: the 0.5B draft
 }
-PEERS = ("llama-cpp-python-prompt-lookup", *SERVER_PEERS)
+PEERS = ("llama-cpp-python-prompt-lookup", "transformers-assisted", *SERVER_PEERS)
+SLOW_PEERS = {"transformers-assisted"}  # run on the first prompt of each category only
+DRAFT_PEERS = {"transformers-assisted", "llama-server-draft-simple"}  # need the target's catalogue draft
 _SCRIPT = Path(__file__).resolve().parents[3] / "scripts" / "build-llama-server.sh"
 
 
@@ -44,6 +62,8 @@ class Run:
     tokens: list[int]
     decode_tps: float
     e2e_tps: float
+    drafted: int | None = None  # draft tokens sent to verification, where the system says
+    accepted: int | None = None
 
 
 def timed_run(tokens: Iterator[int], start: float) -> Run:
@@ -83,9 +103,20 @@ def llama_server_binary(*, build: bool = False) -> Path | None:
     return binary if binary.is_file() else None
 
 
-def start_peer(name: str, *, model_path: str, eos: frozenset[int], n_threads: int | None) -> Peer:
+def draft_for(target: str) -> str | None:
+    """The catalogue's same-vocabulary draft for ``target``, if it has one."""
+    return catalog.CATALOG[target].draft if target in catalog.CATALOG else None
+
+
+def start_peer(
+    name: str, *, target: str, model_path: str, eos: frozenset[int], n_threads: int | None
+) -> Peer:
+    if name in DRAFT_PEERS and draft_for(target) is None:
+        raise ConfigError(f"{name} needs a draft model with {target}'s vocabulary and the catalogue has none")
     if name == "llama-cpp-python-prompt-lookup":
         return _prompt_lookup(model_path, n_threads, eos)
+    if name == "transformers-assisted":
+        return _transformers_assisted(target, str(draft_for(target)), n_threads, eos)
     binary = llama_server_binary()
     if binary is None:
         raise ModelError(
@@ -93,7 +124,7 @@ def start_peer(name: str, *, model_path: str, eos: frozenset[int], n_threads: in
         )
     extra = SERVER_PEERS[name]
     if name == "llama-server-draft-simple":
-        extra = [*extra, "-md", str(catalog.prepare("qwen2.5-coder-0.5b"))]
+        extra = [*extra, "-md", str(catalog.prepare(str(draft_for(target))))]
     return _llama_server(binary, model_path, extra, n_threads, eos)
 
 
@@ -160,7 +191,14 @@ def _llama_server(
         tokens = [int(t) for t in out.get("tokens", []) if int(t) not in eos]
         timings: dict[str, float] = out["timings"]
         total_s = (timings["prompt_ms"] + timings["predicted_ms"]) / 1000
-        return Run(tokens, float(timings["predicted_per_second"]), len(tokens) / total_s if total_s else 0.0)
+        drafted, accepted = timings.get("draft_n"), timings.get("draft_n_accepted")
+        return Run(
+            tokens,
+            float(timings["predicted_per_second"]),
+            len(tokens) / total_s if total_s else 0.0,
+            None if drafted is None else int(drafted),
+            None if accepted is None else int(accepted),
+        )
 
     def close() -> None:
         proc.terminate()
@@ -170,3 +208,56 @@ def _llama_server(
             proc.kill()
 
     return Peer(run, close)
+
+
+def _transformers_assisted(target: str, draft: str, n_threads: int | None, eos: frozenset[int]) -> Peer:
+    from coinfer.models import load_model
+    from coinfer.models.hf import HFModel
+
+    big = load_model(target, backend="transformers", n_threads=n_threads)
+    small = load_model(draft, backend="transformers", n_threads=n_threads)
+    assert isinstance(big, HFModel) and isinstance(small, HFModel)
+    torch = big._torch
+
+    def run(prompt: list[int], max_tokens: int) -> Run:
+        streamer = _TokenTimer()
+        with torch.inference_mode():
+            big.model.generate(
+                torch.tensor([prompt], device=big.device),
+                attention_mask=torch.ones((1, len(prompt)), dtype=torch.long, device=big.device),
+                assistant_model=small.model,
+                max_new_tokens=max_tokens,
+                do_sample=False,
+                eos_token_id=sorted(eos),
+                pad_token_id=min(eos),
+                streamer=streamer,
+            )
+        tokens = [t for t in streamer.tokens if t not in eos]
+        return Run(tokens, streamer.stats.decode_tokens_per_s, streamer.stats.tokens_per_s)
+
+    def close() -> None:
+        big.close()
+        small.close()
+
+    return Peer(run, close)
+
+
+class _TokenTimer:
+    """A transformers streamer that times each new token (the first ``put`` is the prompt)."""
+
+    def __init__(self) -> None:
+        self.stats = GenerationStats(start=time.perf_counter())
+        self.tokens: list[int] = []
+        self._prompt_seen = False
+
+    def put(self, value: Any) -> None:
+        ids = [int(t) for t in value.reshape(-1).tolist()]
+        if not self._prompt_seen:
+            self._prompt_seen = True
+            return
+        for t in ids:
+            self.tokens.append(t)
+            self.stats.token()
+
+    def end(self) -> None:
+        return None

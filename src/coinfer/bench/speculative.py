@@ -17,7 +17,17 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from coinfer.bench.peers import PEERS, Peer, Run, llama_server_binary, start_peer, timed_run
+from coinfer.bench.peers import (
+    DRAFT_PEERS,
+    PEERS,
+    SLOW_PEERS,
+    Peer,
+    Run,
+    draft_for,
+    llama_server_binary,
+    start_peer,
+    timed_run,
+)
 from coinfer.bench.report import environment, write_json, write_markdown
 from coinfer.bench.workloads import CATEGORIES, build_suite, load_prompts
 from coinfer.decoding import GenerationStats, NgramDrafter, SpecConfig, stream_generate, stream_speculative
@@ -59,9 +69,11 @@ def _ours(target: SteerableModel, prompt: list[int], max_tokens: int) -> Run:
     config = SpecConfig(max_tokens=max_tokens, draft_tokens=AdaptiveDraftLength())
     stats = GenerationStats(start=start)
     tokens: list[int] = []
+    spec = None
     for r in stream_speculative(target, NgramDrafter(), prompt, config):
-        tokens, stats = r.tokens, r.stats
-    return Run(list(tokens), stats.decode_tokens_per_s, stats.tokens_per_s)
+        tokens, stats, spec = r.tokens, r.stats, r.spec
+    drafted, accepted = (spec.drafted, spec.accepted) if spec else (None, None)
+    return Run(list(tokens), stats.decode_tokens_per_s, stats.tokens_per_s, drafted, accepted)
 
 
 def _start_peers(
@@ -78,8 +90,15 @@ def _start_peers(
         for name in config.peers:
             if name.startswith("llama-server") and llama_server_binary() is None:
                 continue
+            if name in DRAFT_PEERS and draft_for(config.target) is None:
+                log(f"skipping {name}: the catalogue has no draft model with {config.target}'s vocabulary")
+                continue
             peers[name] = start_peer(
-                name, model_path=str(target.path), eos=target.eos_ids, n_threads=config.n_threads
+                name,
+                target=config.target,
+                model_path=str(target.path),
+                eos=target.eos_ids,
+                n_threads=config.n_threads,
             )
     except BaseException:  # a peer that fails to start must not leave the others running
         for peer in peers.values():
@@ -94,6 +113,7 @@ def _geomean(xs: list[float]) -> float:
 
 
 def _summary(rows: list[dict[str, Any]], system: str) -> dict[str, Any]:
+    rows = [r for r in rows if system in r]  # slow peers run on a few prompts only
     ratios = [r[system]["speedup"] for r in rows]
     by_cat = {c: _geomean([r[system]["speedup"] for r in rows if r["category"] == c]) for c in CATEGORIES}
     return {
@@ -102,7 +122,15 @@ def _summary(rows: list[dict[str, Any]], system: str) -> dict[str, Any]:
         "per_category": {c: round(v, 3) for c, v in by_cat.items() if v},
         "identical_outputs": sum(r[system]["identical"] for r in rows),
         "total_prompts": len(rows),
+        "acceptance_rate": _acceptance(rows, system),
     }
+
+
+def _acceptance(rows: list[dict[str, Any]], system: str) -> float | None:
+    """Accepted / drafted over all prompts, where the system reports its drafts."""
+    runs = [r[system] for r in rows if r[system].get("drafted") is not None]
+    drafted = sum(run["drafted"] for run in runs)
+    return round(sum(run["accepted"] for run in runs) / drafted, 3) if drafted else None
 
 
 def _measure(
@@ -111,15 +139,16 @@ def _measure(
     peers: dict[str, Peer],
     config: SpecBenchConfig,
     log: Callable[[str], None],
+    first_of_category: bool = True,
 ) -> dict[str, Any]:
-    """One prompt through the baseline, coinfer and every peer."""
+    """One prompt through the baseline, coinfer and every peer (slow ones: first prompts only)."""
     prompt = target.chat_prompt(item["messages"])
     base = _plain(target, prompt, config.max_tokens)
     row: dict[str, Any] = {"id": item["id"], "category": item["category"], "tokens": len(base.tokens)}
     row["baseline"] = {"decode_tps": round(base.decode_tps, 2), "e2e_tps": round(base.e2e_tps, 2)}
     systems: dict[str, Callable[[list[int], int], Run]] = {
         "coinfer": lambda p, m: _ours(target, p, m),
-        **peers,
+        **{n: p for n, p in peers.items() if first_of_category or n not in SLOW_PEERS},
     }
     for name, system in systems.items():
         run = system(prompt, config.max_tokens)
@@ -128,6 +157,8 @@ def _measure(
             "e2e_tps": round(run.e2e_tps, 2),
             "speedup": round(run.decode_tps / base.decode_tps, 3) if base.decode_tps else 0.0,
             "identical": run.tokens == base.tokens,
+            "drafted": run.drafted,
+            "accepted": run.accepted,
         }
     log(f"  {item['id']}: " + ", ".join(f"{n} {row[n]['speedup']}x" for n in systems))
     return row
@@ -139,7 +170,11 @@ def run_speculative_bench(config: SpecBenchConfig, log: Callable[[str], None] = 
     assert isinstance(target, LlamaCppModel)
     peers = _start_peers(config, target, log)
     try:
-        rows = [_measure(item, target, peers, config, log) for item in prompts]
+        seen: set[str] = set()
+        rows = []
+        for item in prompts:
+            rows.append(_measure(item, target, peers, config, log, item["category"] not in seen))
+            seen.add(item["category"])
     finally:  # never leave llama-server processes behind
         target.close()
         for peer in peers.values():
@@ -167,8 +202,8 @@ def _markdown(report: dict[str, Any], peers: list[str]) -> str:
         f"Target `{report['config']['target']}`, greedy, up to {report['config']['max_tokens']} new tokens. "
         "Speedup = decode tokens/s over plain llama.cpp decoding of the target.",
         "",
-        "| system | geomean | min | " + " | ".join(CATEGORIES) + " | identical |",
-        "|---|---|---|" + "---|" * len(CATEGORIES) + "---|",
+        "| system | geomean | min | " + " | ".join(CATEGORIES) + " | identical | acceptance |",
+        "|---|---|---|" + "---|" * len(CATEGORIES) + "---|---|",
     ]
     for name in systems:
         s = report["summary"] if name == "coinfer" else report["peers"][name]
@@ -177,7 +212,9 @@ def _markdown(report: dict[str, Any], peers: list[str]) -> str:
         )
         lines.append(
             f"| {name} | {s['geomean_speedup']:.2f}x | {s['min_speedup']:.2f}x | {cats} | "
-            f"{s['identical_outputs']}/{s['total_prompts']} |"
+            f"{s['identical_outputs']}/{s['total_prompts']} | "
+            + ("–" if s["acceptance_rate"] is None else f"{s['acceptance_rate']:.0%}")
+            + " |"
         )
     lines += [
         "",
@@ -185,9 +222,17 @@ def _markdown(report: dict[str, Any], peers: list[str]) -> str:
         "|---|---|---|" + "---|" * len(systems),
     ]
     for r in report["results"]:
-        cells = " | ".join(f"{r[n]['speedup']:.2f}x{'' if r[n]['identical'] else ' ≠'}" for n in systems)
+        cells = " | ".join(
+            f"{r[n]['speedup']:.2f}x{'' if r[n]['identical'] else ' ≠'}" if n in r else "–" for n in systems
+        )
         lines.append(f"| {r['id']} | {r['tokens']} | {r['baseline']['decode_tps']:.1f} | {cells} |")
-    lines += ["", "≠: output differs from the baseline's greedy output."]
+    lines += [
+        "",
+        "≠: output differs from the baseline's greedy output. –: not run (slow peers run on the "
+        "first prompt of each category). transformers-assisted runs de-quantized weights, so its "
+        "text may differ from llama.cpp's. llama-server's decode rate is its own "
+        "`timings.predicted_per_second`.",
+    ]
     return "\n".join(lines) + "\n"
 
 

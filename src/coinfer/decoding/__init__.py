@@ -11,6 +11,7 @@ from coinfer.decoding.speculative import (
     speculative_generate,
     stream_speculative,
 )
+from coinfer.decoding.tree import TokenTree
 from coinfer.decoding.verify import greedy_accept, speculative_accept
 
 __all__ = [
@@ -26,6 +27,7 @@ __all__ = [
     "SpecConfig",
     "SpecStats",
     "TextDrafter",
+    "TokenTree",
     "generate",
     "generate_tokens",
     "greedy_accept",

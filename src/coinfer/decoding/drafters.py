@@ -24,10 +24,22 @@ __all__ = ["Draft", "Drafter", "ModelDrafter", "NgramDrafter", "TextDrafter"]
 
 @dataclass(frozen=True)
 class Draft:
-    """Proposed tokens and, for a sampling drafter, their distributions (k, vocab)."""
+    """Proposed tokens and, for a sampling drafter, their distributions (k, vocab).
+
+    ``bucket`` is the drafter's confidence class for this draft (the n-gram drafter: the
+    length of the match it copied from); the draft-length policy learns acceptance per
+    bucket. Drafters without such a signal leave it 0.
+    """
 
     tokens: list[int]
     probs: np.ndarray | None = None
+    bucket: int = 0
+
+    def head(self, k: int) -> Draft:
+        """The first k tokens of this draft."""
+        if k >= len(self.tokens):
+            return self
+        return Draft(self.tokens[:k], None if self.probs is None else self.probs[:k], self.bucket)
 
 
 class Drafter(Protocol):
@@ -41,12 +53,13 @@ class Drafter(Protocol):
 class NgramDrafter:
     """Prompt lookup: continue the latest earlier occurrence of the context's last n-gram.
 
-    Costs no model call. Tries n from ``max_n`` down to ``min_n``. The index holds, for
+    Costs no model call. Tries n from ``max_n`` down to ``min_n``; the draft's bucket is
+    the n that matched (longer matches are copied more reliably). The index holds, for
     every n-gram seen, where its latest continuation starts, and is extended
     incrementally as the context grows.
     """
 
-    def __init__(self, *, min_n: int = 1, max_n: int = 4) -> None:
+    def __init__(self, *, min_n: int = 1, max_n: int = 8) -> None:
         if not 1 <= min_n <= max_n:
             raise ConfigError(f"need 1 <= min_n <= max_n, got {min_n}, {max_n}")
         self.min_n, self.max_n = min_n, max_n
@@ -70,7 +83,7 @@ class NgramDrafter:
         for n in range(min(self.max_n, len(context)), self.min_n - 1, -1):
             start = self._next.get(tuple(context[-n:]))
             if start is not None:
-                return Draft(context[start : start + k])
+                return Draft(context[start : start + k], bucket=n)
         return Draft([])
 
     def feedback(self, n_accepted: int) -> None:

@@ -124,15 +124,23 @@ def speculative_generate(
             yield Round(kept, drafted, n_acc, draft_s, verify_s, finished)
             if finished:
                 return
-            k = max(0, min(policy.next_k(), config.max_tokens - produced - 1, target.n_ctx - len(context)))
+            room = min(config.max_tokens - produced - 1, target.n_ctx - len(context))
             t0 = time.perf_counter()
-            draft = drafter.propose(context, k)
+            proposal = drafter.propose(context, max(0, min(policy.next_k(), room)))
+            draft = proposal.head(policy.trim(len(proposal.tokens), proposal.bucket))
             t1 = time.perf_counter()
             n_acc, nxt = _verify(target, seq, context[-1], draft, config.sampling, rng)
             target.truncate(seq, len(context) + n_acc)  # keep pending + accepted drafts
             drafter.feedback(n_acc)
             drafted, draft_s, verify_s = len(draft.tokens), t1 - t0, time.perf_counter() - t1
-            policy.observe(drafted=drafted, accepted=n_acc, draft_s=draft_s, verify_s=verify_s)
+            policy.observe(
+                drafted=drafted,
+                accepted=n_acc,
+                draft_s=draft_s,
+                verify_s=verify_s,
+                bucket=proposal.bucket,
+                proposed=len(proposal.tokens),
+            )
             new = [*draft.tokens[:n_acc], nxt]
     finally:
         target.release(seq)
@@ -148,9 +156,9 @@ def _verify(
 ) -> tuple[int, int]:
     """One target forward over [pending, *draft]: (accepted count, next token)."""
     rows = target.extend(seq, [pending, *draft.tokens])  # (k + 1, vocab)
-    probs = np.stack([probs_from_logits(r, sampling) for r in rows])
     if sampling.greedy:
-        return greedy_accept(draft.tokens, probs)
+        return greedy_accept(draft.tokens, rows)  # the argmax of the logits is the greedy choice
+    probs = np.stack([probs_from_logits(r, sampling) for r in rows])
     return speculative_accept(draft.tokens, draft.probs, probs, rng)
 
 

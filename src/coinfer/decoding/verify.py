@@ -23,7 +23,8 @@ def greedy_accept(draft: Sequence[int], target_probs: np.ndarray) -> tuple[int, 
     """(accepted count, next token) for a greedy target.
 
     ``target_probs`` (k + 1, vocab): row i is the target's distribution after the first i
-    draft tokens. The next token is the target's choice after the accepted prefix.
+    draft tokens (or its logits: only the argmax matters). The next token is the target's
+    choice after the accepted prefix.
     """
     choices = np.argmax(target_probs, axis=-1)
     n = 0
