@@ -169,3 +169,17 @@ def test_a_draft_with_another_tokenizer_drafts_through_text() -> None:
     assert all(r.accepted <= r.drafted <= 3 for r in rounds)
     drafter.close()
     draft.close()
+
+
+def test_proposals_are_scored_token_by_token_against_what_the_target_produced() -> None:
+    from coinfer.decoding.speculative import _ProposalLedger
+
+    ledger = _ProposalLedger()
+    context = [1, 2, 3]
+    ledger.add(len(context), [4, 5, 6], bucket=2)  # will hold for two tokens, then differ
+    ledger.add(len(context), [4, 5], bucket=1)  # will hold whole
+    ledger.add(len(context), [], bucket=9)  # nothing proposed: nothing to score
+    assert ledger.resolve(context) == []
+    assert ledger.resolve([*context, 4]) == [(2, 1, True), (1, 1, True)]
+    assert ledger.resolve([*context, 4, 5, 7]) == [(2, 2, True), (2, 3, False), (1, 2, True)]
+    assert ledger.resolve([*context, 4, 5, 7, 8]) == []  # both are closed

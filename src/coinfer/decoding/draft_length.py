@@ -6,27 +6,34 @@
   (an exponential moving average; unmeasured sizes are interpolated between measured
   ones, and extrapolated with the last measured slope): on a CPU this curve is steep
   and not monotonic (MODELS.md, ``coinfer bench decode``), so it is measured, not assumed;
-* the drafter's per-token acceptance ``a``, from a geometric model of acceptance: a
-  round that drafted k and kept m < k is m successes and one failure (maximum
-  likelihood ``a = successes / (successes + failures)``), past rounds decayed by
-  ``memory`` because n-gram drafts come in bursts. It is kept per *bucket*, a
+* how far the drafter's proposals hold: for each draft position j, the chance that a
+  draft whose first j - 1 tokens were kept keeps the j-th (decayed counts, ``memory``,
+  because n-gram drafts come in bursts). Not one per-token rate: a copy that has held
+  for three tokens usually holds for ten, while most one-token matches fail at once.
+  Proposals are scored on the tokens the target went on to produce, including the
+  part trimmed off and never verified (``learn``), so a drafter that is not being used
+  still shows when it would pay. The record is kept per *bucket*, a
   confidence class the drafter puts on each draft (the n-gram drafter's bucket is the
-  length of the match: a 12-token match is copied far more reliably than a 1-token
-  one); a bucket with little evidence leans on the drafter's overall rate;
+  length of the match: an 8-token match is copied far more reliably than a 1-token
+  one); a bucket without a record starts from 1/2 per position, which drafts nothing
+  on this CPU until proposals, scored for free, show that it pays;
 * the drafter's own cost per proposed token.
 
-Expected tokens per round with k drafts is ``E(k) = 1 + a + a^2 + … + a^k`` (the
-target's own token always counts), so it picks ``argmax_k E(k) / (draft(k) + t(k + 1))``
+Expected tokens per round with k drafts is ``E(k) = 1 + S(1) + … + S(k)``, with S(j)
+the chance that the first j drafts are all kept (the target's own token always
+counts), so it picks ``argmax_k E(k) / (draft(k) + t(k + 1))``
 over k = 0 … k_max. k = 0 is plain decoding, so when drafts do not pay, it stops
 drafting: speculation is never knowingly slower. A drafter that costs next to nothing
 (n-gram lookup) is asked for ``k_max`` tokens and the draft is cut to the best k for its
 bucket (``trim``); a costly one (a draft model) is asked for the best k directly.
-Every ``explore_every`` rounds it measures an untried size that would beat its choice
-if that forward cost no more than the nearest measured smaller one (CPU cost curves
-flatten past kernel tile sizes, so extrapolation alone never finds the long drafts that
-pay), or else tries one size more than its choice when that is predicted within 10% of
-it; and every ``probe_every`` rounds one size more regardless, so that a drafter that
-starts to match again is noticed (at most a few % lost when it never does).
+It measures a size past the largest measured one as soon as, with a record of at
+least two proposals in the bucket, that size would beat its choice by 10% if its
+forward cost no more than the largest measured one (CPU cost curves flatten past
+kernel tile sizes, so extrapolation alone never finds the long drafts that pay; the
+largest measured size only grows, so this costs a bounded number of rounds). Every
+``explore_every`` rounds it tries one size more than its choice when that is predicted
+within 10% of it, and every ``probe_every`` rounds regardless, so that the measured
+curve around the choice stays fresh.
 """
 
 from __future__ import annotations
@@ -40,7 +47,7 @@ __all__ = ["AdaptiveDraftLength", "DraftLength", "FixedDraftLength"]
 
 
 class DraftLength(Protocol):
-    """Chooses k before a round and learns from what the round cost and kept."""
+    """Chooses k before a round and learns from what rounds cost and what drafts would keep."""
 
     def next_k(self) -> int:
         """How many tokens to ask the drafter for."""
@@ -50,16 +57,14 @@ class DraftLength(Protocol):
         """How many of the ``proposed`` tokens, drafted with confidence ``bucket``, to verify."""
         ...
 
-    def observe(
-        self,
-        *,
-        drafted: int,
-        accepted: int,
-        draft_s: float,
-        verify_s: float,
-        bucket: int = 0,
-        proposed: int = 0,
-    ) -> None: ...
+    def observe(self, *, drafted: int, draft_s: float, verify_s: float, proposed: int = 0) -> None:
+        """A round's costs: ``proposed`` tokens drafted in ``draft_s``, ``drafted`` of them verified."""
+        ...
+
+    def learn(self, *, bucket: int, position: int, kept: bool) -> None:
+        """Draft position ``position`` (1-based) of a proposal in ``bucket`` whose earlier
+        positions all equal what the target produced: did this one too?"""
+        ...
 
 
 @dataclass
@@ -78,33 +83,39 @@ class FixedDraftLength:
     def trim(self, proposed: int, bucket: int) -> int:
         return proposed
 
-    def observe(
-        self,
-        *,
-        drafted: int,
-        accepted: int,
-        draft_s: float,
-        verify_s: float,
-        bucket: int = 0,
-        proposed: int = 0,
-    ) -> None:
+    def observe(self, *, drafted: int, draft_s: float, verify_s: float, proposed: int = 0) -> None:
+        return None
+
+    def learn(self, *, bucket: int, position: int, kept: bool) -> None:
         return None
 
 
 @dataclass
-class _Evidence:
-    """Decayed counts of kept drafted tokens (successes) and rejections (failures)."""
+class _Survival:
+    """Decayed counts, per draft position j, of proposals that reached j and that kept j.
 
-    successes: float
-    failures: float
+    ``tries[j]``: proposals at least j long whose first j - 1 tokens matched, once the
+    target's j-th token is known; ``passes[j]``: those whose j-th token matched too.
+    Their ratio is the chance that a draft that got this far goes one token further.
+    """
 
-    def add(self, drafted: int, accepted: int, memory: float) -> None:
-        self.successes = memory * self.successes + accepted
-        self.failures = memory * self.failures + (1 if accepted < drafted else 0)
+    size: int
+    tries: list[float] = field(default_factory=list)
+    passes: list[float] = field(default_factory=list)
+    weight: float = 0.0  # decayed number of proposals seen
 
-    @property
-    def total(self) -> float:
-        return self.successes + self.failures
+    def __post_init__(self) -> None:
+        self.tries = [0.0] * (self.size + 1)
+        self.passes = [0.0] * (self.size + 1)
+
+    def add(self, position: int, kept: bool, memory: float) -> None:
+        if position == 1:  # a new proposal: older ones count a little less
+            self.tries = [memory * t for t in self.tries]
+            self.passes = [memory * p for p in self.passes]
+            self.weight = memory * self.weight + 1
+        if position <= self.size:
+            self.tries[position] += 1
+            self.passes[position] += kept
 
 
 @dataclass
@@ -116,26 +127,48 @@ class AdaptiveDraftLength:
     smoothing: float = 0.3  # weight of a new measurement in the moving averages
     explore_every: int = 8
     probe_every: int = 32  # an exploration round even when it looks hopeless (drafts are bursty)
-    memory: float = 0.9  # decay of past acceptance evidence per drafting round
-    bucket_prior: float = 2.0  # how many observations the overall rate is worth in a bucket
+    memory: float = 0.95  # decay of past acceptance evidence per proposal
+    prior_strength: float = 1.0  # proposals' worth of the previous position's estimate at each position
     cheap_fraction: float = 0.05  # drafting k_max tokens under this share of t(1) is "free"
     _verify: dict[int, float] = field(default_factory=dict)  # n -> seconds of a forward over n tokens
     _draft_per_token: float | None = None  # seconds per proposed token
-    _overall: _Evidence = field(default_factory=lambda: _Evidence(1.0, 1.0))  # prior: acceptance 1/2
-    _buckets: dict[int, _Evidence] = field(default_factory=dict)
+    _overall: _Survival | None = None
+    _buckets: dict[int, _Survival] = field(default_factory=dict)
     _rounds: int = 0
 
     def __post_init__(self) -> None:
         if not 0 <= self.k_start <= self.k_max or not 0 < self.smoothing <= 1 or self.explore_every < 1:
             raise ConfigError("need 0 <= k_start <= k_max, 0 < smoothing <= 1 and explore_every >= 1")
+        self._overall = _Survival(self.k_max)
+
+    def _continuation(self, bucket: int | None) -> list[float]:
+        """Chance of draft position j being kept given j - 1 were, for j = 0 … k_max.
+
+        From the bucket's own record (all proposals' for None), each position shrunk
+        towards the previous position's estimate (1/2 for the first), so positions never
+        drafted inherit what is known. Buckets do not borrow from each other: a long
+        copy says nothing about one-token matches.
+        """
+        assert self._overall is not None
+        record = self._overall if bucket is None else self._buckets.get(bucket)
+        out, previous = [1.0], 0.5
+        for j in range(1, self.k_max + 1):
+            t, p = (record.tries[j], record.passes[j]) if record else (0.0, 0.0)
+            previous = (p + self.prior_strength * previous) / (t + self.prior_strength)
+            out.append(previous)
+        return out
+
+    def survival(self, bucket: int | None = None) -> list[float]:
+        """P(the first j draft tokens are all kept), j = 0 … k_max (position 0: always 1)."""
+        out, s = [1.0], 1.0
+        for c in self._continuation(bucket)[1:]:
+            s *= c
+            out.append(s)
+        return out
 
     def acceptance(self, bucket: int | None = None) -> float:
-        """Estimated per-token acceptance of drafts in ``bucket`` (None: all drafts)."""
-        a = self._overall.successes / self._overall.total
-        ev = self._buckets.get(bucket) if bucket is not None else None
-        if ev is None:
-            return a
-        return (ev.successes + self.bucket_prior * a) / (ev.total + self.bucket_prior)
+        """Estimated chance that a draft's first token is kept."""
+        return self.survival(bucket)[1]
 
     def verify_cost(self, n: int) -> float | None:
         """Estimated seconds of one target forward over n tokens (None before any measurement)."""
@@ -157,8 +190,8 @@ class AdaptiveDraftLength:
         return self._verify[top] + per_token * (n - top)
 
     def expected_tokens(self, k: int, bucket: int | None = None) -> float:
-        a = self.acceptance(bucket)
-        return sum(a**i for i in range(k + 1))
+        """Tokens a round yields with k drafts: the target's own one plus the kept prefix."""
+        return sum(self.survival(bucket)[: k + 1])
 
     def tokens_per_second(self, k: int, bucket: int | None = None) -> float | None:
         cost = self.verify_cost(k + 1)
@@ -195,44 +228,38 @@ class AdaptiveDraftLength:
         best = self.best_k(bucket)
         if not self._rounds or best >= self.k_max:
             return best
+        here = self.tokens_per_second(best, bucket) or 0.0
+        hopeful = self._most_hopeful_unmeasured(bucket)
+        if hopeful is not None and hopeful[1] > 1.1 * here:  # each size is measured once: bounded cost
+            return hopeful[0]
         if self._rounds % self.probe_every == 0:
             return best + 1
         if self._rounds % self.explore_every == 0:
-            here = self.tokens_per_second(best, bucket) or 0.0
-            hopeful = self._most_hopeful_unmeasured(bucket)
-            if hopeful is not None and hopeful[1] > here:
-                return hopeful[0]
             there = self.tokens_per_second(best + 1, bucket)
             if here and there and there >= 0.9 * here:  # only where it might pay
                 return best + 1
         return best
 
     def _most_hopeful_unmeasured(self, bucket: int | None) -> tuple[int, float] | None:
-        """The unmeasured k with the best rate if its forward cost no more than the nearest
-        measured smaller one (CPU curves flatten past kernel tile sizes), and that rate."""
-        measured = sorted(self._verify)
-        best: tuple[int, float] | None = None
-        for k in range(1, self.k_max + 1):
-            if k + 1 in self._verify:
-                continue
-            floor = max((n for n in measured if n < k + 1), default=None)
-            if floor is None:
-                continue
-            rate = self.expected_tokens(k, bucket) / self._verify[floor]
-            if best is None or rate > best[1]:
-                best = (k, rate)
-        return best
+        """Past the largest measured size, the k with the best rate if its forward cost no
+        more than that size's (CPU curves flatten past kernel tile sizes), and that rate.
+        Only once the bucket has a record of its own: a prior alone never buys a long forward."""
+        assert self._overall is not None
+        record = self._overall if bucket is None else self._buckets.get(bucket)
+        if record is None or record.weight < 2 or not self._verify:
+            return None
+        top = max(self._verify)
+        draft = 0.0 if self.drafter_is_cheap() else (self._draft_per_token or 0.0)
+        rates = {
+            k: self.expected_tokens(k, bucket) / (self._verify[top] + draft * k)
+            for k in range(top, self.k_max + 1)
+        }
+        if not rates:
+            return None
+        k = max(rates, key=rates.__getitem__)
+        return k, rates[k]
 
-    def observe(
-        self,
-        *,
-        drafted: int,
-        accepted: int,
-        draft_s: float,
-        verify_s: float,
-        bucket: int = 0,
-        proposed: int = 0,
-    ) -> None:
+    def observe(self, *, drafted: int, draft_s: float, verify_s: float, proposed: int = 0) -> None:
         self._rounds += 1
         n = drafted + 1
         old = self._verify.get(n)
@@ -244,7 +271,9 @@ class AdaptiveDraftLength:
             self._draft_per_token = (
                 per_token if old_d is None else (1 - self.smoothing) * old_d + self.smoothing * per_token
             )
-        if drafted:
-            # recent rounds count more: n-gram drafts come in bursts (copied code, then prose)
-            self._overall.add(drafted, accepted, self.memory)
-            self._buckets.setdefault(bucket, _Evidence(0.0, 0.0)).add(drafted, accepted, self.memory)
+
+    def learn(self, *, bucket: int, position: int, kept: bool) -> None:
+        # recent proposals count more: n-gram drafts come in bursts (copied code, then prose)
+        assert self._overall is not None
+        self._overall.add(position, kept, self.memory)
+        self._buckets.setdefault(bucket, _Survival(self.k_max)).add(position, kept, self.memory)

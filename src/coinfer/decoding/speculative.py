@@ -12,6 +12,7 @@ from __future__ import annotations
 import time
 from collections.abc import Generator, Iterator, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
@@ -115,10 +116,13 @@ def speculative_generate(
         first = sample(probs_from_logits(logits, config.sampling), rng)
         context, produced = list(prompt), 0
         new, drafted, n_acc, draft_s, verify_s = [first], 0, 0, 0.0, time.perf_counter() - t0
+        ledger = _ProposalLedger()
         while True:
             kept, finished = _emit(new, target.eos_ids, config.max_tokens - produced)
             context.extend(kept)
             produced += len(kept)
+            for bucket, position, held in ledger.resolve(context):
+                policy.learn(bucket=bucket, position=position, kept=held)
             if not finished and len(context) + 1 >= target.n_ctx:
                 finished = "length"
             yield Round(kept, drafted, n_acc, draft_s, verify_s, finished)
@@ -127,20 +131,14 @@ def speculative_generate(
             room = min(config.max_tokens - produced - 1, target.n_ctx - len(context))
             t0 = time.perf_counter()
             proposal = drafter.propose(context, max(0, min(policy.next_k(), room)))
+            ledger.add(len(context), proposal.tokens, proposal.bucket)
             draft = proposal.head(policy.trim(len(proposal.tokens), proposal.bucket))
             t1 = time.perf_counter()
             n_acc, nxt = _verify(target, seq, context[-1], draft, config.sampling, rng)
             target.truncate(seq, len(context) + n_acc)  # keep pending + accepted drafts
             drafter.feedback(n_acc)
             drafted, draft_s, verify_s = len(draft.tokens), t1 - t0, time.perf_counter() - t1
-            policy.observe(
-                drafted=drafted,
-                accepted=n_acc,
-                draft_s=draft_s,
-                verify_s=verify_s,
-                bucket=proposal.bucket,
-                proposed=len(proposal.tokens),
-            )
+            policy.observe(drafted=drafted, draft_s=draft_s, verify_s=verify_s, proposed=len(proposal.tokens))
             new = [*draft.tokens[:n_acc], nxt]
     finally:
         target.release(seq)
@@ -160,6 +158,43 @@ def _verify(
         return greedy_accept(draft.tokens, rows)  # the argmax of the logits is the greedy choice
     probs = np.stack([probs_from_logits(r, sampling) for r in rows])
     return speculative_accept(draft.tokens, draft.probs, probs, rng)
+
+
+class _ProposalLedger:
+    """Proposals being scored, token by token, against what the target goes on to produce.
+
+    A proposal made at context length ``at`` is scored at each position as soon as the
+    target's token there is known, until it first differs or ends; the part trimmed off
+    before verification is scored too, at no cost. Scoring as tokens arrive (rather
+    than once a proposal is decided) keeps long proposals from being learned late.
+    """
+
+    def __init__(self) -> None:
+        self._open: list[list[Any]] = []  # [at, tokens, bucket, positions scored]
+
+    def add(self, at: int, tokens: list[int], bucket: int) -> None:
+        if tokens:
+            self._open.append([at, list(tokens), bucket, 0])
+
+    def resolve(self, context: Sequence[int]) -> list[tuple[int, int, bool]]:
+        """(bucket, position, kept) for every proposal position the context now decides."""
+        events, still = [], []
+        for entry in self._open:
+            at, tokens, bucket, scored = entry
+            known = min(len(tokens), len(context) - at)
+            closed = False
+            while scored < known:
+                kept = context[at + scored] == tokens[scored]
+                scored += 1
+                events.append((bucket, scored, kept))
+                if not kept:
+                    closed = True
+                    break
+            entry[3] = scored
+            if not closed and scored < len(tokens):
+                still.append(entry)
+        self._open = still
+        return events
 
 
 def _emit(new: list[int], eos_ids: frozenset[int], budget: int) -> tuple[list[int], str | None]:
