@@ -114,7 +114,7 @@ def test_a_draft_with_another_vocabulary_is_refused(
 @needs_llama
 @pytest.mark.xfail(
     strict=True,
-    reason="issue 3, open: llama.cpp rounds a k-token verify batch differently from one-token decoding "
+    reason="known gap (README): llama.cpp rounds a k-token verify batch differently from one-token decoding "
     "(up to 0.48 in SmolLM2's logits, with or without weight repacking), and here a near-tie between "
     "EOS and a newline flips after 30 identical tokens; k=0 is identical",
 )

@@ -133,7 +133,7 @@ def _prompt_lookup(model_path: str, n_threads: int | None, eos: frozenset[int]) 
     from llama_cpp.llama_speculative import LlamaPromptLookupDecoding
 
     llm = llama_cpp.Llama(
-        model_path=model_path, n_ctx=4096, n_threads=n_threads, verbose=False,
+        model_path=model_path, n_ctx=8192, n_threads=n_threads, verbose=False,
         draft_model=LlamaPromptLookupDecoding(num_pred_tokens=10),
     )  # fmt: skip
 

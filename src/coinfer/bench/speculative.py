@@ -113,16 +113,18 @@ def _geomean(xs: list[float]) -> float:
 
 
 def _summary(rows: list[dict[str, Any]], system: str) -> dict[str, Any]:
-    rows = [r for r in rows if system in r]  # slow peers run on a few prompts only
+    failed = sum(1 for r in rows if "error" in r.get(system, {}))
+    rows = [r for r in rows if system in r and "error" not in r[system]]  # slow peers: a few prompts only
     ratios = [r[system]["speedup"] for r in rows]
     by_cat = {c: _geomean([r[system]["speedup"] for r in rows if r["category"] == c]) for c in CATEGORIES}
     return {
         "geomean_speedup": round(_geomean(ratios), 3),
-        "min_speedup": round(min(ratios), 3),
+        "min_speedup": round(min(ratios), 3) if ratios else 0.0,
         "per_category": {c: round(v, 3) for c, v in by_cat.items() if v},
         "identical_outputs": sum(r[system]["identical"] for r in rows),
         "total_prompts": len(rows),
         "acceptance_rate": _acceptance(rows, system),
+        "failed_prompts": failed,
     }
 
 
@@ -151,7 +153,14 @@ def _measure(
         **{n: p for n, p in peers.items() if first_of_category or n not in SLOW_PEERS},
     }
     for name, system in systems.items():
-        run = system(prompt, config.max_tokens)
+        try:
+            run = system(prompt, config.max_tokens)
+        except Exception as exc:  # a peer's own failure is recorded, not allowed to end the run
+            if name == "coinfer":
+                raise
+            log(f"  {name} failed on {item['id']}: {type(exc).__name__}: {exc}"[:300])
+            row[name] = {"error": f"{type(exc).__name__}: {exc}"[:300]}
+            continue
         row[name] = {
             "decode_tps": round(run.decode_tps, 2),
             "e2e_tps": round(run.e2e_tps, 2),
@@ -160,7 +169,7 @@ def _measure(
             "drafted": run.drafted,
             "accepted": run.accepted,
         }
-    log(f"  {item['id']}: " + ", ".join(f"{n} {row[n]['speedup']}x" for n in systems))
+    log(f"  {item['id']}: " + ", ".join(f"{n} {_cell(row[n])}" for n in systems))
     return row
 
 
@@ -171,26 +180,31 @@ def run_speculative_bench(config: SpecBenchConfig, log: Callable[[str], None] = 
     peers = _start_peers(config, target, log)
     try:
         seen: set[str] = set()
-        rows = []
+        rows: list[dict[str, Any]] = []
+        report: dict[str, Any] = {}
         for item in prompts:
             rows.append(_measure(item, target, peers, config, log, item["category"] not in seen))
             seen.add(item["category"])
+            report = _write_report(config, rows, list(peers))  # after every prompt: a long run keeps its part
     finally:  # never leave llama-server processes behind
         target.close()
         for peer in peers.values():
             peer.close()
-    summary = _summary(rows, "coinfer")
+    return report
+
+
+def _write_report(config: SpecBenchConfig, rows: list[dict[str, Any]], peers: list[str]) -> dict[str, Any]:
     report = {
         "config": asdict(config),
         "environment": environment(),
-        "summary": summary,
+        "summary": _summary(rows, "coinfer"),
         "peers": {name: _summary(rows, name) for name in peers},
         "results": rows,
     }
     out = Path(config.out)
     write_json(out / "results.json", report)
-    write_markdown(out / "results.md", _markdown(report, list(peers)))
-    _plot(out / "speedup.png", report, list(peers))
+    write_markdown(out / "results.md", _markdown(report, peers))
+    _plot(out / "speedup.png", report, peers)
     return report
 
 
@@ -222,9 +236,7 @@ def _markdown(report: dict[str, Any], peers: list[str]) -> str:
         "|---|---|---|" + "---|" * len(systems),
     ]
     for r in report["results"]:
-        cells = " | ".join(
-            f"{r[n]['speedup']:.2f}x{'' if r[n]['identical'] else ' ≠'}" if n in r else "–" for n in systems
-        )
+        cells = " | ".join(_cell(r.get(n)) for n in systems)
         lines.append(f"| {r['id']} | {r['tokens']} | {r['baseline']['decode_tps']:.1f} | {cells} |")
     lines += [
         "",
@@ -234,6 +246,14 @@ def _markdown(report: dict[str, Any], peers: list[str]) -> str:
         "`timings.predicted_per_second`.",
     ]
     return "\n".join(lines) + "\n"
+
+
+def _cell(run: dict[str, Any] | None) -> str:
+    if run is None:
+        return "–"
+    if "error" in run:
+        return "failed"
+    return f"{run['speedup']:.2f}x{'' if run['identical'] else ' ≠'}"
 
 
 def _plot(path: Path, report: dict[str, Any], peers: list[str]) -> None:

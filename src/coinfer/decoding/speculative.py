@@ -12,7 +12,6 @@ from __future__ import annotations
 import time
 from collections.abc import Generator, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Any
 
 import numpy as np
 
@@ -170,31 +169,35 @@ class _ProposalLedger:
     """
 
     def __init__(self) -> None:
-        self._open: list[list[Any]] = []  # [at, tokens, bucket, positions scored]
+        self._open: list[_Proposal] = []
 
     def add(self, at: int, tokens: list[int], bucket: int) -> None:
         if tokens:
-            self._open.append([at, list(tokens), bucket, 0])
+            self._open.append(_Proposal(at, list(tokens), bucket))
 
     def resolve(self, context: Sequence[int]) -> list[tuple[int, int, bool]]:
         """(bucket, position, kept) for every proposal position the context now decides."""
-        events, still = [], []
-        for entry in self._open:
-            at, tokens, bucket, scored = entry
-            known = min(len(tokens), len(context) - at)
-            closed = False
-            while scored < known:
-                kept = context[at + scored] == tokens[scored]
-                scored += 1
-                events.append((bucket, scored, kept))
-                if not kept:
-                    closed = True
-                    break
-            entry[3] = scored
-            if not closed and scored < len(tokens):
-                still.append(entry)
+        events: list[tuple[int, int, bool]] = []
+        still = []
+        for p in self._open:
+            known = min(len(p.tokens), len(context) - p.at)
+            missed = False
+            while p.scored < known and not missed:
+                missed = context[p.at + p.scored] != p.tokens[p.scored]
+                p.scored += 1
+                events.append((p.bucket, p.scored, not missed))
+            if not missed and p.scored < len(p.tokens):
+                still.append(p)
         self._open = still
         return events
+
+
+@dataclass
+class _Proposal:
+    at: int  # context length when it was proposed
+    tokens: list[int]
+    bucket: int
+    scored: int = 0  # positions compared so far
 
 
 def _emit(new: list[int], eos_ids: frozenset[int], budget: int) -> tuple[list[int], str | None]:

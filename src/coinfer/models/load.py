@@ -127,7 +127,9 @@ def _torch_dtype(torch: Any, dtype: str | None, device: str) -> Any:
 
 def _from_pretrained(folder: Path, torch_dtype: Any, device: str) -> tuple[Any, Any]:
     from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers.utils import logging as hf_logging
 
+    hf_logging.disable_progress_bar()  # stderr carries coinfer's own summary line
     try:
         tok = AutoTokenizer.from_pretrained(folder)
         model = AutoModelForCausalLM.from_pretrained(folder, dtype=torch_dtype)

@@ -1,0 +1,53 @@
+"""The speculative benchmark's summary: what a reader of results.json relies on."""
+
+from __future__ import annotations
+
+import pytest
+
+from coinfer.bench.speculative import _cell, _summary
+from tests.conftest import needs_llama
+
+
+def _run(speedup: float, identical: bool = True, drafted: int | None = 10, accepted: int | None = 5) -> dict:
+    return {"speedup": speedup, "identical": identical, "drafted": drafted, "accepted": accepted}
+
+
+ROWS = [
+    {"id": "h1", "category": "humaneval", "coinfer": _run(2.0), "peer": _run(1.0, drafted=None)},
+    {"id": "e1", "category": "edit", "coinfer": _run(4.0, identical=False), "peer": {"error": "boom"}},
+    {"id": "g1", "category": "grounded", "coinfer": _run(0.5, drafted=0, accepted=0)},
+]
+
+
+def test_summary_has_geomean_min_categories_identity_and_acceptance() -> None:
+    s = _summary(ROWS, "coinfer")
+    assert s["geomean_speedup"] == pytest.approx(4.0 ** (1 / 3), abs=1e-3)  # (2 * 4 * 0.5) ** (1/3)
+    assert s["min_speedup"] == 0.5
+    assert s["per_category"] == {"humaneval": 2.0, "edit": 4.0, "grounded": 0.5}
+    assert (s["identical_outputs"], s["total_prompts"], s["failed_prompts"]) == (2, 3, 0)
+    assert s["acceptance_rate"] == 0.5  # 10 of 20 drafted tokens
+
+
+def test_a_peer_that_failed_or_did_not_run_is_left_out_and_counted() -> None:
+    s = _summary(ROWS, "peer")
+    assert (s["total_prompts"], s["failed_prompts"], s["geomean_speedup"]) == (1, 1, 1.0)
+    assert s["acceptance_rate"] is None  # the peer does not report its drafts
+    assert [_cell(r.get("peer")) for r in ROWS] == ["1.00x", "failed", "–"]
+    assert _cell(ROWS[1]["coinfer"]) == "4.00x ≠"
+
+
+@needs_llama
+def test_a_peer_that_raises_is_recorded_and_the_run_goes_on(smollm_llama) -> None:  # type: ignore[no-untyped-def]
+    from coinfer.bench.peers import Peer
+    from coinfer.bench.speculative import SpecBenchConfig, _measure
+
+    def broken(prompt: list[int], max_tokens: int):  # type: ignore[no-untyped-def]
+        raise ValueError("could not broadcast")
+
+    item = {"id": "x", "category": "edit", "messages": [{"role": "user", "content": "Say hi."}]}
+    logged: list[str] = []
+    config = SpecBenchConfig(out="unused", target="smollm2-135m", max_tokens=4)
+    row = _measure(item, smollm_llama, {"broken": Peer(broken)}, config, logged.append)
+    assert row["broken"] == {"error": "ValueError: could not broadcast"}
+    assert row["coinfer"]["speedup"] > 0
+    assert any("broken failed" in line for line in logged) and "broken failed" in logged[-2]
