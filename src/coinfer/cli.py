@@ -156,7 +156,7 @@ def _drafter(args: argparse.Namespace, target: SteerableModel, prompt: list[int]
 
     if args.draft == "none":
         return None
-    if args.draft in ("auto", "ngram"):  # auto: the drafter that measured best (README, benchmarks)
+    if args.draft == "ngram":
         return NgramDrafter()
     draft = load_model(
         args.draft, backend=args.backend, n_ctx=args.ctx, n_threads=args.threads, device=args.device
@@ -188,6 +188,8 @@ def _stream(args: argparse.Namespace, model: SteerableModel, drafter: Any, promp
 def cmd_generate(args: argparse.Namespace) -> int:
     from coinfer.decoding import GenerationStats
 
+    if args.draft == "auto":  # the drafter that measured best here (README, docs/bench/speculative)
+        args.draft = "ngram"
     model = _load(args, quiet=args.json)
     prompt, prompt_format = _prompt_ids(model, args)
     drafter = _drafter(args, model, prompt)
@@ -215,7 +217,7 @@ def cmd_generate(args: argparse.Namespace) -> int:
             "finish_reason": finish,
             "model": args.model,
             "backend": args.backend,
-            "draft": "ngram" if args.draft == "auto" else args.draft,
+            "draft": args.draft,
             "prompt_format": prompt_format,
             "stats": {**stats.as_dict(), **(spec.as_dict() if spec else {})},
         }

@@ -212,12 +212,12 @@ def _llama_server(
 
 def _transformers_assisted(target: str, draft: str, n_threads: int | None, eos: frozenset[int]) -> Peer:
     from coinfer.models import load_model
-    from coinfer.models.hf import HFModel
+    from coinfer.models.hf import HFModel, import_torch
 
     big = load_model(target, backend="transformers", n_threads=n_threads)
     small = load_model(draft, backend="transformers", n_threads=n_threads)
     assert isinstance(big, HFModel) and isinstance(small, HFModel)
-    torch = big._torch
+    torch = import_torch()
 
     def run(prompt: list[int], max_tokens: int) -> Run:
         streamer = _TokenTimer()

@@ -158,8 +158,8 @@ def _measure(
         except Exception as exc:  # a peer's own failure is recorded, not allowed to end the run
             if name == "coinfer":
                 raise
-            log(f"  {name} failed on {item['id']}: {type(exc).__name__}: {exc}"[:300])
             row[name] = {"error": f"{type(exc).__name__}: {exc}"[:300]}
+            log(f"  {name} failed on {item['id']}: {row[name]['error']}")
             continue
         row[name] = {
             "decode_tps": round(run.decode_tps, 2),
@@ -182,10 +182,11 @@ def run_speculative_bench(config: SpecBenchConfig, log: Callable[[str], None] = 
         seen: set[str] = set()
         rows: list[dict[str, Any]] = []
         report: dict[str, Any] = {}
+        where = environment()
         for item in prompts:
             rows.append(_measure(item, target, peers, config, log, item["category"] not in seen))
             seen.add(item["category"])
-            report = _write_report(config, rows, list(peers))  # after every prompt: a long run keeps its part
+            report = _write_report(config, where, rows, list(peers))  # a long run keeps what it measured
     finally:  # never leave llama-server processes behind
         target.close()
         for peer in peers.values():
@@ -193,10 +194,12 @@ def run_speculative_bench(config: SpecBenchConfig, log: Callable[[str], None] = 
     return report
 
 
-def _write_report(config: SpecBenchConfig, rows: list[dict[str, Any]], peers: list[str]) -> dict[str, Any]:
+def _write_report(
+    config: SpecBenchConfig, where: dict[str, Any], rows: list[dict[str, Any]], peers: list[str]
+) -> dict[str, Any]:
     report = {
         "config": asdict(config),
-        "environment": environment(),
+        "environment": where,
         "summary": _summary(rows, "coinfer"),
         "peers": {name: _summary(rows, name) for name in peers},
         "results": rows,

@@ -132,7 +132,7 @@ class AdaptiveDraftLength:
     cheap_fraction: float = 0.05  # drafting k_max tokens under this share of t(1) is "free"
     _verify: dict[int, float] = field(default_factory=dict)  # n -> seconds of a forward over n tokens
     _draft_per_token: float | None = None  # seconds per proposed token
-    _overall: _Survival | None = None
+    _overall: _Survival = field(init=False)  # every proposal, whatever its bucket
     _buckets: dict[int, _Survival] = field(default_factory=dict)
     _rounds: int = 0
 
@@ -140,6 +140,9 @@ class AdaptiveDraftLength:
         if not 0 <= self.k_start <= self.k_max or not 0 < self.smoothing <= 1 or self.explore_every < 1:
             raise ConfigError("need 0 <= k_start <= k_max, 0 < smoothing <= 1 and explore_every >= 1")
         self._overall = _Survival(self.k_max)
+
+    def _record(self, bucket: int | None) -> _Survival | None:
+        return self._overall if bucket is None else self._buckets.get(bucket)
 
     def _continuation(self, bucket: int | None) -> list[float]:
         """Chance of draft position j being kept given j - 1 were, for j = 0 … k_max.
@@ -149,8 +152,7 @@ class AdaptiveDraftLength:
         drafted inherit what is known. Buckets do not borrow from each other: a long
         copy says nothing about one-token matches.
         """
-        assert self._overall is not None
-        record = self._overall if bucket is None else self._buckets.get(bucket)
+        record = self._record(bucket)
         out, previous = [1.0], 0.5
         for j in range(1, self.k_max + 1):
             t, p = (record.tries[j], record.passes[j]) if record else (0.0, 0.0)
@@ -172,8 +174,10 @@ class AdaptiveDraftLength:
 
     def verify_cost(self, n: int) -> float | None:
         """Estimated seconds of one target forward over n tokens (None before any measurement)."""
-        if not self._verify:
-            return None
+        return self._cost(n) if self._verify else None
+
+    def _cost(self, n: int) -> float:
+        """``verify_cost`` once at least one size is measured."""
         if n in self._verify:
             return self._verify[n]
         sizes = sorted(self._verify)
@@ -191,20 +195,35 @@ class AdaptiveDraftLength:
 
     def expected_tokens(self, k: int, bucket: int | None = None) -> float:
         """Tokens a round yields with k drafts: the target's own one plus the kept prefix."""
-        return sum(self.survival(bucket)[: k + 1])
+        return self._expected(bucket)[k]
+
+    def _expected(self, bucket: int | None) -> list[float]:
+        """``expected_tokens`` for every k = 0 … k_max at once (running sums of the survival)."""
+        out, total = [], 0.0
+        for s in self.survival(bucket):
+            total += s
+            out.append(total)
+        return out
+
+    def _draft_cost_per_token(self) -> float:
+        return 0.0 if self.drafter_is_cheap() else (self._draft_per_token or 0.0)
 
     def tokens_per_second(self, k: int, bucket: int | None = None) -> float | None:
-        cost = self.verify_cost(k + 1)
-        if cost is None:
+        rates = self._rates(bucket)
+        return None if rates is None else rates[k]
+
+    def _rates(self, bucket: int | None) -> list[float] | None:
+        """Expected tokens per second for every k = 0 … k_max (None before any measurement)."""
+        if not self._verify:
             return None
-        draft = 0.0 if self.drafter_is_cheap() else (self._draft_per_token or 0.0) * k
-        return self.expected_tokens(k, bucket) / (cost + draft)
+        expected, draft = self._expected(bucket), self._draft_cost_per_token()
+        return [expected[k] / (self._cost(k + 1) + draft * k) for k in range(self.k_max + 1)]
 
     def best_k(self, bucket: int | None = None) -> int:
-        scores = {k: self.tokens_per_second(k, bucket) for k in range(self.k_max + 1)}
-        if any(v is None for v in scores.values()):
+        rates = self._rates(bucket)
+        if rates is None:
             return self.k_start
-        return max(scores, key=lambda k: (scores[k], -k))  # type: ignore[arg-type,return-value]
+        return max(range(self.k_max + 1), key=lambda k: (rates[k], -k))
 
     def drafter_is_cheap(self) -> bool:
         """Whether proposing ``k_max`` tokens costs next to nothing next to one target forward."""
@@ -225,35 +244,31 @@ class AdaptiveDraftLength:
     def _choose(self, bucket: int | None) -> int:
         if 1 not in self._verify and self._rounds > 0:  # measure plain decoding once, early
             return 0
-        best = self.best_k(bucket)
+        rates = self._rates(bucket)
+        if rates is None:
+            return self.k_start
+        best = max(range(self.k_max + 1), key=lambda k: (rates[k], -k))
         if not self._rounds or best >= self.k_max:
             return best
-        here = self.tokens_per_second(best, bucket) or 0.0
         hopeful = self._most_hopeful_unmeasured(bucket)
-        if hopeful is not None and hopeful[1] > 1.1 * here:  # each size is measured once: bounded cost
+        if hopeful is not None and hopeful[1] > 1.1 * rates[best]:  # the largest measured size only grows
             return hopeful[0]
         if self._rounds % self.probe_every == 0:
             return best + 1
-        if self._rounds % self.explore_every == 0:
-            there = self.tokens_per_second(best + 1, bucket)
-            if here and there and there >= 0.9 * here:  # only where it might pay
-                return best + 1
+        if self._rounds % self.explore_every == 0 and rates[best + 1] >= 0.9 * rates[best]:
+            return best + 1  # only where it might pay
         return best
 
     def _most_hopeful_unmeasured(self, bucket: int | None) -> tuple[int, float] | None:
         """Past the largest measured size, the k with the best rate if its forward cost no
         more than that size's (CPU curves flatten past kernel tile sizes), and that rate.
         Only once the bucket has a record of its own: a prior alone never buys a long forward."""
-        assert self._overall is not None
-        record = self._overall if bucket is None else self._buckets.get(bucket)
+        record = self._record(bucket)
         if record is None or record.weight < 2 or not self._verify:
             return None
         top = max(self._verify)
-        draft = 0.0 if self.drafter_is_cheap() else (self._draft_per_token or 0.0)
-        rates = {
-            k: self.expected_tokens(k, bucket) / (self._verify[top] + draft * k)
-            for k in range(top, self.k_max + 1)
-        }
+        expected, draft = self._expected(bucket), self._draft_cost_per_token()
+        rates = {k: expected[k] / (self._verify[top] + draft * k) for k in range(top, self.k_max + 1)}
         if not rates:
             return None
         k = max(rates, key=rates.__getitem__)
@@ -262,18 +277,16 @@ class AdaptiveDraftLength:
     def observe(self, *, drafted: int, draft_s: float, verify_s: float, proposed: int = 0) -> None:
         self._rounds += 1
         n = drafted + 1
-        old = self._verify.get(n)
-        self._verify[n] = verify_s if old is None else (1 - self.smoothing) * old + self.smoothing * verify_s
+        self._verify[n] = self._average(self._verify.get(n), verify_s)
         proposed = max(proposed, drafted)
         if proposed:
-            per_token = draft_s / proposed
-            old_d = self._draft_per_token
-            self._draft_per_token = (
-                per_token if old_d is None else (1 - self.smoothing) * old_d + self.smoothing * per_token
-            )
+            self._draft_per_token = self._average(self._draft_per_token, draft_s / proposed)
+
+    def _average(self, old: float | None, new: float) -> float:
+        """Exponential moving average; the first measurement stands alone."""
+        return new if old is None else (1 - self.smoothing) * old + self.smoothing * new
 
     def learn(self, *, bucket: int, position: int, kept: bool) -> None:
         # recent proposals count more: n-gram drafts come in bursts (copied code, then prose)
-        assert self._overall is not None
         self._overall.add(position, kept, self.memory)
         self._buckets.setdefault(bucket, _Survival(self.k_max)).add(position, kept, self.memory)
