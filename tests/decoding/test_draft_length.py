@@ -96,7 +96,8 @@ def test_costs_are_interpolated_and_extrapolated_conservatively() -> None:
     for n, ms in ((1, 10.0), (5, 30.0)):
         policy.observe(drafted=n - 1, draft_s=0.0, verify_s=ms)
     assert policy.verify_cost(3) == pytest.approx(20.0)
-    assert policy.verify_cost(9) == pytest.approx(50.0)  # the last measured slope continues
+    # past the largest measured size: half its average cost per token (30 ms / 5 tokens) each
+    assert policy.verify_cost(9) == pytest.approx(30.0 + 4 * 3.0)
 
 
 def test_confidence_buckets_draft_long_where_drafts_hold_and_not_at_all_where_they_fail() -> None:
@@ -125,7 +126,53 @@ def test_a_costly_drafter_is_asked_for_the_best_k_not_k_max() -> None:
         _round(policy, rng, 0.7, CPU_CURVE, draft_ms_per_token=10.0)
     assert not policy.drafter_is_cheap()
     assert 0 < policy.next_k() < policy.k_max
-    assert policy.trim(3, 0) == 3  # what it asked for is verified whole
+    assert policy.trim(3, 0) == 3  # what it asked for is verified whole where it pays
+
+
+def _measured(policy: AdaptiveDraftLength, curve: dict[int, float]) -> AdaptiveDraftLength:
+    for n, ms in curve.items():
+        if n <= policy.k_max + 1:
+            policy.observe(drafted=n - 1, draft_s=0.0, verify_s=ms)
+    return policy
+
+
+@pytest.mark.parametrize(("caution", "lucky_k"), [(0.0, range(16, 17)), (1.0, range(0, 8))])
+def test_caution_keeps_one_lucky_proposal_from_being_trusted_like_a_record(
+    caution: float, lucky_k: range
+) -> None:
+    """A bucket whose one proposal held 16 tokens, in a drafter whose proposals mostly
+    fail at once: without caution that one proposal buys a 16-token draft; with it, only
+    a bucket that held the same way ten times does."""
+    policy = _measured(AdaptiveDraftLength(caution=caution), CPU_CURVE)
+    for _ in range(10):
+        policy.learn(bucket="other", position=1, kept=False)
+    for bucket, times in (("lucky", 1), ("steady", 10)):
+        for _ in range(times):
+            for position in range(1, 17):
+                policy.learn(bucket=bucket, position=position, kept=True)
+    assert policy.best_k("lucky") in lucky_k
+    assert policy.best_k("steady") == 16
+
+
+def test_a_marginal_gain_is_not_drafted() -> None:
+    """Where drafting only promises to match plain decoding, it does not draft."""
+    policy = _measured(AdaptiveDraftLength(caution=0.0), {1: 100.0, 2: 150.0})
+    for _ in range(40):  # acceptance 1/2 at every position: E(1) = 1.5 tokens for 1.5x the cost
+        policy.learn(bucket=0, position=1, kept=True)
+        policy.learn(bucket=0, position=2, kept=False)
+        policy.learn(bucket=0, position=1, kept=False)
+    assert policy.trim(1, 0) == 0
+
+
+def test_a_slow_first_proposal_does_not_stop_drafting() -> None:
+    """The first proposal pays for the drafter's setup (an index, a prefill); the drafter is
+    asked for k_start tokens until three proposals have shown what drafting costs."""
+    policy = AdaptiveDraftLength()
+    policy.observe(drafted=0, draft_s=50.0, verify_s=85.0, proposed=4)  # a very slow first proposal
+    for _ in range(2):
+        assert policy.next_k() == policy.k_start
+        policy.observe(drafted=0, draft_s=1e-6, verify_s=85.0, proposed=policy.k_start)
+    assert policy.next_k() > 0
 
 
 def test_fixed_and_invalid_settings() -> None:

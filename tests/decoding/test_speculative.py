@@ -36,6 +36,20 @@ def test_ngram_drafter_continues_the_latest_earlier_occurrence() -> None:
         NgramDrafter(min_n=0)
 
 
+def test_ngram_drafts_say_how_long_the_match_is_and_whether_the_last_proposal_held() -> None:
+    d = NgramDrafter(min_n=1, max_n=3)
+    copied = list(range(1, 11))  # a 10-token passage, then other text, then the passage again
+    ctx = [90, *copied, 50, 51, *copied]
+    draft = d.propose(ctx, 2)
+    assert draft.tokens == [50, 51]
+    assert draft.bucket == (8, False)  # matched over all 10 tokens (grade 8–15), nothing proposed before
+    assert d.propose(ctx + [50], 2).bucket == (8, True)  # the previous proposal's first token came
+    assert d.propose(ctx + [50, 7], 2).bucket[1] is False  # "51" was proposed, "7" came
+    assert NgramDrafter(max_n=3).propose([5, 6, 5], 1).bucket == (1, False)
+    with pytest.raises(ConfigError):
+        NgramDrafter(max_n=9, horizon=8)
+
+
 @pytest.fixture(scope="module")
 def tiny_pair(
     tiny_dirs: dict[str, Path], tmp_path_factory: pytest.TempPathFactory

@@ -4,28 +4,35 @@
 
 * the target's verification cost ``t(n)`` of one forward over n = k + 1 tokens, per n
   (an exponential moving average; unmeasured sizes are interpolated between measured
-  ones, and extrapolated with the last measured slope): on a CPU this curve is steep
-  and not monotonic (MODELS.md, ``coinfer bench decode``), so it is measured, not assumed;
+  ones; past the largest, each token costs half that size's average): on a CPU this
+  curve is steep and not monotonic (MODELS.md, ``coinfer bench decode``), so it is
+  measured, not assumed;
 * how far the drafter's proposals hold: for each draft position j, the chance that a
   draft whose first j - 1 tokens were kept keeps the j-th (decayed counts, ``memory``,
   because n-gram drafts come in bursts). Not one per-token rate: a copy that has held
   for three tokens usually holds for ten, while most one-token matches fail at once.
   Proposals are scored on the tokens the target went on to produce, including the
   part trimmed off and never verified (``learn``), so a drafter that is not being used
-  still shows when it would pay. The record is kept per *bucket*, a
-  confidence class the drafter puts on each draft (the n-gram drafter's bucket is the
-  length of the match: an 8-token match is copied far more reliably than a 1-token
-  one); a bucket without a record starts from 1/2 per position, which drafts nothing
-  on this CPU until proposals, scored for free, show that it pays;
+  still shows when it would pay. The record is kept per *bucket*, a confidence class
+  the drafter puts on each draft (the n-gram drafter's: how long its match is and
+  whether its previous proposal held, ``NgramDrafter``). A bucket's estimate at each
+  position is shrunk towards the lower of its own previous position's and what all
+  proposals say there, so a new bucket starts from the drafter's record and moves to
+  its own; and it is lowered by ``caution`` standard errors of its evidence, so one
+  lucky proposal does not buy a long draft;
 * the drafter's own cost per proposed token.
 
 Expected tokens per round with k drafts is ``E(k) = 1 + S(1) + … + S(k)``, with S(j)
 the chance that the first j drafts are all kept (the target's own token always
 counts), so it picks ``argmax_k E(k) / (draft(k) + t(k + 1))``
-over k = 0 … k_max. k = 0 is plain decoding, so when drafts do not pay, it stops
-drafting: speculation is never knowingly slower. A drafter that costs next to nothing
-(n-gram lookup) is asked for ``k_max`` tokens and the draft is cut to the best k for its
-bucket (``trim``); a costly one (a draft model) is asked for the best k directly.
+over k = 0 … k_max, and k = 0 (plain decoding) unless the best k promises
+``required_gain`` more: when drafts do not pay, it stops drafting, and speculation is
+never knowingly slower. The first three proposals are asked for ``k_start`` tokens
+whatever the estimates say, to measure the drafter's cost; the first, which also pays
+for its setup (an index, a prefill), is then forgotten. A drafter that costs next to
+nothing (n-gram lookup) is asked for ``k_max`` tokens; a costly one (a draft model) for
+the best k over all its proposals. Either way the draft is then cut to the best k for
+its bucket (``trim``): drafting is paid for by then, verifying is not.
 It measures a size past the largest measured one as soon as, with a record of at
 least two proposals in the bucket, that size would beat its choice by 10% if its
 forward cost no more than the largest measured one (CPU cost curves flatten past
@@ -38,6 +45,8 @@ curve around the choice stays fresh.
 
 from __future__ import annotations
 
+import math
+from collections.abc import Hashable
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -53,7 +62,7 @@ class DraftLength(Protocol):
         """How many tokens to ask the drafter for."""
         ...
 
-    def trim(self, proposed: int, bucket: int) -> int:
+    def trim(self, proposed: int, bucket: Hashable) -> int:
         """How many of the ``proposed`` tokens, drafted with confidence ``bucket``, to verify."""
         ...
 
@@ -61,7 +70,7 @@ class DraftLength(Protocol):
         """A round's costs: ``proposed`` tokens drafted in ``draft_s``, ``drafted`` of them verified."""
         ...
 
-    def learn(self, *, bucket: int, position: int, kept: bool) -> None:
+    def learn(self, *, bucket: Hashable, position: int, kept: bool) -> None:
         """Draft position ``position`` (1-based) of a proposal in ``bucket`` whose earlier
         positions all equal what the target produced: did this one too?"""
         ...
@@ -80,13 +89,13 @@ class FixedDraftLength:
     def next_k(self) -> int:
         return self.k
 
-    def trim(self, proposed: int, bucket: int) -> int:
+    def trim(self, proposed: int, bucket: Hashable) -> int:
         return proposed
 
     def observe(self, *, drafted: int, draft_s: float, verify_s: float, proposed: int = 0) -> None:
         return None
 
-    def learn(self, *, bucket: int, position: int, kept: bool) -> None:
+    def learn(self, *, bucket: Hashable, position: int, kept: bool) -> None:
         return None
 
 
@@ -128,12 +137,15 @@ class AdaptiveDraftLength:
     explore_every: int = 8
     probe_every: int = 32  # an exploration round even when it looks hopeless (drafts are bursty)
     memory: float = 0.95  # decay of past acceptance evidence per proposal
-    prior_strength: float = 1.0  # proposals' worth of the previous position's estimate at each position
+    prior_strength: float = 1.0  # proposals' worth of the prior estimate at each position
     cheap_fraction: float = 0.05  # drafting k_max tokens under this share of t(1) is "free"
+    caution: float = 0.5  # standard errors taken off each bucket estimate
+    required_gain: float = 1.05  # draft only when it promises this much more than plain decoding
     _verify: dict[int, float] = field(default_factory=dict)  # n -> seconds of a forward over n tokens
     _draft_per_token: float | None = None  # seconds per proposed token
+    _draft_samples: int = 0  # proposals that measured it
     _overall: _Survival = field(init=False)  # every proposal, whatever its bucket
-    _buckets: dict[int, _Survival] = field(default_factory=dict)
+    _buckets: dict[Hashable, _Survival] = field(default_factory=dict)
     _rounds: int = 0
 
     def __post_init__(self) -> None:
@@ -141,26 +153,42 @@ class AdaptiveDraftLength:
             raise ConfigError("need 0 <= k_start <= k_max, 0 < smoothing <= 1 and explore_every >= 1")
         self._overall = _Survival(self.k_max)
 
-    def _record(self, bucket: int | None) -> _Survival | None:
+    def _record(self, bucket: Hashable | None) -> _Survival | None:
         return self._overall if bucket is None else self._buckets.get(bucket)
 
-    def _continuation(self, bucket: int | None) -> list[float]:
+    def _continuation(self, bucket: Hashable | None) -> list[float]:
         """Chance of draft position j being kept given j - 1 were, for j = 0 … k_max.
 
-        From the bucket's own record (all proposals' for None), each position shrunk
-        towards the previous position's estimate (1/2 for the first), so positions never
-        drafted inherit what is known. Buckets do not borrow from each other: a long
-        copy says nothing about one-token matches.
+        All proposals together (``bucket`` None): each position shrunk towards the
+        previous position's estimate (1/2 for the first), so positions never reached
+        inherit what is known. A bucket: each position shrunk towards what all proposals
+        say there, so a new bucket starts from the drafter's record so far (while copying,
+        a longer match is as good as the shorter ones before it) and moves to its own.
         """
-        record = self._record(bucket)
-        out, previous = [1.0], 0.5
+        if bucket is None:
+            return self._shrunk(self._overall, None)
+        record = self._buckets.get(bucket)
+        return self._cautious(self._shrunk(record, self._shrunk(self._overall, None)), record)
+
+    def _shrunk(self, record: _Survival | None, towards: list[float] | None) -> list[float]:
+        out, previous = [1.0], 0.5 if towards is None else 1.0
         for j in range(1, self.k_max + 1):
+            prior = previous if towards is None else min(previous, towards[j])
             t, p = (record.tries[j], record.passes[j]) if record else (0.0, 0.0)
-            previous = (p + self.prior_strength * previous) / (t + self.prior_strength)
+            previous = (p + self.prior_strength * prior) / (t + self.prior_strength)
             out.append(previous)
         return out
 
-    def survival(self, bucket: int | None = None) -> list[float]:
+    def _cautious(self, estimates: list[float], record: _Survival | None) -> list[float]:
+        """Each estimate lowered by ``caution`` standard errors of its evidence: a bucket
+        that held once is not trusted like one that held ten times."""
+        out = [1.0]
+        for j in range(1, len(estimates)):
+            c, n = estimates[j], self.prior_strength + (record.tries[j] if record else 0.0)
+            out.append(max(0.0, c - self.caution * math.sqrt(c * (1 - c) / n)))
+        return out
+
+    def survival(self, bucket: Hashable | None = None) -> list[float]:
         """P(the first j draft tokens are all kept), j = 0 … k_max (position 0: always 1)."""
         out, s = [1.0], 1.0
         for c in self._continuation(bucket)[1:]:
@@ -168,7 +196,7 @@ class AdaptiveDraftLength:
             out.append(s)
         return out
 
-    def acceptance(self, bucket: int | None = None) -> float:
+    def acceptance(self, bucket: Hashable | None = None) -> float:
         """Estimated chance that a draft's first token is kept."""
         return self.survival(bucket)[1]
 
@@ -188,16 +216,15 @@ class AdaptiveDraftLength:
             return (1 - w) * self._verify[lo] + w * self._verify[hi]
         if above:  # below every measurement: no cheaper than the smallest measured size
             return self._verify[above[0]]
-        top = below[-1]
-        slope = (self._verify[top] - self._verify[below[-2]]) / (top - below[-2]) if len(below) > 1 else 0.0
-        per_token = max(slope, self._verify[top] / top * 0.5)  # never assume extra tokens are free
-        return self._verify[top] + per_token * (n - top)
+        top = below[-1]  # past every measurement: CPU curves flatten past kernel tile sizes, so
+        # the local slope overstates; half the average cost per token, never free
+        return self._verify[top] * (1 + 0.5 * (n - top) / top)
 
-    def expected_tokens(self, k: int, bucket: int | None = None) -> float:
+    def expected_tokens(self, k: int, bucket: Hashable | None = None) -> float:
         """Tokens a round yields with k drafts: the target's own one plus the kept prefix."""
         return self._expected(bucket)[k]
 
-    def _expected(self, bucket: int | None) -> list[float]:
+    def _expected(self, bucket: Hashable | None) -> list[float]:
         """``expected_tokens`` for every k = 0 … k_max at once (running sums of the survival)."""
         out, total = [], 0.0
         for s in self.survival(bucket):
@@ -208,22 +235,26 @@ class AdaptiveDraftLength:
     def _draft_cost_per_token(self) -> float:
         return 0.0 if self.drafter_is_cheap() else (self._draft_per_token or 0.0)
 
-    def tokens_per_second(self, k: int, bucket: int | None = None) -> float | None:
+    def tokens_per_second(self, k: int, bucket: Hashable | None = None) -> float | None:
         rates = self._rates(bucket)
         return None if rates is None else rates[k]
 
-    def _rates(self, bucket: int | None) -> list[float] | None:
+    def _rates(self, bucket: Hashable | None) -> list[float] | None:
         """Expected tokens per second for every k = 0 … k_max (None before any measurement)."""
         if not self._verify:
             return None
         expected, draft = self._expected(bucket), self._draft_cost_per_token()
         return [expected[k] / (self._cost(k + 1) + draft * k) for k in range(self.k_max + 1)]
 
-    def best_k(self, bucket: int | None = None) -> int:
+    def best_k(self, bucket: Hashable | None = None) -> int:
         rates = self._rates(bucket)
-        if rates is None:
-            return self.k_start
-        return max(range(self.k_max + 1), key=lambda k: (rates[k], -k))
+        return self.k_start if rates is None else self._best(rates)
+
+    def _best(self, rates: list[float]) -> int:
+        """The fastest k, and 0 unless it promises ``required_gain`` over plain decoding:
+        a marginal gain on estimates is a coin toss with a slower side."""
+        best = max(range(self.k_max + 1), key=lambda k: (rates[k], -k))
+        return best if rates[best] >= self.required_gain * rates[0] else 0
 
     def drafter_is_cheap(self) -> bool:
         """Whether proposing ``k_max`` tokens costs next to nothing next to one target forward."""
@@ -232,22 +263,22 @@ class AdaptiveDraftLength:
         return t1 is not None and d is not None and d * self.k_max <= self.cheap_fraction * t1
 
     def next_k(self) -> int:
+        if self._draft_samples < 3:  # until proposals show what drafting costs (the first pays for setup)
+            return self.k_start
         if self.drafter_is_cheap():
             return self.k_max
         return self._choose(None)
 
-    def trim(self, proposed: int, bucket: int) -> int:
-        if not self.drafter_is_cheap():
-            return proposed
-        return min(proposed, self._choose(bucket))
+    def trim(self, proposed: int, bucket: Hashable) -> int:
+        return min(proposed, self._choose(bucket))  # drafting is paid for by now; verifying is not
 
-    def _choose(self, bucket: int | None) -> int:
+    def _choose(self, bucket: Hashable | None) -> int:
         if 1 not in self._verify and self._rounds > 0:  # measure plain decoding once, early
             return 0
         rates = self._rates(bucket)
         if rates is None:
             return self.k_start
-        best = max(range(self.k_max + 1), key=lambda k: (rates[k], -k))
+        best = self._best(rates)
         if not self._rounds or best >= self.k_max:
             return best
         hopeful = self._most_hopeful_unmeasured(bucket)
@@ -259,7 +290,7 @@ class AdaptiveDraftLength:
             return best + 1  # only where it might pay
         return best
 
-    def _most_hopeful_unmeasured(self, bucket: int | None) -> tuple[int, float] | None:
+    def _most_hopeful_unmeasured(self, bucket: Hashable | None) -> tuple[int, float] | None:
         """Past the largest measured size, the k with the best rate if its forward cost no
         more than that size's (CPU curves flatten past kernel tile sizes), and that rate.
         Only once the bucket has a record of its own: a prior alone never buys a long forward."""
@@ -279,14 +310,16 @@ class AdaptiveDraftLength:
         n = drafted + 1
         self._verify[n] = self._average(self._verify.get(n), verify_s)
         proposed = max(proposed, drafted)
-        if proposed:
-            self._draft_per_token = self._average(self._draft_per_token, draft_s / proposed)
+        if proposed:  # the first proposal also paid for the drafter's setup: the second replaces it
+            old = None if self._draft_samples == 1 else self._draft_per_token
+            self._draft_per_token = self._average(old, draft_s / proposed)
+            self._draft_samples += 1
 
     def _average(self, old: float | None, new: float) -> float:
         """Exponential moving average; the first measurement stands alone."""
         return new if old is None else (1 - self.smoothing) * old + self.smoothing * new
 
-    def learn(self, *, bucket: int, position: int, kept: bool) -> None:
+    def learn(self, *, bucket: Hashable, position: int, kept: bool) -> None:
         # recent proposals count more: n-gram drafts come in bursts (copied code, then prose)
         self._overall.add(position, kept, self.memory)
         self._buckets.setdefault(bucket, _Survival(self.k_max)).add(position, kept, self.memory)

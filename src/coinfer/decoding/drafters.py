@@ -9,7 +9,7 @@ verification needs.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Hashable, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -26,14 +26,15 @@ __all__ = ["Draft", "Drafter", "ModelDrafter", "NgramDrafter", "TextDrafter"]
 class Draft:
     """Proposed tokens and, for a sampling drafter, their distributions (k, vocab).
 
-    ``bucket`` is the drafter's confidence class for this draft (the n-gram drafter: the
-    length of the match it copied from); the draft-length policy learns acceptance per
-    bucket. Drafters without such a signal leave it 0.
+    ``bucket`` is the drafter's confidence class for this draft, any hashable value (the
+    n-gram drafter: how long the match it copied from is, and whether its previous
+    proposal held); the draft-length policy learns acceptance per bucket. Drafters
+    without such a signal leave it 0.
     """
 
     tokens: list[int]
     probs: np.ndarray | None = None
-    bucket: int = 0
+    bucket: Hashable = 0
 
     def head(self, k: int) -> Draft:
         """The first k tokens of this draft."""
@@ -53,22 +54,34 @@ class Drafter(Protocol):
 class NgramDrafter:
     """Prompt lookup: continue the latest earlier occurrence of the context's last n-gram.
 
-    Costs no model call. Tries n from ``max_n`` down to ``min_n``; the draft's bucket is
-    the n that matched (longer matches are copied more reliably). The index holds, for
+    Costs no model call. Tries n from ``max_n`` down to ``min_n``. The index holds, for
     every n-gram seen, where its latest continuation starts, and is extended
     incrementally as the context grows.
+
+    The draft's bucket says how far to trust it, as ``(match, warm)``:
+
+    * ``match``: how long the context's suffix equals the text before the copied
+      continuation, counted back past ``max_n`` up to ``horizon`` tokens and graded
+      1, 2, 3, 4, 5 (5–7), 8 (8–15), 16 (16–31), 32 (32 or more). Deep inside a copied
+      passage the match is long; a coincidental match on a common phrase is short.
+    * ``warm``: whether the first token of this drafter's previous proposal was the
+      token that followed. Copying comes in runs: while it holds, short matches hold
+      too; in freshly written text they mostly fail.
     """
 
-    def __init__(self, *, min_n: int = 1, max_n: int = 8) -> None:
-        if not 1 <= min_n <= max_n:
-            raise ConfigError(f"need 1 <= min_n <= max_n, got {min_n}, {max_n}")
-        self.min_n, self.max_n = min_n, max_n
+    GRADES = (32, 16, 8, 5, 4, 3, 2, 1)
+
+    def __init__(self, *, min_n: int = 1, max_n: int = 8, horizon: int = 64) -> None:
+        if not 1 <= min_n <= max_n <= horizon:
+            raise ConfigError(f"need 1 <= min_n <= max_n <= horizon, got {min_n}, {max_n}, {horizon}")
+        self.min_n, self.max_n, self.horizon = min_n, max_n, horizon
         self._seen: list[int] = []
         self._next: dict[tuple[int, ...], int] = {}
+        self._previous: tuple[int, int] | None = None  # (context length, first token) of the last proposal
 
     def _index(self, context: Sequence[int]) -> None:
         if context[: len(self._seen)] != self._seen:  # not an extension: start over
-            self._seen, self._next = [], {}
+            self._seen, self._next, self._previous = [], {}, None
         for j in range(len(self._seen), len(context)):
             for n in range(self.min_n, self.max_n + 1):
                 if j - n >= 0:
@@ -78,13 +91,33 @@ class NgramDrafter:
     def propose(self, context: Sequence[int], k: int) -> Draft:
         context = list(context)
         self._index(context)
+        warm = self._previous_held(context)
+        self._previous = None
         if k <= 0:
             return Draft([])
         for n in range(min(self.max_n, len(context)), self.min_n - 1, -1):
             start = self._next.get(tuple(context[-n:]))
             if start is not None:
-                return Draft(context[start : start + k], bucket=n)
+                tokens = context[start : start + k]
+                self._previous = (len(context), tokens[0])
+                return Draft(tokens, bucket=(self._grade(self._match_length(context, start, n)), warm))
         return Draft([])
+
+    def _previous_held(self, context: list[int]) -> bool:
+        if self._previous is None:
+            return False
+        at, token = self._previous
+        return len(context) > at and context[at] == token
+
+    def _match_length(self, context: list[int], start: int, n: int) -> int:
+        """How many tokens before ``start`` equal the context's last ones (at least ``n``)."""
+        end = len(context)
+        while n < self.horizon and n < start and context[start - n - 1] == context[end - n - 1]:
+            n += 1
+        return n
+
+    def _grade(self, length: int) -> int:
+        return next(g for g in self.GRADES if length >= g)
 
     def feedback(self, n_accepted: int) -> None:
         return None

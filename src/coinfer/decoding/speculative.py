@@ -10,7 +10,7 @@ tokens are rolled back with ``truncate``. With ``k = 0`` a round is plain decodi
 from __future__ import annotations
 
 import time
-from collections.abc import Generator, Iterator, Sequence
+from collections.abc import Generator, Hashable, Iterator, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -171,13 +171,13 @@ class _ProposalLedger:
     def __init__(self) -> None:
         self._open: list[_Proposal] = []
 
-    def add(self, at: int, tokens: list[int], bucket: int) -> None:
+    def add(self, at: int, tokens: list[int], bucket: Hashable) -> None:
         if tokens:
             self._open.append(_Proposal(at, list(tokens), bucket))
 
-    def resolve(self, context: Sequence[int]) -> list[tuple[int, int, bool]]:
+    def resolve(self, context: Sequence[int]) -> list[tuple[Hashable, int, bool]]:
         """(bucket, position, kept) for every proposal position the context now decides."""
-        events: list[tuple[int, int, bool]] = []
+        events: list[tuple[Hashable, int, bool]] = []
         still = []
         for p in self._open:
             known = min(len(p.tokens), len(context) - p.at)
@@ -196,7 +196,7 @@ class _ProposalLedger:
 class _Proposal:
     at: int  # context length when it was proposed
     tokens: list[int]
-    bucket: int
+    bucket: Hashable
     scored: int = 0  # positions compared so far
 
 

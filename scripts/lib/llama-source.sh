@@ -1,0 +1,31 @@
+# Shared by the llama.cpp build scripts (sourced, not run).
+#
+# llama_source ROOT VERSION PYTHON: unpacks the llama.cpp sources vendored in the pinned
+# llama-cpp-python sdist under ROOT (once) and prints their directory.
+# llama_cpu_args: cmake arguments for this CPU. llama.cpp's native build enables every
+# ISA extension the CPU reports; where it reports AMX (whose kernels crash on virtual
+# machines that report it without granting it) the extensions are named one by one, AMX
+# left out: the same choice as scripts/build-llama-wheel.sh.
+
+llama_source() {
+  local root=$1 version=$2 python=$3
+  local src="$root/llama_cpp_python-$version/vendor/llama.cpp"
+  if [[ ! -d "$src" ]]; then
+    mkdir -p "$root"
+    "$python" -m pip download --no-deps --no-binary :all: -d "$root" "llama-cpp-python==$version" >&2
+    tar -xzf "$root"/llama_cpp_python-"$version".tar.gz -C "$root"
+  fi
+  echo "$src"
+}
+
+llama_cpu_args() {
+  local flags pair flag opt
+  flags=$(grep -m1 '^flags' /proc/cpuinfo 2>/dev/null || true)
+  [[ " $flags " == *" amx_int8 "* ]] || return 0
+  echo -DGGML_NATIVE=OFF -DGGML_AMX_TILE=OFF -DGGML_AMX_INT8=OFF -DGGML_AMX_BF16=OFF
+  for pair in avx:AVX avx2:AVX2 fma:FMA f16c:F16C bmi2:BMI2 avx_vnni:AVX_VNNI \
+              avx512f:AVX512 avx512vbmi:AVX512_VBMI avx512_vnni:AVX512_VNNI avx512_bf16:AVX512_BF16; do
+    flag=${pair%%:*} opt=${pair##*:}
+    if [[ " $flags " == *" $flag "* ]]; then echo "-DGGML_${opt}=ON"; else echo "-DGGML_${opt}=OFF"; fi
+  done
+}
