@@ -3,9 +3,10 @@
 # with every CPU kernel that rounds a batch of tokens differently from one token turned
 # off (llamafile sgemm, weight repacking), into a cache directory, once. With it,
 # greedy speculative output is byte-identical to plain decoding, at a cost in speed
-# (README, "Speculative decoding"). About 5 minutes on 2 cores.
+# (README, "Speculative decoding"). About 2 minutes on 2 cores. The sources are
+# shared with scripts/build-llama-server.sh's cache.
 #
-# Prints, on its last lines, the environment to run with:
+# Prints, on its last line, the environment to run with:
 #   eval "$(scripts/build-exact-llama.sh)"
 set -euo pipefail
 source "$(dirname "$0")/lib/llama-source.sh"
@@ -16,7 +17,7 @@ root="$cache/llama-exact-$version"
 lib="$root/build/bin"
 if [[ ! -e "$lib/libllama.so" ]]; then
   src=$(llama_source "$cache/llama-server-$version" "$version" "$python")
-  mapfile -t cpu < <(llama_cpu_args | tr ' ' '\n')
+  mapfile -t cpu < <(llama_cpu_args)
   cmake -S "$src" -B "$root/build" -DCMAKE_BUILD_TYPE=Release -DBUILD_SHARED_LIBS=ON \
     -DGGML_LLAMAFILE=OFF -DGGML_CPU_REPACK=OFF -DLLAMA_CURL=OFF -DLLAMA_BUILD_COMMON=OFF \
     -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_TOOLS=OFF -DLLAMA_BUILD_EXAMPLES=OFF \

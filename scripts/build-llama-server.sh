@@ -10,7 +10,7 @@ root="${COINFER_PEERS:-${XDG_CACHE_HOME:-$HOME/.cache}/coinfer/peers}/llama-serv
 bin="$root/build/bin/llama-server"
 if [[ -x "$bin" ]]; then echo "$bin"; exit 0; fi
 src=$(llama_source "$root" "$version" "$python")
-mapfile -t cpu < <(llama_cpu_args | tr ' ' '\n')
+mapfile -t cpu < <(llama_cpu_args)
 cmake -S "$src" -B "$root/build" -DLLAMA_CURL=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF \
   -DCMAKE_BUILD_TYPE=Release "${cpu[@]}" >&2
 cmake --build "$root/build" --target llama-server -j "$(nproc)" >&2

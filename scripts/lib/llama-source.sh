@@ -2,7 +2,7 @@
 #
 # llama_source ROOT VERSION PYTHON: unpacks the llama.cpp sources vendored in the pinned
 # llama-cpp-python sdist under ROOT (once) and prints their directory.
-# llama_cpu_args: cmake arguments for this CPU. llama.cpp's native build enables every
+# llama_cpu_args: cmake arguments for this CPU, one per line. llama.cpp's native build enables every
 # ISA extension the CPU reports; where it reports AMX (whose kernels crash on virtual
 # machines that report it without granting it) the extensions are named one by one, AMX
 # left out: the same choice as scripts/build-llama-wheel.sh.
@@ -22,7 +22,7 @@ llama_cpu_args() {
   local flags pair flag opt
   flags=$(grep -m1 '^flags' /proc/cpuinfo 2>/dev/null || true)
   [[ " $flags " == *" amx_int8 "* ]] || return 0
-  echo -DGGML_NATIVE=OFF -DGGML_AMX_TILE=OFF -DGGML_AMX_INT8=OFF -DGGML_AMX_BF16=OFF
+  printf '%s\n' -DGGML_NATIVE=OFF -DGGML_AMX_TILE=OFF -DGGML_AMX_INT8=OFF -DGGML_AMX_BF16=OFF
   for pair in avx:AVX avx2:AVX2 fma:FMA f16c:F16C bmi2:BMI2 avx_vnni:AVX_VNNI \
               avx512f:AVX512 avx512vbmi:AVX512_VBMI avx512_vnni:AVX512_VNNI avx512_bf16:AVX512_BF16; do
     flag=${pair%%:*} opt=${pair##*:}

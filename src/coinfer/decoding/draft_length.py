@@ -236,19 +236,16 @@ class AdaptiveDraftLength:
         return 0.0 if self.drafter_is_cheap() else (self._draft_per_token or 0.0)
 
     def tokens_per_second(self, k: int, bucket: Hashable | None = None) -> float | None:
-        rates = self._rates(bucket)
-        return None if rates is None else rates[k]
+        return self._rates(self._expected(bucket))[k] if self._verify else None
 
-    def _rates(self, bucket: Hashable | None) -> list[float] | None:
-        """Expected tokens per second for every k = 0 … k_max (None before any measurement)."""
-        if not self._verify:
-            return None
-        expected, draft = self._expected(bucket), self._draft_cost_per_token()
+    def _rates(self, expected: list[float]) -> list[float]:
+        """Expected tokens per second for every k = 0 … k_max, given ``expected`` tokens per
+        round (once at least one size is measured)."""
+        draft = self._draft_cost_per_token()
         return [expected[k] / (self._cost(k + 1) + draft * k) for k in range(self.k_max + 1)]
 
     def best_k(self, bucket: Hashable | None = None) -> int:
-        rates = self._rates(bucket)
-        return self.k_start if rates is None else self._best(rates)
+        return self._best(self._rates(self._expected(bucket))) if self._verify else self.k_start
 
     def _best(self, rates: list[float]) -> int:
         """The fastest k, and 0 unless it promises ``required_gain`` over plain decoding:
@@ -275,13 +272,14 @@ class AdaptiveDraftLength:
     def _choose(self, bucket: Hashable | None) -> int:
         if 1 not in self._verify and self._rounds > 0:  # measure plain decoding once, early
             return 0
-        rates = self._rates(bucket)
-        if rates is None:
+        if not self._verify:
             return self.k_start
+        expected = self._expected(bucket)  # the survival curve, computed once per choice
+        rates = self._rates(expected)
         best = self._best(rates)
         if not self._rounds or best >= self.k_max:
             return best
-        hopeful = self._most_hopeful_unmeasured(bucket)
+        hopeful = self._most_hopeful_unmeasured(bucket, expected)
         if hopeful is not None and hopeful[1] > 1.1 * rates[best]:  # the largest measured size only grows
             return hopeful[0]
         if self._rounds % self.probe_every == 0:
@@ -290,15 +288,16 @@ class AdaptiveDraftLength:
             return best + 1  # only where it might pay
         return best
 
-    def _most_hopeful_unmeasured(self, bucket: Hashable | None) -> tuple[int, float] | None:
+    def _most_hopeful_unmeasured(
+        self, bucket: Hashable | None, expected: list[float]
+    ) -> tuple[int, float] | None:
         """Past the largest measured size, the k with the best rate if its forward cost no
         more than that size's (CPU curves flatten past kernel tile sizes), and that rate.
         Only once the bucket has a record of its own: a prior alone never buys a long forward."""
         record = self._record(bucket)
         if record is None or record.weight < 2 or not self._verify:
             return None
-        top = max(self._verify)
-        expected, draft = self._expected(bucket), self._draft_cost_per_token()
+        top, draft = max(self._verify), self._draft_cost_per_token()
         rates = {k: expected[k] / (self._verify[top] + draft * k) for k in range(top, self.k_max + 1)}
         if not rates:
             return None
