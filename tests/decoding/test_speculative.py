@@ -50,6 +50,19 @@ def test_ngram_drafts_say_how_long_the_match_is_and_whether_the_last_proposal_he
         NgramDrafter(max_n=9, horizon=8)
 
 
+def test_only_a_deep_match_proposes_more_than_shallow_tokens() -> None:
+    """A long draft costs many plain forwards on a CPU: only a match of deep_match tokens
+    may propose past shallow_tokens."""
+    passage = list(range(100, 140))  # 40 tokens, then other text, then the passage again
+    d = NgramDrafter(min_n=1, max_n=3, deep_match=8, shallow_tokens=4)
+    deep = d.propose([*passage, 7, *passage[:10]], 20)
+    assert deep.tokens == passage[10:30] and deep.bucket[0] == 8  # matched 10 tokens back
+    shallow = d.propose([*passage, 7, 1, *passage[:3]], 20)
+    assert shallow.tokens == passage[3:7]  # a 3-token match: cut at 4
+    with pytest.raises(ConfigError):
+        NgramDrafter(shallow_tokens=0)
+
+
 @pytest.fixture(scope="module")
 def tiny_pair(
     tiny_dirs: dict[str, Path], tmp_path_factory: pytest.TempPathFactory

@@ -131,7 +131,7 @@ class _Survival:
 class AdaptiveDraftLength:
     """Pick k to maximise expected tokens per second from measured costs and acceptance."""
 
-    k_max: int = 16
+    k_max: int = 48
     k_start: int = 4
     smoothing: float = 0.3  # weight of a new measurement in the moving averages
     explore_every: int = 8
