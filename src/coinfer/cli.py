@@ -380,6 +380,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--threads", type=int, default=None)
     p.set_defaults(func=cmd_bench_speculative)
+    from coinfer import cli_minions  # here, once this module is loaded: it imports from it
+
+    cli_minions.add_parsers(sub, bench)
     return parser
 
 

@@ -83,4 +83,12 @@ class TransportError(CoinferError):
 
 
 class SandboxError(CoinferError):
-    """Code written by a remote model was refused or failed in the sandbox."""
+    """Code written by a remote model was refused or failed in the sandbox.
+
+    ``kind``: ``refused`` (it uses something not allowed), ``error`` (it raised),
+    ``timeout``, ``memory``, ``output`` (too much printed or returned) or ``crashed``.
+    """
+
+    def __init__(self, message: str, *, kind: str = "error", hint: str | None = None) -> None:
+        super().__init__(message, hint=hint)
+        self.kind = kind

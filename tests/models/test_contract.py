@@ -210,6 +210,19 @@ def test_extend_many_equals_separate_extends(subject: Subject) -> None:
     model.release(s2)
 
 
+def test_extend_many_last_only_gives_each_items_last_logits(subject: Subject) -> None:
+    """Prefilling several prompts at once keeps one row of logits per prompt."""
+    model, prompt = subject.model, _prompt(subject.model)
+    s1, s2 = model.new_sequence(), model.new_sequence()
+    out = model.extend_many([(s1, prompt), (s2, prompt[:3])], last_only=True)
+    assert [o.shape for o in out] == [(1, model.vocab_size)] * 2
+    subject.assert_close(out[0], _fresh(model, prompt)[-1:])
+    subject.assert_close(out[1], _fresh(model, prompt[:3])[-1:])
+    assert len(s1) == len(prompt) and len(s2) == 3
+    model.release(s1)
+    model.release(s2)
+
+
 def test_misuse_is_refused_with_a_clear_error(subject: Subject) -> None:
     model = subject.model
     seq = model.new_sequence()

@@ -66,6 +66,7 @@ class SteerableModel(ABC):
     n_ctx: int
     eos_ids: frozenset[int]
     template: ChatTemplate
+    kv_cells_shared: bool = False  # all sequences share the n_ctx cache cells (llama.cpp)
 
     def __init__(self) -> None:
         self._next_seq_id = 0
@@ -129,12 +130,18 @@ class SteerableModel(ABC):
         seq.pending, seq.pending_parents = ids, plist
         return logits
 
-    def extend_many(self, items: Sequence[tuple[Seq, Sequence[int]]]) -> list[np.ndarray]:
-        """Extend several sequences by chains; a backend may run them as one batch."""
+    def extend_many(
+        self, items: Sequence[tuple[Seq, Sequence[int]]], *, last_only: bool = False
+    ) -> list[np.ndarray]:
+        """Extend several sequences by chains; a backend may run them as one batch.
+
+        Logits (len(ids), vocab) per item, or (1, vocab) for its last token when ``last_only``
+        (prefilling several long prompts at once).
+        """
         checked = [(seq, self._check_extend(seq, ids)) for seq, ids in items]
         if len({s.id for s, _ in checked}) != len(checked):
             raise ConfigError("extend_many got the same sequence twice; merge its tokens")
-        out = self._extend_many(checked)
+        out = self._extend_many(checked, last_only)
         for seq, ids in checked:
             seq.tokens.extend(ids)
         return out
@@ -211,8 +218,8 @@ class SteerableModel(ABC):
     @abstractmethod
     def _extend(self, seq: Seq, ids: list[int], parents: list[int] | None, last_only: bool) -> np.ndarray: ...
 
-    def _extend_many(self, items: list[tuple[Seq, list[int]]]) -> list[np.ndarray]:
-        return [self._extend(seq, ids, None, False) for seq, ids in items]
+    def _extend_many(self, items: list[tuple[Seq, list[int]]], last_only: bool) -> list[np.ndarray]:
+        return [self._extend(seq, ids, None, last_only) for seq, ids in items]
 
     @abstractmethod
     def _commit_path(self, seq: Seq, path: list[int]) -> None: ...

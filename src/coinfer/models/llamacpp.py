@@ -125,6 +125,7 @@ class LlamaCppModel(SteerableModel):
     """A GGUF model in one llama.cpp context shared by all its sequences."""
 
     backend = "llama.cpp"
+    kv_cells_shared = True
 
     def __init__(
         self,
@@ -315,12 +316,17 @@ class LlamaCppModel(SteerableModel):
                 sets[parents[i]] |= sets[i]
         return sets
 
-    def _extend_many(self, items: list[tuple[Seq, list[int]]]) -> list[np.ndarray]:
+    def _extend_many(self, items: list[tuple[Seq, list[int]]], last_only: bool) -> list[np.ndarray]:
         rows: list[tuple[int, int, tuple[int, ...]]] = []
+        ends: list[int] = []  # index of each item's last row
         for seq, ids in items:
             start = len(seq.tokens)
             lid = _lseq(seq).llama_id
             rows.extend((t, start + i, (lid,)) for i, t in enumerate(ids))
+            ends.append(len(rows) - 1)
+        if last_only:
+            logits = self._decode(rows, outputs=set(ends))
+            return [logits[i : i + 1] for i in range(len(items))]
         logits = self._decode(rows)
         out, at = [], 0
         for _, ids in items:
@@ -328,16 +334,29 @@ class LlamaCppModel(SteerableModel):
             at += len(ids)
         return out
 
-    def _decode(self, rows: list[tuple[int, int, tuple[int, ...]]], *, last_only: bool = False) -> np.ndarray:
+    def _decode(
+        self,
+        rows: list[tuple[int, int, tuple[int, ...]]],
+        *,
+        last_only: bool = False,
+        outputs: set[int] | None = None,
+    ) -> np.ndarray:
         """Decode (token, position, seq_ids) rows in chunks of n_batch.
 
-        Logits (len(rows), vocab), or (1, vocab) for the last row when ``last_only``.
+        Logits (len(rows), vocab); (1, vocab) for the last row when ``last_only``; or one
+        row per index in ``outputs``, in order.
         """
-        out = np.empty((1 if last_only else len(rows), self.vocab_size), dtype=np.float32)
+        wanted = (
+            sorted(outputs) if outputs is not None else [len(rows) - 1] if last_only else range(len(rows))
+        )
+        out = np.empty((len(wanted), self.vocab_size), dtype=np.float32)
+        done = 0
         for lo in range(0, len(rows), self._n_batch):
             chunk = rows[lo : lo + self._n_batch]
-            final = lo + len(chunk) == len(rows)
-            self._fill_batch(chunk, outputs="last" if last_only else "all", final=final)
+            marks: list[int] = []
+            while done + len(marks) < len(wanted) and wanted[done + len(marks)] < lo + len(chunk):
+                marks.append(wanted[done + len(marks)] - lo)
+            self._fill_batch(chunk, marks)
             rc = self._lc.llama_decode(self._ctx.ctx, self._batch.batch)
             if rc == 1:
                 raise ContextOverflowError(
@@ -346,15 +365,16 @@ class LlamaCppModel(SteerableModel):
                 )
             if rc != 0:
                 raise ModelError(f"llama_decode failed with code {rc} on {self.name}")
-            ptr = self._lc.llama_get_logits(self._ctx.ctx)
-            if not last_only:
-                out[lo : lo + len(chunk)] = np.ctypeslib.as_array(ptr, shape=(len(chunk), self.vocab_size))
-            elif final:
-                out[0] = np.ctypeslib.as_array(ptr, shape=(1, self.vocab_size))[0]
+            if marks:  # llama.cpp packs the marked rows' logits in order
+                ptr = self._lc.llama_get_logits(self._ctx.ctx)
+                out[done : done + len(marks)] = np.ctypeslib.as_array(
+                    ptr, shape=(len(marks), self.vocab_size)
+                )
+                done += len(marks)
         return out
 
-    def _fill_batch(self, rows: list[tuple[int, int, tuple[int, ...]]], *, outputs: str, final: bool) -> None:
-        """Fill the batch; every row outputs logits, or (outputs="last") only the final row."""
+    def _fill_batch(self, rows: list[tuple[int, int, tuple[int, ...]]], marks: list[int]) -> None:
+        """Fill the batch; the rows whose indexes are in ``marks`` output logits."""
         b = self._batch.batch
         b.n_tokens = len(rows)
         for i, (tok, pos, seq_ids) in enumerate(rows):
@@ -363,9 +383,9 @@ class LlamaCppModel(SteerableModel):
             b.n_seq_id[i] = len(seq_ids)
             for j, sid in enumerate(seq_ids):
                 b.seq_id[i][j] = sid
-            b.logits[i] = outputs == "all"
-        if outputs == "last" and final:
-            b.logits[len(rows) - 1] = 1
+            b.logits[i] = 0
+        for i in marks:
+            b.logits[i] = 1
 
     def close(self) -> None:
         super().close()

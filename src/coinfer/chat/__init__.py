@@ -1,0 +1,20 @@
+"""Black-box chat models: an OpenAI-compatible API, a local model answering batches at once,
+and what their tokens cost."""
+
+from coinfer.chat.base import ChatModel, ChatRequest, ChatResult, Usage
+from coinfer.chat.local import LocalChat
+from coinfer.chat.openai_api import OpenAIChat
+from coinfer.chat.pricing import DEFAULT_PRICES, Price, PriceTable, UsageLedger
+
+__all__ = [
+    "DEFAULT_PRICES",
+    "ChatModel",
+    "ChatRequest",
+    "ChatResult",
+    "LocalChat",
+    "OpenAIChat",
+    "Price",
+    "PriceTable",
+    "Usage",
+    "UsageLedger",
+]

@@ -1,0 +1,116 @@
+"""The black-box chat contract: messages in; texts, finish reasons and token usage out.
+
+A ``ChatModel`` answers a ``ChatRequest`` (messages, ``n`` samples, a token budget,
+temperature, optionally a JSON schema the reply must follow) with a ``ChatResult``, and
+answers a batch of independent requests with ``chat_batch`` (concurrently, where the
+implementation can). Every call reports its ``Usage``, so a protocol can count prefill
+(input) and decode (output) tokens per side and per round. A steerable model can always
+be wrapped as a chat model (``LocalChat``), never the reverse.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from coinfer.errors import ConfigError
+from coinfer.models.chat_template import Message, check_messages
+
+__all__ = ["ChatModel", "ChatRequest", "ChatResult", "Usage"]
+
+
+@dataclass(frozen=True)
+class Usage:
+    """Tokens a model read (prefill) and wrote (decode), over ``calls`` calls.
+
+    ``estimated`` is true when a server did not report usage and it was estimated from
+    the text (about four characters a token), so a bill is never silently low.
+    """
+
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    calls: int = 0
+    estimated: bool = False
+
+    def __add__(self, other: Usage) -> Usage:
+        return Usage(
+            self.prompt_tokens + other.prompt_tokens,
+            self.completion_tokens + other.completion_tokens,
+            self.calls + other.calls,
+            self.estimated or other.estimated,
+        )
+
+    @property
+    def total_tokens(self) -> int:
+        return self.prompt_tokens + self.completion_tokens
+
+    def as_dict(self) -> dict[str, int | bool]:
+        return {
+            "prompt_tokens": self.prompt_tokens,
+            "completion_tokens": self.completion_tokens,
+            "calls": self.calls,
+            "estimated": self.estimated,
+        }
+
+
+@dataclass(frozen=True)
+class ChatRequest:
+    """One conversation to continue; ``n`` independent samples of the reply."""
+
+    messages: Sequence[Message]
+    n: int = 1
+    max_tokens: int = 512
+    temperature: float = 0.0
+    json_schema: Mapping[str, Any] | None = None  # the reply must be JSON following it
+    seed: int | None = None
+
+    def __post_init__(self) -> None:
+        check_messages(self.messages)
+        if self.n < 1 or self.max_tokens < 1 or self.temperature < 0:
+            raise ConfigError(
+                f"a chat request needs n >= 1, max_tokens >= 1 and temperature >= 0 "
+                f"(got {self.n}, {self.max_tokens}, {self.temperature})"
+            )
+
+
+@dataclass(frozen=True)
+class ChatResult:
+    """The ``n`` replies, why each ended (``stop`` or ``length``), and what they cost."""
+
+    texts: list[str]
+    finish_reasons: list[str]
+    usage: Usage = field(default_factory=Usage)
+
+    @property
+    def text(self) -> str:
+        return self.texts[0]
+
+
+class ChatModel(ABC):
+    """Anything that chats: a remote API, a local model."""
+
+    name: str = "chat-model"
+
+    @abstractmethod
+    def chat(self, request: ChatRequest) -> ChatResult:
+        """Answer one request."""
+
+    def chat_batch(self, requests: Sequence[ChatRequest]) -> list[ChatResult]:
+        """Answer independent requests; implementations run them concurrently."""
+        return [self.chat(r) for r in requests]
+
+    def close(self) -> None:  # noqa: B027 - most models hold nothing to free
+        """Free what the model holds (a server process, a loaded model)."""
+
+    def __enter__(self) -> ChatModel:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def estimate_tokens(text: str) -> int:
+    """About four characters a token: only where a server reports no usage."""
+    return max(1, (len(text) + 3) // 4) if text else 0

@@ -1,0 +1,218 @@
+"""A steerable model as a chat model that answers a batch of conversations concurrently.
+
+``LocalChat.chat_batch`` runs up to ``max_concurrent`` conversations at once as separate
+sequences of one model, decoded together: every step is one ``extend_many`` call that
+prefills the prompts of newly admitted conversations and advances every running one by a
+token (continuous batching: a finished conversation's slot goes to the next waiting one
+at once). On llama.cpp, whose sequences share one context of ``n_ctx`` cells, a
+conversation is admitted only when its prompt and its whole token budget fit beside the
+running ones, so a batch never overflows the cache halfway. Each of a request's ``n``
+samples is its own sequence; usage counts every prompt token, as APIs do.
+
+The caches of the last ``keep`` finished conversations are kept: a new conversation that
+shares at least ``min_reuse`` leading tokens with one of them continues from it, so a
+chat that grows turn by turn over a long document (Minion's local side) reads the
+document once, not once per turn. Kept caches give way whenever cells are needed.
+
+``json_schema`` is not enforced here yet (no grammar-constrained sampling): callers that
+need JSON validate the reply and retry, as the MinionS protocol does.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from coinfer.chat.base import ChatModel, ChatRequest, ChatResult, Usage
+from coinfer.decoding.sampling import SamplingParams, probs_from_logits, sample
+from coinfer.errors import ConfigError, ContextOverflowError
+from coinfer.models.base import Seq, SteerableModel
+
+__all__ = ["LocalChat"]
+
+
+@dataclass
+class _Job:
+    """One sample of one request, from its prompt to its finish."""
+
+    request: int
+    prompt: list[int]
+    max_tokens: int
+    params: SamplingParams
+    rng: np.random.Generator
+    tokens: list[int] = field(default_factory=list)
+    finish: str | None = None
+    seq: Seq | None = None
+    logits: np.ndarray | None = None  # the next token's, once fed
+
+    @property
+    def reserve(self) -> int:
+        """Cache cells the job may fill: its prompt and its whole budget."""
+        return len(self.prompt) + self.max_tokens
+
+
+class LocalChat(ChatModel):
+    """Chat with a local steerable model, many conversations at once."""
+
+    def __init__(
+        self,
+        model: SteerableModel,
+        *,
+        max_concurrent: int = 8,
+        seed: int = 0,
+        keep: int = 2,
+        min_reuse: int = 64,
+    ) -> None:
+        if max_concurrent < 1 or keep < 0 or min_reuse < 1:
+            raise ConfigError("need max_concurrent >= 1, keep >= 0 and min_reuse >= 1")
+        self.model = model
+        self.name = model.name
+        self.max_concurrent = max_concurrent
+        self.keep, self.min_reuse = keep, min_reuse
+        self._kept: list[Seq] = []  # finished conversations' caches, oldest first
+        self._seed, self._calls = seed, 0
+
+    def close(self) -> None:
+        """Free the kept caches (the model itself belongs to the caller)."""
+        while self._kept:
+            self.model.release(self._kept.pop())
+
+    def chat(self, request: ChatRequest) -> ChatResult:
+        return self.chat_batch([request])[0]
+
+    def chat_batch(self, requests: Sequence[ChatRequest]) -> list[ChatResult]:
+        self._calls += 1
+        jobs = [job for i, r in enumerate(requests) for job in self._jobs(i, r)]
+        self._run(jobs)
+        return [self._result(i, [j for j in jobs if j.request == i]) for i in range(len(requests))]
+
+    def _jobs(self, index: int, request: ChatRequest) -> list[_Job]:
+        prompt = self.model.chat_prompt(request.messages)
+        budget = min(request.max_tokens, self.model.n_ctx - len(prompt))
+        if budget < 1:
+            raise ContextOverflowError(
+                f"the conversation has {len(prompt)} tokens and {self.name}'s context window holds "
+                f"{self.model.n_ctx}",
+                hint="send a shorter document or question, or load the local model with a larger --ctx",
+            )
+        jobs = []
+        for s in range(request.n):
+            seed = request.seed + s if request.seed is not None else None
+            rng = np.random.default_rng(seed if seed is not None else [self._seed, self._calls, index, s])
+            params = SamplingParams(temperature=request.temperature, seed=seed)
+            jobs.append(_Job(index, prompt, budget, params, rng))
+        return jobs
+
+    def _run(self, jobs: list[_Job]) -> None:
+        """Decode every job to its finish, up to ``max_concurrent`` at a time."""
+        waiting, running = deque(jobs), list[_Job]()
+        try:
+            while waiting or running:
+                feed = self._admit(waiting, running)
+                for job in running:
+                    if job.logits is not None:
+                        token = self._next_token(job)
+                        if token is not None:
+                            feed.append((job, [token]))
+                running = [j for j in running if not self._retire(j)]
+                if feed:
+                    rows = self.model.extend_many([(_seq(j), ids) for j, ids in feed], last_only=True)
+                    for (job, _), logits in zip(feed, rows, strict=True):
+                        job.logits = logits[-1]
+        finally:
+            for job in jobs:
+                self._retire(job, force=True)
+
+    def _admit(self, waiting: deque[_Job], running: list[_Job]) -> list[tuple[_Job, list[int]]]:
+        """Start waiting jobs while slots and (on a shared cache) cells allow; their prompts to feed."""
+        feed: list[tuple[_Job, list[int]]] = []
+        shared = getattr(self.model, "kv_cells_shared", False)
+        used = sum(j.reserve for j in running)
+        while waiting and len(running) < self.max_concurrent:
+            job = waiting[0]
+            seq, common = self._reusable(job.prompt)
+            while shared and self._kept and used + job.reserve + sum(map(len, self._kept)) > self.model.n_ctx:
+                self.model.release(self._kept.pop(0))  # kept caches give way first
+            if shared and running and used + job.reserve > self.model.n_ctx:
+                if seq is not None:
+                    self._kept.append(seq)
+                break
+            waiting.popleft()
+            if seq is None:
+                job.seq = self.model.new_sequence()
+            else:
+                self.model.truncate(seq, common)
+                job.seq = seq
+            running.append(job)
+            used += job.reserve
+            feed.append((job, job.prompt[common:]))
+        return feed
+
+    def _reusable(self, prompt: list[int]) -> tuple[Seq | None, int]:
+        """The kept cache sharing the longest prefix with ``prompt`` (taken out of the kept
+        ones) and how many tokens of it to keep, when that is at least ``min_reuse``."""
+        best, common = None, 0
+        for seq in self._kept:
+            n = _common_prefix(seq.tokens, prompt)
+            if n > common:
+                best, common = seq, n
+        common = min(common, len(prompt) - 1)  # feed at least one token, for fresh logits
+        if best is None or common < self.min_reuse:
+            return None, 0
+        self._kept.remove(best)
+        return best, common
+
+    def _next_token(self, job: _Job) -> int | None:
+        """Sample the job's next token; None (and ``finish`` set) when it is done."""
+        assert job.logits is not None
+        token = sample(probs_from_logits(job.logits, job.params), job.rng)
+        job.logits = None
+        if token in self.model.eos_ids:
+            job.finish = "stop"
+            return None
+        job.tokens.append(token)
+        if len(job.tokens) >= job.max_tokens:
+            job.finish = "length"
+            return None
+        return token
+
+    def _retire(self, job: _Job, *, force: bool = False) -> bool:
+        """Keep a finished job's cache for reuse (the oldest kept one goes), or release it
+        (any job's, when ``force``: after a failure the cache may not match); whether it was done."""
+        if job.seq is None or (job.finish is None and not force):
+            return job.finish is not None
+        if force or not self.keep:
+            self.model.release(job.seq)
+        else:
+            self._kept.append(job.seq)
+            while len(self._kept) > self.keep:
+                self.model.release(self._kept.pop(0))
+        job.seq = None
+        return job.finish is not None
+
+    def _result(self, index: int, jobs: list[_Job]) -> ChatResult:
+        texts = [self.model.detokenize(j.tokens) for j in jobs]
+        usage = Usage(
+            prompt_tokens=sum(len(j.prompt) for j in jobs),
+            completion_tokens=sum(len(j.tokens) for j in jobs),
+            calls=1,
+        )
+        return ChatResult(texts, [j.finish or "length" for j in jobs], usage)
+
+
+def _common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
+    n = 0
+    for x, y in zip(a, b, strict=False):
+        if x != y:
+            break
+        n += 1
+    return n
+
+
+def _seq(job: _Job) -> Seq:
+    """A running job's sequence (admitted jobs always have one)."""
+    assert job.seq is not None, "a job fed before it was admitted"
+    return job.seq

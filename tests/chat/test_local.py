@@ -1,0 +1,80 @@
+"""A local model as a chat model: concurrent conversations give what each gives alone."""
+
+from __future__ import annotations
+
+import pytest
+
+from coinfer.chat import ChatRequest, LocalChat
+from coinfer.errors import ContextOverflowError
+
+pytestmark = pytest.mark.llama
+
+
+def _ask(text: str, **kwargs: object) -> ChatRequest:
+    return ChatRequest([{"role": "user", "content": text}], **kwargs)  # type: ignore[arg-type]
+
+
+QUESTIONS = ["What is the capital of France?", "Name three colours.", "Count from one to five.", "Say hi."]
+
+
+def test_a_concurrent_batch_answers_like_one_at_a_time(smollm_llama) -> None:  # type: ignore[no-untyped-def]
+    """Each conversation gets its own answer. Not always byte for byte: llama.cpp rounds a
+    batch of sequences differently from one, which can flip a near-tie some tokens in."""
+    chat = LocalChat(smollm_llama, max_concurrent=2)  # 4 requests through 2 slots: slots are reused
+    alone = [chat.chat(_ask(q, max_tokens=12)) for q in QUESTIONS]
+    together = chat.chat_batch([_ask(q, max_tokens=12) for q in QUESTIONS])
+    for a, t in zip(alone, together, strict=True):
+        assert t.text[:10] == a.text[:10] and t.text  # the start of its own answer, not a neighbour's
+    assert len({t.text[:10] for t in together}) == len(QUESTIONS)
+    for r, q in zip(together, QUESTIONS, strict=True):
+        assert r.usage.prompt_tokens == len(smollm_llama.chat_prompt(_ask(q).messages))
+        assert 0 < r.usage.completion_tokens <= 12 and r.usage.calls == 1
+        assert r.finish_reasons[0] in ("stop", "length")
+    chat.close()
+    assert not smollm_llama._live  # every sequence released
+
+
+def test_samples_are_independent_and_a_seed_repeats_them(smollm_llama) -> None:  # type: ignore[no-untyped-def]
+    request = _ask("Write a word.", n=3, temperature=1.0, seed=7, max_tokens=8)
+    with LocalChat(smollm_llama, keep=0) as chat:
+        first, again = chat.chat(request), chat.chat(request)
+    assert first.texts == again.texts and len(first.texts) == 3 and all(first.texts)
+    assert len(set(first.texts)) > 1  # three samples, not one answer three times
+    assert first.usage.prompt_tokens == 3 * len(smollm_llama.chat_prompt(request.messages))
+
+
+def test_a_conversation_longer_than_the_window_is_refused(smollm_llama) -> None:  # type: ignore[no-untyped-def]
+    with pytest.raises(ContextOverflowError, match="context window"), LocalChat(smollm_llama) as chat:
+        chat.chat(_ask("word " * 2000))
+
+
+def test_the_shared_cache_is_never_overfilled(smollm_llama) -> None:  # type: ignore[no-untyped-def]
+    """Conversations whose budgets cannot all fit in the 1024 cells wait for a slot."""
+    with LocalChat(smollm_llama, max_concurrent=8) as chat:
+        results = chat.chat_batch([_ask(q, max_tokens=400) for q in QUESTIONS])
+    assert len(results) == 4 and all(r.texts[0] for r in results)
+
+
+def test_a_growing_conversation_reads_its_shared_prefix_once(smollm_llama, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """Minion's local side: turn after turn over the same long document."""
+    fed: list[int] = []
+    extend_many = smollm_llama.extend_many
+
+    def counting(items, **kwargs):  # type: ignore[no-untyped-def]
+        fed.append(sum(len(ids) for _, ids in items))
+        return extend_many(items, **kwargs)
+
+    monkeypatch.setattr(smollm_llama, "extend_many", counting)
+    document = "The manual. " + " ".join(f"Setting {i} is {i * 7}." for i in range(60))
+    first = [{"role": "system", "content": document}, {"role": "user", "content": "What is setting 3?"}]
+    chat = LocalChat(smollm_llama)  # closed below: kept caches hold cells of the shared model
+    reply = chat.chat(ChatRequest(first, max_tokens=8)).text
+    second = [*first, {"role": "assistant", "content": reply}, {"role": "user", "content": "And setting 4?"}]
+    fed.clear()
+    reused = chat.chat(ChatRequest(second, max_tokens=8))
+    prompt = len(smollm_llama.chat_prompt(second))
+    assert fed[0] < prompt - 300  # the document was not read again
+    assert reused.usage.prompt_tokens == prompt  # usage still counts the whole prompt
+    chat.close()
+    fresh = LocalChat(smollm_llama, keep=0).chat(ChatRequest(second, max_tokens=8))
+    assert reused.texts[0][:10] == fresh.texts[0][:10]  # the same answer (up to batch rounding)

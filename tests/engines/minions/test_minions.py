@@ -1,0 +1,163 @@
+"""MinionS against scripted models and the real sandbox: the protocol's contract, its
+accounting, and its behaviour when either model misbehaves."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from coinfer.chat import ChatRequest
+from coinfer.engines.minions import MinionsConfig, drive, minions
+from coinfer.engines.minions.minions import findings, parse_job_output
+from coinfer.errors import ConfigError
+from coinfer.testing import ScriptedChat
+
+DOC = "\n\n".join(
+    [
+        "The server section describes networking.",
+        "The default port is 8080 unless PORT is set.",
+        "Logging goes to stderr.",
+        "Timeouts default to thirty seconds.",
+    ]
+)
+QUESTION = "What is the default port?"
+
+GOOD_CODE = """```python
+def prepare_jobs(documents, last_jobs, last_outputs):
+    jobs = []
+    for doc in documents:
+        for chunk in chunk_by_paragraphs(doc.text, max_chars=50):
+            jobs.append(JobManifest(chunk=chunk, task="Find the default port.", doc=doc.name))
+    return jobs
+```"""
+
+
+def _final(answer: str) -> str:
+    return json.dumps({"decision": "final", "answer": answer})
+
+
+def _local_reader(request: ChatRequest) -> str:
+    """A local model that answers when its excerpt has the port and abstains otherwise."""
+    text = request.messages[-1]["content"]
+    if "8080" in text:
+        return json.dumps({"explanation": "stated", "citation": "The default port is 8080", "answer": "8080"})
+    return json.dumps({"explanation": "not in this excerpt", "citation": None, "answer": None})
+
+
+def _remote(*replies: str) -> ScriptedChat:
+    return ScriptedChat(list(replies), name="remote")
+
+
+def _contents(model: ScriptedChat) -> str:
+    return "\n".join(m["content"] for r in model.requests for m in r.messages)
+
+
+def test_one_round_decomposes_executes_in_one_batch_and_aggregates() -> None:
+    remote, local = _remote(GOOD_CODE, _final("8080")), ScriptedChat(_local_reader)
+    run = drive("minions", minions(QUESTION, [("config.md", DOC)]), local=local, remote=remote)
+    assert run.finished.answer == "8080" and run.finished.rounds == 1 and not run.finished.best_effort
+    assert local.batches == [4]  # the four paragraph jobs went to the local model together
+    aggregate = remote.requests[1].messages[-1]["content"]
+    assert "8080" in aggregate and "not in this excerpt" not in aggregate  # abstentions filtered
+    assert DOC not in _contents(remote)  # the remote never reads the document
+    assert run.usage("remote").calls == 2 and run.usage("local").calls == 4
+    assert run.usage("remote").prompt_tokens == sum(
+        len(m["content"].split()) for r in remote.requests for m in r.messages
+    )
+    notes = {e["event"]: e["data"] for e in run.trace if e["event"] in ("jobs", "abstentions")}
+    assert notes["jobs"]["jobs"] == 4 and notes["abstentions"] == {
+        "answered": 1,
+        "abstained": 3,
+        "invalid_json": 0,
+    }
+
+
+def test_code_that_raises_goes_back_to_the_remote_with_the_error() -> None:
+    broken = "```python\ndef prepare_jobs(documents, last_jobs, last_outputs):\n    return 1 / 0\n```"
+    remote = _remote(broken, GOOD_CODE, _final("8080"))
+    run = drive("minions", minions(QUESTION, [("d", DOC)]), local=ScriptedChat(_local_reader), remote=remote)
+    assert run.finished.answer == "8080" and not run.finished.best_effort
+    fix = remote.requests[1].messages[-1]["content"]
+    assert "ZeroDivisionError" in fix and "line 2" in fix
+
+
+def test_code_that_keeps_failing_falls_back_to_default_jobs_marked_best_effort() -> None:
+    hostile = "```python\nimport os\nos.system('true')\n```"
+    config = MinionsConfig(code_retries=1)
+    remote = _remote(hostile, "no code, sorry", _final("8080"))
+    run = drive(
+        "minions", minions(QUESTION, [("d", DOC)], config), local=ScriptedChat(_local_reader), remote=remote
+    )
+    assert run.finished.answer == "8080" and run.finished.best_effort
+    assert "default jobs" in run.finished.problems[0] and "no ```python block" in run.finished.problems[0]
+    refused = [e for e in run.trace if e["event"] == "code"]
+    assert refused[0]["kind"] == "refused"
+
+
+def test_invalid_local_json_is_retried_once_then_counted_as_an_abstention() -> None:
+    calls: list[int] = []
+
+    def sloppy(request: ChatRequest) -> str:
+        calls.append(len(request.messages))
+        if "That was not one valid JSON object" in request.messages[-1]["content"]:
+            return "still prose"
+        if "8080" in request.messages[-1]["content"]:
+            return "Sure! The port is 8080."  # prose, not JSON
+        return _local_reader(request)
+
+    remote = _remote(GOOD_CODE, _final("unknown"))
+    run = drive("minions", minions(QUESTION, [("d", DOC)]), local=ScriptedChat(sloppy), remote=remote)
+    assert run.finished.answer == "unknown"
+    note = next(e["data"] for e in run.trace if e["event"] == "abstentions")
+    assert note == {"answered": 0, "abstained": 4, "invalid_json": 1}
+    assert calls.count(4) == 1  # exactly one retry (system, user, assistant, user)
+
+
+def test_remote_prose_instead_of_a_decision_is_retried_then_taken_as_a_best_effort() -> None:
+    remote = _remote(GOOD_CODE, "I think it is 8080.", "It is 8080, as I said.")
+    run = drive("minions", minions(QUESTION, [("d", DOC)]), local=ScriptedChat(_local_reader), remote=remote)
+    assert run.finished.answer == "It is 8080, as I said." and run.finished.best_effort
+    assert "prose" in run.finished.problems[0]
+
+
+@pytest.mark.parametrize("mode", ["scratchpad", "retry"])
+def test_a_second_round_sees_the_last_jobs_and_the_carried_context(mode: str) -> None:
+    zoom = """```python
+def prepare_jobs(documents, last_jobs, last_outputs):
+    hits = [job for job, out in zip(last_jobs, last_outputs) if out.answer]
+    return [JobManifest(chunk=job.chunk, task="Which variable overrides the port?") for job in hits]
+```"""
+    more = json.dumps({"decision": "more", "missing": "the override variable", "notes": "port is 8080"})
+    remote = _remote(GOOD_CODE, more, zoom, _final("8080, or PORT"))
+    local = ScriptedChat(_local_reader)
+    config = MinionsConfig(max_rounds=2, round_context=mode)  # type: ignore[arg-type]
+    run = drive("minions", minions(QUESTION, [("d", DOC)], config), local=local, remote=remote)
+    assert run.finished.answer == "8080, or PORT" and run.finished.rounds == 2
+    assert local.batches == [4, 1]  # round 2 zoomed in on the one chunk that answered
+    second = remote.requests[2].messages[-1]["content"]
+    assert "the override variable" in second
+    assert ("port is 8080" in second) == (mode == "scratchpad")
+    last = remote.requests[3].messages[-1]["content"]
+    assert "last round" in last
+
+
+def test_job_output_parsing_and_findings() -> None:
+    assert parse_job_output('```json\n{"explanation": "x", "citation": null, "answer": "N/A"}\n```') == {
+        "explanation": "x",
+        "citation": None,
+        "answer": None,
+    }
+    assert parse_job_output("{'explanation': 'y', 'citation': 'c', 'answer': 42}")["answer"] == "42"  # type: ignore[index]
+    assert parse_job_output("no json here") is None
+    job = {"task_id": 0, "task": "t", "doc": "d", "chunk_id": 3}
+    out = {"explanation": "e", "citation": "c", "answer": "A"}
+    text = findings([(job, out), ({**job, "chunk_id": 5}, out)])
+    assert text.count("- A") == 1 and '"d" chunk 3, "d" chunk 5' in text  # identical answers merged
+
+
+def test_bad_knobs_are_config_errors() -> None:
+    with pytest.raises(ConfigError):
+        MinionsConfig(max_rounds=0)
+    with pytest.raises(ConfigError):
+        MinionsConfig(round_context="forget")  # type: ignore[arg-type]

@@ -1,0 +1,123 @@
+"""``coinfer minions`` as a user runs it: a real subprocess, a real HTTP remote, bad input."""
+
+from __future__ import annotations
+
+import json
+import socket
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from coinfer.chat import ChatRequest
+from coinfer.engines.minions.job_api import chunk_by_paragraphs
+from coinfer.serve import ChatServer
+from coinfer.testing import ScriptedChat
+from tests.conftest import needs_llama
+from tests.test_cli import assert_user_error, coinfer
+
+DOC = "\n\n".join(
+    ["The service section.", "The default port is 8080 unless PORT is set.", "Logs go to stderr."] * 4
+)
+CODE = """```python
+def prepare_jobs(documents, last_jobs, last_outputs):
+    return [JobManifest(chunk=c, task="What is the default port?", doc=d.name)
+            for d in documents for c in chunk_by_paragraphs(d.text, max_chars=200)]
+```"""
+
+
+def _remote_brain(request: ChatRequest) -> str:
+    """A remote that writes job code, then answers from what the local model found."""
+    prompt = request.messages[-1]["content"]
+    if "def prepare_jobs" in prompt:
+        return CODE
+    if 'Document "' in prompt:  # remote-only: it sees the whole document
+        return "8080"
+    if "8080" in prompt:
+        return json.dumps({"decision": "final", "answer": "8080"})
+    return json.dumps({"decision": "final", "answer": "unknown"})
+
+
+@pytest.fixture
+def remote() -> Iterator[ChatServer]:
+    with ChatServer(ScriptedChat(_remote_brain, name="cloud-model")) as server:
+        yield server
+
+
+@pytest.fixture
+def doc(tmp_path: Path) -> Path:
+    path = tmp_path / "service.md"
+    path.write_text(DOC)
+    return path
+
+
+def test_remote_only_through_a_real_http_remote_reports_usage_and_dollars(
+    remote: ChatServer, doc: Path
+) -> None:
+    proc = coinfer(
+        "minions", "--doc", str(doc), "-q", "What is the default port?", "--protocol", "remote-only",
+        "--remote", "cloud-model", "--remote-base-url", remote.url, "--price-as", "gpt-4o", "--json",
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    out = json.loads(proc.stdout)
+    assert out["answer"] == "8080" and out["protocol"] == "remote-only" and out["rounds"] == 1
+    usage = out["usage"]["remote"]
+    assert usage["prompt_tokens"] >= len(DOC.split()) and usage["calls"] == 1
+    assert out["cost_usd"] == pytest.approx(
+        usage["prompt_tokens"] * 2.5e-6 + usage["completion_tokens"] * 1e-5
+    )
+    assert out["usage"]["local"]["calls"] == 0
+
+
+@needs_llama
+def test_minions_runs_local_jobs_and_the_remote_never_sees_the_document(
+    remote: ChatServer, doc: Path, tmp_path: Path
+) -> None:
+    trace = tmp_path / "trace.json"
+    proc = coinfer(
+        "minions", "--doc", str(doc), "-q", "What is the default port?", "--remote", "cloud-model",
+        "--remote-base-url", remote.url, "--local", "smollm2-135m", "--local-ctx", "4096",
+        "--trace", str(trace),
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip().splitlines()[-1] in ("8080", "unknown")  # whatever the tiny local model found
+    jobs = len(chunk_by_paragraphs(DOC, max_chars=200))
+    assert f"round 1  local  jobs: {jobs} request(s)" in proc.stderr  # all in one concurrent batch
+    assert "priced as gpt-4o" in proc.stderr
+    recorded = json.loads(trace.read_text())
+    remote_text = json.dumps([e["messages"] for e in recorded["trace"] if e.get("side") == "remote"])
+    assert json.dumps(DOC)[1:-1] not in remote_text
+
+
+def test_a_remote_that_is_down_fails_clearly_and_quickly(doc: Path) -> None:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    started = time.monotonic()
+    proc = coinfer(
+        "minions", "--doc", str(doc), "-q", "port?", "--protocol", "remote-only",
+        "--remote-base-url", f"http://127.0.0.1:{port}/v1",
+    )  # fmt: skip
+    assert_user_error(proc, "could not reach the remote model")
+    assert time.monotonic() - started < 60
+
+
+@pytest.mark.parametrize(
+    ("content", "needle"),
+    [
+        (b"", "is empty"),
+        (b"   \n\n", "is empty"),
+        (b"\x7fELF\x00\x00binary", "looks binary"),
+        (b"\xff\xfe\xfa", "UTF-8"),
+    ],
+)
+def test_bad_documents_are_one_line_errors(tmp_path: Path, content: bytes, needle: str) -> None:
+    path = tmp_path / "doc.bin"
+    path.write_bytes(content)
+    assert_user_error(coinfer("minions", "--doc", str(path), "-q", "anything"), needle)
+
+
+def test_a_missing_document_and_an_empty_question_are_one_line_errors(tmp_path: Path, doc: Path) -> None:
+    assert_user_error(coinfer("minions", "--doc", str(tmp_path / "nope.txt"), "-q", "x"), "no document at")
+    assert_user_error(coinfer("minions", "--doc", str(doc), "-q", "  "), "the question is empty")
