@@ -10,7 +10,7 @@ from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import Any
 
-from coinfer.cli import DEFAULT_MODEL, _err, _load
+from coinfer.cli import DEFAULT_MODEL, _err, _load, prepare_with_progress
 from coinfer.errors import CoinferError
 
 
@@ -61,14 +61,25 @@ def _minions_protocol(args: argparse.Namespace, documents: list[tuple[str, str]]
 def _minions_models(args: argparse.Namespace) -> Iterator[tuple[Any, Any]]:
     """The local chat model and the remote one (a server this command starts, unless
     --remote-base-url names one), each only if the protocol uses it."""
-    from coinfer.chat import LocalChat, OpenAIChat
+    from coinfer.chat import OpenAIChat, open_local_chat
+    from coinfer.models import resolve
     from coinfer.serve.process import ServerProcess
 
     local = remote = server = None
     try:
         if args.protocol not in ("remote-only", "rag"):
-            ns = argparse.Namespace(**{**vars(args), "model": args.local, "ctx": args.local_ctx})
-            local = LocalChat(_load(ns, quiet=args.json), max_concurrent=args.parallel)
+            if resolve(args.local).kind == "catalog":
+                prepare_with_progress(args.local, quiet=args.json)
+            if not args.json:
+                _err(f"loading the local model {args.local}…")
+            local = open_local_chat(
+                args.local,
+                n_ctx=args.local_ctx,
+                parallel=args.parallel,
+                backend=args.backend,
+                n_threads=args.threads,
+                device=args.device,
+            )
         if args.protocol != "local-only":
             url = args.remote_base_url
             if url is None:
@@ -183,7 +194,7 @@ def add_parsers(sub: Any, bench: Any) -> None:
     p.add_argument("--top-k", type=int, default=8, help="chunks sent to the remote by rag")
     p.add_argument("--rag-chunk-chars", type=int, default=1000)
     p.add_argument("--parallel", type=int, default=8, help="local jobs decoded together")
-    p.add_argument("--local-ctx", type=int, default=32768)
+    p.add_argument("--local-ctx", type=int, default=16384, help="each local conversation's window")
     p.add_argument("--remote-ctx", type=int, default=32768)
     p.add_argument("--backend", "-b", default="llama.cpp", choices=["llama.cpp", "transformers"])
     p.add_argument("--threads", type=int, default=None)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from coinfer.errors import ModelError
@@ -79,3 +80,25 @@ def test_running_out_of_sequence_slots_says_what_to_do(smollm_path: Path) -> Non
             model.new_sequence()
     finally:
         model.close()
+
+
+def test_separate_caches_give_each_sequence_its_own_window(smollm_path: Path) -> None:
+    """kv_unified=False: every sequence has n_ctx cells of its own (conversations decoded
+    together); the logits match a unified cache's, and trees are refused clearly."""
+    separate = llamacpp.LlamaCppModel(smollm_path, n_ctx=256, n_seq_max=3, kv_unified=False)
+    unified = llamacpp.LlamaCppModel(smollm_path, n_ctx=256, n_seq_max=3)
+    try:
+        assert not separate.kv_cells_shared and unified.kv_cells_shared
+        prompts = [list(range(10, 210)), list(range(300, 500)), list(range(600, 800))]  # 600 tokens in all
+        together = separate.extend_many([(separate.new_sequence(), p) for p in prompts], last_only=True)
+        for p, logits in zip(prompts, together, strict=True):
+            seq = unified.new_sequence()
+            alone = unified.extend(seq, p, last_only=True)
+            assert int(np.argmax(logits[-1])) == int(np.argmax(alone[-1]))
+            np.testing.assert_allclose(logits[-1], alone[-1], atol=0.5)
+            unified.release(seq)
+        with pytest.raises(ModelError, match="unified"):
+            separate.extend(next(iter(separate._live.values())), [1, 2], parents=[-1, -1])
+    finally:
+        separate.close()
+        unified.close()

@@ -7,7 +7,8 @@ the same remote model (by default ``qwen2.5-coder-1.5b`` behind a real OpenAI-co
 server on loopback, started here), and remote tokens are priced as a well-known cloud
 model (``price_as``). It also measures what the local side gains from running jobs
 concurrently: jobs/s for a batch of ``parallel`` jobs decoded together against the same
-jobs one at a time. Results are rewritten after every question.
+jobs one at a time. Results are rewritten after every question; every run's full trace
+(each message and reply) goes to ``traces/``.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from coinfer.bench.report import environment, write_json, write_markdown
-from coinfer.chat import ChatModel, LocalChat, OpenAIChat, PriceTable
+from coinfer.chat import ChatModel, LocalChat, OpenAIChat, PriceTable, open_local_chat
 from coinfer.engines import minions as m
 from coinfer.errors import ConfigError
 
@@ -41,7 +42,7 @@ class MinionsBenchConfig:
     remote: str = "qwen2.5-coder-1.5b"
     remote_base_url: str | None = None
     price_as: str = "gpt-4o"
-    local_ctx: int = 32768
+    local_ctx: int = 16384
     remote_ctx: int = 32768
     parallel: int = 8
 
@@ -102,11 +103,10 @@ def _retrievers(protocols: tuple[str, ...]) -> dict[str, Any]:
 
 @contextmanager
 def _models(config: MinionsBenchConfig, log: Callable[[str], None]) -> Iterator[tuple[LocalChat, ChatModel]]:
-    from coinfer.models import load_model
     from coinfer.serve.process import ServerProcess
 
     log(f"loading the local model {config.local}…")
-    local = LocalChat(load_model(config.local, n_ctx=config.local_ctx), max_concurrent=config.parallel)
+    local = open_local_chat(config.local, n_ctx=config.local_ctx, parallel=config.parallel)
     server = None
     try:
         url = config.remote_base_url
@@ -135,7 +135,7 @@ def measure_concurrency(local: LocalChat, questions: list[dict[str, Any]], jobs:
     ]
     out = {}
     for label, width in (("sequential", 1), ("parallel", jobs)):
-        runner = LocalChat(local.model, max_concurrent=width)
+        runner = LocalChat(local.model, max_concurrent=width, keep=0)
         started = time.perf_counter()
         runner.chat_batch(requests)
         out[f"{label}_jobs_per_s"] = round(len(requests) / (time.perf_counter() - started), 3)
@@ -212,6 +212,8 @@ def run_minions_bench(config: MinionsBenchConfig, log: Callable[[str], None] = p
                 started = time.perf_counter()
                 run = m.drive(name, _protocol(name, question, retrievers), local=local, remote=remote)
                 rows.append(_row(name, question, run, time.perf_counter() - started, price))
+                trace = {"question": question["question"], "answer": run.finished.answer, "trace": run.trace}
+                write_json(out / "traces" / f"{question['id'].replace('/', '-')}.{name}.json", trace)
                 r = rows[-1]
                 verdict = "right" if r["correct"] else "wrong"
                 log(

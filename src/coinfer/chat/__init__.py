@@ -2,7 +2,7 @@
 and what their tokens cost."""
 
 from coinfer.chat.base import ChatModel, ChatRequest, ChatResult, Usage
-from coinfer.chat.local import LocalChat
+from coinfer.chat.local import LocalChat, open_local_chat
 from coinfer.chat.openai_api import OpenAIChat
 from coinfer.chat.pricing import DEFAULT_PRICES, Price, PriceTable, UsageLedger
 
@@ -17,4 +17,5 @@ __all__ = [
     "PriceTable",
     "Usage",
     "UsageLedger",
+    "open_local_chat",
 ]

@@ -31,7 +31,7 @@ from coinfer.decoding.sampling import SamplingParams, probs_from_logits, sample
 from coinfer.errors import ConfigError, ContextOverflowError
 from coinfer.models.base import Seq, SteerableModel
 
-__all__ = ["LocalChat"]
+__all__ = ["LocalChat", "open_local_chat"]
 
 
 @dataclass
@@ -131,9 +131,12 @@ class LocalChat(ChatModel):
         feed: list[tuple[_Job, list[int]]] = []
         shared = getattr(self.model, "kv_cells_shared", False)
         used = sum(j.reserve for j in running)
+        slots = getattr(self.model, "max_sequences", None)
         while waiting and len(running) < self.max_concurrent:
             job = waiting[0]
             seq, common = self._reusable(job.prompt)
+            while slots is not None and self._kept and len(running) + len(self._kept) + (seq is None) > slots:
+                self.model.release(self._kept.pop(0))  # a sequence slot is needed
             while shared and self._kept and used + job.reserve + sum(map(len, self._kept)) > self.model.n_ctx:
                 self.model.release(self._kept.pop(0))  # kept caches give way first
             if shared and running and used + job.reserve > self.model.n_ctx:
@@ -216,3 +219,31 @@ def _seq(job: _Job) -> Seq:
     """A running job's sequence (admitted jobs always have one)."""
     assert job.seq is not None, "a job fed before it was admitted"
     return job.seq
+
+
+def open_local_chat(
+    spec: str,
+    *,
+    n_ctx: int = 16384,
+    parallel: int = 8,
+    keep: int = 2,
+    backend: str = "llama.cpp",
+    n_threads: int | None = None,
+    device: str | None = None,
+) -> LocalChat:
+    """A model loaded for chat: on llama.cpp, ``parallel + keep`` sequences, each with its own
+    ``n_ctx`` cells (a unified cache would make every token attend over every
+    conversation's cells: measured 0.74x the jobs/s of one at a time for 8 MinionS jobs,
+    against 1.21x with separate caches)."""
+    from coinfer.models import load_model
+
+    model = load_model(
+        spec,
+        backend=backend,
+        n_ctx=n_ctx,
+        n_threads=n_threads,
+        device=device,
+        n_seq_max=parallel + keep,
+        kv_unified=False,
+    )
+    return LocalChat(model, max_concurrent=parallel, keep=keep)

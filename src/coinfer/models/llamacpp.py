@@ -122,7 +122,13 @@ def _lseq(seq: Seq) -> LlamaSeq:
 
 
 class LlamaCppModel(SteerableModel):
-    """A GGUF model in one llama.cpp context shared by all its sequences."""
+    """A GGUF model in one llama.cpp context shared by all its sequences.
+
+    ``kv_unified`` (the default) puts all sequences in one cache of ``n_ctx`` cells, which
+    token trees need; otherwise each of the ``n_seq_max`` sequences gets its own ``n_ctx``
+    cells, which is what many long conversations decoded together want (each token then
+    attends only over its own sequence).
+    """
 
     backend = "llama.cpp"
     kv_cells_shared = True
@@ -139,6 +145,7 @@ class LlamaCppModel(SteerableModel):
         n_gpu_layers: int | None = None,
         extra_buffers: bool | None = None,
         flash_attn: bool = False,
+        kv_unified: bool = True,
     ) -> None:
         super().__init__()
         lc = _import_llama()
@@ -153,7 +160,10 @@ class LlamaCppModel(SteerableModel):
         self.n_ctx = min(n_ctx, self._model.n_ctx_train()) if n_ctx > 0 else self._model.n_ctx_train()
         self._n_batch = n_batch
         self._n_seq_max = n_seq_max
-        cparams = self._context_params(n_threads or os.cpu_count() or 1, flash_attn)
+        self.kv_unified = self.kv_cells_shared = kv_unified
+        self.max_sequences = n_seq_max
+        n_cells = self.n_ctx if kv_unified else self.n_ctx * n_seq_max  # n_ctx: each sequence's window
+        cparams = self._context_params(n_threads or os.cpu_count() or 1, flash_attn, n_cells)
         try:
             self._ctx = lc._internals.LlamaContext(model=self._model, params=cparams, verbose=False)
         except ValueError as exc:
@@ -183,13 +193,16 @@ class LlamaCppModel(SteerableModel):
                 hint="check that the file is a complete GGUF model (coinfer models info NAME)",
             ) from exc
 
-    def _context_params(self, threads: int, flash_attn: bool) -> Any:
+    def _context_params(self, threads: int, flash_attn: bool, n_cells: int) -> Any:
         params = self._lc.llama_context_default_params()
-        params.n_ctx = self.n_ctx
+        params.n_ctx = n_cells
         params.n_batch = params.n_ubatch = self._n_batch
         params.n_seq_max = self._n_seq_max
         params.n_threads = params.n_threads_batch = threads
-        params.kv_unified = True  # one cell may belong to several sequences (token trees)
+        # Unified: one cell may belong to several sequences (token trees), but every token
+        # attends over the cells of all sequences (masked). Not unified: each sequence has
+        # its own n_ctx cells, so many long conversations decode together cheaply.
+        params.kv_unified = self.kv_unified
         params.swa_full = True  # sliding-window models keep full caches so rollback works
         params.no_perf = True
         # Flash attention on the CPU accumulates in f16: it moved SmolLM2's logits up to 2.1
@@ -278,6 +291,11 @@ class LlamaCppModel(SteerableModel):
                 (t, start + i, (seq.llama_id,)) for i, t in enumerate(ids)
             ]
             return self._decode(rows, last_only=last_only)
+        if not self.kv_unified:
+            raise ModelError(
+                "token trees need a unified KV cache",
+                hint="load the model with kv_unified=True (the default)",
+            )
         depths = tree_depths(parents)
         leaf_sets = self._leaf_sets(parents)
         leaves = sorted({leaf for s in leaf_sets for leaf in s})
@@ -359,8 +377,9 @@ class LlamaCppModel(SteerableModel):
             self._fill_batch(chunk, marks)
             rc = self._lc.llama_decode(self._ctx.ctx, self._batch.batch)
             if rc == 1:
+                cells = "shared by all sequences" if self.kv_unified else "per sequence"
                 raise ContextOverflowError(
-                    f"the KV cache of {self.name} ({self.n_ctx} cells shared by all sequences) is full",
+                    f"the KV cache of {self.name} ({self.n_ctx} cells {cells}) is full",
                     hint="release finished sequences or load the model with a larger --ctx",
                 )
             if rc != 0:
