@@ -9,7 +9,7 @@ import pytest
 
 from coinfer.chat import ChatRequest
 from coinfer.engines.minions import MinionsConfig, drive, minions
-from coinfer.engines.minions.minions import findings, parse_job_output
+from coinfer.engines.minions.minions import cited_from, findings, parse_job_output
 from coinfer.errors import ConfigError
 from coinfer.testing import ScriptedChat
 
@@ -70,6 +70,7 @@ def test_one_round_decomposes_executes_in_one_batch_and_aggregates() -> None:
         "answered": 1,
         "abstained": 3,
         "invalid_json": 0,
+        "unverified": 0,
     }
 
 
@@ -110,7 +111,7 @@ def test_invalid_local_json_is_retried_once_then_counted_as_an_abstention() -> N
     run = drive("minions", minions(QUESTION, [("d", DOC)]), local=ScriptedChat(sloppy), remote=remote)
     assert run.finished.answer == "unknown"
     note = next(e["data"] for e in run.trace if e["event"] == "abstentions")
-    assert note == {"answered": 0, "abstained": 4, "invalid_json": 1}
+    assert note == {"answered": 0, "abstained": 4, "invalid_json": 1, "unverified": 0}
     assert calls.count(4) == 1  # exactly one retry (system, user, assistant, user)
 
 
@@ -161,3 +162,30 @@ def test_bad_knobs_are_config_errors() -> None:
         MinionsConfig(max_rounds=0)
     with pytest.raises(ConfigError):
         MinionsConfig(round_context="forget")  # type: ignore[arg-type]
+
+
+def test_an_answer_without_a_real_quote_from_its_chunk_is_marked_for_the_remote() -> None:
+    """A small local model that answers "10" everywhere, citing the document's name."""
+
+    def inventive(request: ChatRequest) -> str:
+        if "8080" in request.messages[-1]["content"]:
+            return json.dumps({"explanation": "x", "citation": "default port is 8080", "answer": "8080"})
+        return json.dumps({"explanation": "x", "citation": "config.md", "answer": "10"})
+
+    remote = _remote(GOOD_CODE, _final("8080"))
+    run = drive(
+        "minions", minions(QUESTION, [("config.md", DOC)]), local=ScriptedChat(inventive), remote=remote
+    )
+    note = next(e["data"] for e in run.trace if e["event"] == "abstentions")
+    assert note == {"answered": 4, "abstained": 0, "invalid_json": 0, "unverified": 3}
+    lines = remote.requests[1].messages[-1]["content"].splitlines()
+    assert any(ln.startswith("- 10 ") and "unquoted" in ln for ln in lines)
+    assert any(ln.startswith("- 8080 ") and "unquoted" not in ln for ln in lines)
+
+
+def test_citations_match_up_to_case_spacing_quotes_and_ellipses() -> None:
+    chunk = "The default   port is 8080\nunless PORT is set."
+    assert cited_from('"the default port is 8080 unless PORT"', chunk)
+    assert cited_from("default port ... unless PORT is set", chunk)
+    assert not cited_from("the port is 9090", chunk)
+    assert not cited_from(None, chunk) and not cited_from("", chunk)

@@ -13,7 +13,10 @@ Each round:
    one concurrent batch, with the instruction to answer JSON
    ``{explanation, citation, answer}`` or abstain (``answer`` null). A reply that is not
    such JSON is asked for again once, all of them in one batch; if it still is not, the
-   job counts as abstained: one bad local reply never aborts the run.
+   job counts as abstained: one bad local reply never aborts the run. An answer whose
+   citation is not words of its chunk is marked *unquoted* for the remote
+   (``verify_citations``): small models invent answers more often than quotes. It is
+   marked rather than dropped because they also often answer right without quoting.
 3. **Aggregate.** Abstentions are dropped; the rest, grouped by task and with identical
    answers merged, go to the remote, which answers (``{"decision": "final", "answer"}``)
    or asks for another round (``{"decision": "more", "missing", "notes"}``). In the last
@@ -26,6 +29,7 @@ accumulated) or, with ``retry``, only its advice on what is missing (§5.1).
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -60,6 +64,7 @@ class MinionsConfig:
     round_context: Literal["scratchpad", "retry"] = "scratchpad"
     code_retries: int = 2
     job_max_tokens: int = 192
+    verify_citations: bool = True  # answers whose citation is not in their chunk are marked so
 
     def __post_init__(self) -> None:
         if min(self.max_rounds, self.tasks_per_round, self.samples_per_task, self.job_max_tokens) < 1:
@@ -101,11 +106,17 @@ def minions(
             if out["answer"] is not None
         ]
         invalid = sum(out.get("invalid", False) for outs in outputs for out in outs)
+        unverified = sum(out.get("unverified", False) for outs in outputs for out in outs)
         total = sum(len(outs) for outs in outputs)
         yield Note(
             rnd,
             "abstentions",
-            {"answered": len(answered), "abstained": total - len(answered), "invalid_json": invalid},
+            {
+                "answered": len(answered),
+                "abstained": total - len(answered),
+                "invalid_json": invalid,
+                "unverified": unverified,
+            },
         )
         decision = yield from _aggregate(rnd, question, context, answered, rnd == config.max_rounds, problems)
         if decision["decision"] == "final":
@@ -195,7 +206,26 @@ def _execute(rnd: int, jobs: list[dict[str, Any]], config: MinionsConfig) -> Any
                 "answer": None,
                 "invalid": True,
             }
+    if config.verify_citations:
+        for job, outs in zip(jobs, outputs, strict=True):
+            for out in outs:
+                if out and out["answer"] is not None and not cited_from(out["citation"], job["chunk"]):
+                    out["unverified"] = True
     return outputs
+
+
+def cited_from(citation: str | None, chunk: str) -> bool:
+    """Whether the citation is words of the chunk (case, spacing, quotes and ellipses aside):
+    an answer without a real quote is most often a small model's invention."""
+    if not citation:
+        return False
+    pieces = [_normalized(p) for p in re.split(r"\.\.\.|…", citation)]
+    text = _normalized(chunk)
+    return any(pieces) and all(p in text for p in pieces if len(p) >= 3)
+
+
+def _normalized(text: str) -> str:
+    return " ".join(text.lower().strip().strip("\"'`").split())
 
 
 def parse_job_output(text: str) -> dict[str, Any] | None:
@@ -231,6 +261,8 @@ def findings(answered: list[tuple[dict[str, Any], dict[str, Any]]]) -> str:
             job, out = hits[0]
             where = ", ".join(sorted({f'"{j["doc"]}" chunk {j["chunk_id"]}' for j, _ in hits}))
             cite = f' | citation: "{_cut(out["citation"], 200)}"' if out["citation"] else ""
+            if all(o.get("unverified") for _, o in hits):
+                cite += " | unquoted: the citation is not in the excerpt"
             lines.append(f"- {_cut(answer, 300)} ({where}){cite} | {_cut(out['explanation'], 200)}")
     return "\n".join(lines)
 

@@ -107,8 +107,8 @@ math, collections, itertools, functools. No files, no network, no names starting
 - Each job: one chunk and one task. A task is a full, precise question for the local model about one \
 fact the answer needs (it is small; it sees only its chunk, never the user's question); it runs on \
 every chunk, and the local model abstains where a chunk has nothing. Use chunks of about \
-{chunk_chars} characters and at most {tasks} different tasks. For example:
-    tasks = ["What is the default timeout, in seconds?"]
+{chunk_chars} characters and at most {tasks} different tasks. The simplest plan, to improve on:
+    tasks = [{question!r}]
     return [JobManifest(chunk=c, task=t, doc=d.name) for d in documents
             for c in chunk_by_paragraphs(d.text, {chunk_chars}) for t in tasks]
 Reply with one ```python block and nothing else."""
@@ -146,7 +146,7 @@ def decompose_request(
         f"Question: {question}",
         f"Documents: {listing}",
         context,
-        JOB_API_SUMMARY.format(chunk_chars=chunk_chars, tasks=tasks),
+        JOB_API_SUMMARY.format(chunk_chars=chunk_chars, tasks=tasks, question=question),
     ]
     return ChatRequest([user("\n".join(p for p in parts if p))], max_tokens=768)
 

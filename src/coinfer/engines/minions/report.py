@@ -54,7 +54,8 @@ def trace_line(e: dict[str, Any]) -> list[str]:
     if e["event"] == "abstentions":
         return [
             f"{head}local answers: {d['answered']} kept, {d['abstained']} abstained "
-            f"({d['invalid_json']} after invalid JSON twice)"
+            f"({d['invalid_json']} after invalid JSON twice, {d.get('unverified', 0)} with a citation "
+            "not in their chunk)"
         ]
     if e["event"] == "retrieved":
         return [f"{head}retrieved: {len(d['sent'])} of {d['chunks']} chunks sent ({', '.join(d['sent'])})"]
