@@ -167,21 +167,8 @@ def add_parsers(sub: Any, bench: Any) -> None:
     p.add_argument(
         "--protocol", default="minions", choices=["minion", "minions", "remote-only", "local-only", "rag"]
     )
-    p.add_argument("--local", default="qwen2.5-coder-0.5b", help="local model (default: %(default)s)")
-    p.add_argument(
-        "--remote",
-        default=DEFAULT_MODEL,
-        help="remote model: served here on loopback, or its name at --remote-base-url (default: %(default)s)",
-    )
-    p.add_argument(
-        "--remote-base-url", default=None, help="an OpenAI-compatible API, e.g. https://api.openai.com/v1"
-    )
+    _add_pair_flags(p, price_as=None)
     p.add_argument("--remote-api-key", default=None, help="default: $OPENAI_API_KEY")
-    p.add_argument(
-        "--price-as",
-        default=None,
-        help="price remote tokens as this model (default: the remote, else gpt-4o)",
-    )
     p.add_argument(
         "--prices", default=None, help='JSON file {"model": [input, output]} in $ per million tokens'
     )
@@ -193,7 +180,6 @@ def add_parsers(sub: Any, bench: Any) -> None:
     p.add_argument("--retriever", default="bm25", choices=["bm25", "dense"], help="for --protocol rag")
     p.add_argument("--top-k", type=int, default=8, help="chunks sent to the remote by rag")
     p.add_argument("--rag-chunk-chars", type=int, default=1000)
-    p.add_argument("--parallel", type=int, default=8, help="local jobs decoded together")
     p.add_argument("--local-ctx", type=int, default=16384, help="each local conversation's window")
     p.add_argument("--remote-ctx", type=int, default=32768)
     p.add_argument("--backend", "-b", default="llama.cpp", choices=["llama.cpp", "transformers"])
@@ -206,9 +192,24 @@ def add_parsers(sub: Any, bench: Any) -> None:
     p.add_argument("--out", default="bench-results/minions")
     p.add_argument("--limit", type=int, default=None, help="questions to run (default: all 36)")
     p.add_argument("--protocols", nargs="*", default=None, help="default: all")
-    p.add_argument("--local", default="qwen2.5-coder-0.5b")
-    p.add_argument("--remote", default=DEFAULT_MODEL)
-    p.add_argument("--remote-base-url", default=None)
-    p.add_argument("--price-as", default="gpt-4o")
-    p.add_argument("--parallel", type=int, default=8)
+    _add_pair_flags(p, price_as="gpt-4o")
     p.set_defaults(func=cmd_bench_minions)
+
+
+def _add_pair_flags(p: argparse.ArgumentParser, *, price_as: str | None) -> None:
+    """The local and remote models, how remote tokens are priced, and local parallelism."""
+    p.add_argument("--local", default="qwen2.5-coder-0.5b", help="local model (default: %(default)s)")
+    p.add_argument(
+        "--remote",
+        default=DEFAULT_MODEL,
+        help="remote model: served here on loopback, or its name at --remote-base-url (default: %(default)s)",
+    )
+    p.add_argument(
+        "--remote-base-url", default=None, help="an OpenAI-compatible API, e.g. https://api.openai.com/v1"
+    )
+    p.add_argument(
+        "--price-as",
+        default=price_as,
+        help="price remote tokens as this model (default: %(default)s; none: the remote, else gpt-4o)",
+    )
+    p.add_argument("--parallel", type=int, default=8, help="local jobs decoded together")

@@ -76,12 +76,12 @@ def run(
     importable by the code (and only those and ``allowed`` standard modules).
     """
     _check_limits(timeout_s, memory_mb, output_limit)
-    names = {**dict(modules or {})}
+    sources = dict(modules or {})
     request = {
         "code": code,
         "inputs": dict(inputs or {}),
-        "modules": names,
-        "allowed": [*allowed, *[n for n in names if n not in allowed]],
+        "modules": sources,
+        "allowed": [*allowed, *[n for n in sources if n not in allowed]],
         "cpu_s": max(1, int(timeout_s + 0.999)),
         "memory_mb": memory_mb,
         "output_limit": output_limit,

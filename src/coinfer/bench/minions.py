@@ -58,8 +58,9 @@ def load_questions(limit: int | None = None) -> list[dict[str, Any]]:
     """The questions, each with its document's text; ``limit`` takes them round-robin
     over the documents, so a short run still spans several."""
     rows = [json.loads(line) for line in (DATA / "questions.jsonl").read_text().splitlines() if line.strip()]
+    texts = {doc: (DATA / "docs" / doc).read_text() for doc in {row["doc"] for row in rows}}
     for row in rows:
-        row["text"] = (DATA / "docs" / row["doc"]).read_text()
+        row["text"] = texts[row["doc"]]
     if limit is None:
         return rows
     by_doc: dict[str, list[dict[str, Any]]] = {}

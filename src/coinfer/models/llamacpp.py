@@ -290,7 +290,7 @@ class LlamaCppModel(SteerableModel):
             rows: list[tuple[int, int, tuple[int, ...]]] = [
                 (t, start + i, (seq.llama_id,)) for i, t in enumerate(ids)
             ]
-            return self._decode(rows, last_only=last_only)
+            return self._decode(rows, outputs=[len(rows) - 1] if last_only else None)
         if not self.kv_unified:
             raise ModelError(
                 "token trees need a unified KV cache",
@@ -343,7 +343,7 @@ class LlamaCppModel(SteerableModel):
             rows.extend((t, start + i, (lid,)) for i, t in enumerate(ids))
             ends.append(len(rows) - 1)
         if last_only:
-            logits = self._decode(rows, outputs=set(ends))
+            logits = self._decode(rows, outputs=ends)
             return [logits[i : i + 1] for i in range(len(items))]
         logits = self._decode(rows)
         out, at = [], 0
@@ -356,17 +356,13 @@ class LlamaCppModel(SteerableModel):
         self,
         rows: list[tuple[int, int, tuple[int, ...]]],
         *,
-        last_only: bool = False,
-        outputs: set[int] | None = None,
+        outputs: list[int] | None = None,
     ) -> np.ndarray:
         """Decode (token, position, seq_ids) rows in chunks of n_batch.
 
-        Logits (len(rows), vocab); (1, vocab) for the last row when ``last_only``; or one
-        row per index in ``outputs``, in order.
+        Logits (len(rows), vocab), or one row per index of ``outputs`` (ascending).
         """
-        wanted = (
-            sorted(outputs) if outputs is not None else [len(rows) - 1] if last_only else range(len(rows))
-        )
+        wanted = range(len(rows)) if outputs is None else outputs
         out = np.empty((len(wanted), self.vocab_size), dtype=np.float32)
         done = 0
         for lo in range(0, len(rows), self._n_batch):

@@ -82,7 +82,7 @@ def minions(
     documents: Sequence[tuple[str, str]],
     config: MinionsConfig = MinionsConfig(),  # noqa: B008
 ) -> Protocol:
-    context, problems = "", list[str]()
+    context, problems, notes = "", list[str](), list[str]()
     last_jobs: list[dict[str, Any]] = []
     last_outputs: list[dict[str, Any]] = []
     for rnd in range(1, config.max_rounds + 1):
@@ -121,7 +121,9 @@ def minions(
         decision = yield from _aggregate(rnd, question, context, answered, rnd == config.max_rounds, problems)
         if decision["decision"] == "final":
             return Finished(decision["answer"], rnd, best_effort=bool(problems), problems=problems)
-        context = _next_context(context, decision, config.round_context)
+        if config.round_context == "scratchpad" and str(decision.get("notes") or "").strip():
+            notes.append(str(decision["notes"]).strip())
+        context = _round_context(notes, str(decision.get("missing") or "").strip())
         last_jobs = jobs
         last_outputs = [{k: outs[0][k] for k in ("explanation", "citation", "answer")} for outs in outputs]
     raise AssertionError("the last round always answers")  # pragma: no cover
@@ -299,12 +301,10 @@ def _aggregate(
     return decision
 
 
-def _next_context(context: str, decision: dict[str, Any], mode: str) -> str:
-    """Scratchpad: notes accumulate. Retry: only the latest advice on what is missing."""
-    missing = str(decision.get("missing") or "").strip()
-    advice = f"Still missing after the last round: {missing}" if missing else ""
-    if mode == "retry":
-        return advice
-    notes = str(decision.get("notes") or "").strip()
-    pad = context.split("\nStill missing")[0] if context else "Scratchpad (what earlier rounds found):"
-    return "\n".join(p for p in (pad + (f"\n- {notes}" if notes else ""), advice) if p)
+def _round_context(notes: list[str], missing: str) -> str:
+    """What the remote carries into the next round: the scratchpad's notes so far (none
+    with ``retry``) and its latest advice on what is missing."""
+    parts = ["Scratchpad (what earlier rounds found):" + "".join(f"\n- {n}" for n in notes)] if notes else []
+    if missing:
+        parts.append(f"Still missing after the last round: {missing}")
+    return "\n".join(parts)

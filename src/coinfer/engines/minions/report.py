@@ -7,7 +7,7 @@ from typing import Any
 from coinfer.chat.pricing import Price
 from coinfer.engines.minions.protocol import Run
 
-__all__ = ["cost_table", "summary", "trace_line", "trace_lines"]
+__all__ = ["cost_table", "summary", "trace_line"]
 
 
 def summary(run: Run, *, price: Price | None, priced_as: str | None) -> dict[str, Any]:
@@ -27,11 +27,6 @@ def summary(run: Run, *, price: Price | None, priced_as: str | None) -> dict[str
         "cost_usd": round(run.ledger.cost("remote", price), 6),
         "priced_as": priced_as if price else None,
     }
-
-
-def trace_lines(run: Run) -> list[str]:
-    """The whole trace, a line per step."""
-    return [line for event in run.trace for line in trace_line(event)]
 
 
 def trace_line(e: dict[str, Any]) -> list[str]:
