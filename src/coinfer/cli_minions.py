@@ -23,7 +23,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
     from coinfer.serve.process import READY_PREFIX
 
     model = _load(args, quiet=True)
-    server = ChatServer(LocalChat(model, max_concurrent=args.max_batch), host=args.host, port=args.port)
+    chat = LocalChat(model, max_concurrent=args.max_batch, keep=args.keep)
+    server = ChatServer(chat, host=args.host, port=args.port)
     server.start()
     print(f"{READY_PREFIX}{args.model} at {server.url}", flush=True)
     stop = threading.Event()
@@ -156,6 +157,13 @@ def add_parsers(sub: Any, bench: Any) -> None:
     p.add_argument("--host", default="127.0.0.1", help="address to bind (default: loopback only)")
     p.add_argument("--port", type=int, default=8000, help="0 picks a free port (default: %(default)s)")
     p.add_argument("--max-batch", type=int, default=8, help="requests decoded together")
+    p.add_argument(
+        "--keep",
+        type=int,
+        default=2,
+        help="finished conversations whose caches are kept, so a request that repeats one's "
+        "prefix (the same document, a growing chat) is not read again (default: %(default)s)",
+    )
     p.add_argument("--backend", "-b", default="llama.cpp", choices=["llama.cpp", "transformers"])
     p.add_argument("--ctx", type=int, default=32768, help="context window shared by all requests")
     p.add_argument("--threads", type=int, default=None)

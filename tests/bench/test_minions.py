@@ -6,7 +6,7 @@ import re
 
 import pytest
 
-from coinfer.bench.minions import MinionsBenchConfig, is_correct, load_questions, summarize
+from coinfer.bench.minions import MinionsBenchConfig, by_document, is_correct, load_questions, summarize
 from coinfer.errors import ConfigError
 
 
@@ -26,6 +26,14 @@ def test_the_committed_workload_is_long_real_documents_with_checkable_answers() 
 def test_a_limited_run_spans_several_documents() -> None:
     picked = load_questions(limit=5)
     assert len(picked) == 5 and len({q["doc"] for q in picked}) == 5
+
+
+def test_each_documents_questions_are_asked_together_and_none_is_lost() -> None:
+    questions = load_questions(7)  # round-robin: several documents, interleaved
+    groups = by_document(questions)
+    assert sorted(q["id"] for g in groups for q in g) == sorted(q["id"] for q in questions)
+    assert all(len({q["doc"] for q in g}) == 1 for g in groups)
+    assert len({g[0]["doc"] for g in groups}) == len(groups)
 
 
 def test_the_summary_compares_every_protocol_with_remote_only() -> None:

@@ -145,6 +145,42 @@ def measure_concurrency(local: LocalChat, questions: list[dict[str, Any]], jobs:
     return out
 
 
+def by_document(questions: list[dict[str, Any]]) -> list[list[dict[str, Any]]]:
+    """The questions grouped by document, groups in order of first appearance: each protocol
+    then asks a document's questions one after another, so the server's and the local
+    model's kept caches hold the document between them (as a provider's prompt cache would)."""
+    groups: dict[str, list[dict[str, Any]]] = {}
+    for q in questions:
+        groups.setdefault(q["doc"], []).append(q)
+    return list(groups.values())
+
+
+def _run_one(
+    name: str,
+    question: dict[str, Any],
+    retrievers: dict[str, Any],
+    local: ChatModel,
+    remote: ChatModel,
+    price: Any,
+    out: Path,
+) -> dict[str, Any]:
+    """One protocol on one question: its result row, its trace written under ``out``."""
+    started = time.perf_counter()
+    run = m.drive(name, _protocol(name, question, retrievers), local=local, remote=remote)
+    row = _row(name, question, run, time.perf_counter() - started, price)
+    trace = {"question": question["question"], "answer": run.finished.answer, "trace": run.trace}
+    write_json(out / "traces" / f"{question['id'].replace('/', '-')}.{name}.json", trace)
+    return row
+
+
+def _progress(row: dict[str, Any]) -> str:
+    verdict = "right" if row["correct"] else "wrong"
+    return (
+        f"{row['id']} {row['protocol']}: {verdict}, {row['remote_prompt_tokens']} remote prefill tokens, "
+        f"{row['wall_s']} s: {row['answer'][:60]!r}"
+    )
+
+
 def _row(name: str, question: dict[str, Any], run: m.Run, wall_s: float, price: Any) -> dict[str, Any]:
     remote, local = run.usage("remote"), run.usage("local")
     return {
@@ -208,19 +244,12 @@ def run_minions_bench(config: MinionsBenchConfig, log: Callable[[str], None] = p
     with _models(config, log) as (local, remote):
         log(f"measuring concurrent local jobs ({config.parallel} at once against one at a time)…")
         report["concurrency"] = measure_concurrency(local, questions, config.parallel)
-        for i, question in enumerate(questions, 1):
+        total = len(questions) * len(config.protocols)
+        for group in by_document(questions):
             for name in config.protocols:
-                started = time.perf_counter()
-                run = m.drive(name, _protocol(name, question, retrievers), local=local, remote=remote)
-                rows.append(_row(name, question, run, time.perf_counter() - started, price))
-                trace = {"question": question["question"], "answer": run.finished.answer, "trace": run.trace}
-                write_json(out / "traces" / f"{question['id'].replace('/', '-')}.{name}.json", trace)
-                r = rows[-1]
-                verdict = "right" if r["correct"] else "wrong"
-                log(
-                    f"[{i}/{len(questions)}] {question['id']} {name}: {verdict}, {r['remote_prompt_tokens']} "
-                    f"remote prefill tokens, {r['wall_s']} s: {r['answer'][:60]!r}"
-                )
+                for question in group:
+                    rows.append(_run_one(name, question, retrievers, local, remote, price, out))
+                    log(f"[{len(rows)}/{total}] {_progress(rows[-1])}")
             report["summary"] = summarize(rows, config.protocols)
             report["results"] = rows
             _write(out, report, config)

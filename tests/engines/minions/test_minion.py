@@ -20,11 +20,21 @@ def test_the_remote_asks_the_local_answers_from_the_document_and_the_remote_answ
     )
     local = ScriptedChat(lambda r: "Version 2.4 added the --fast flag.")
     run = drive("minion", minion("When was --fast added?", [("notes", DOC)]), local=local, remote=remote)
-    assert run.finished.answer == "2.4" and run.finished.rounds == 2
-    assert DOC in local.requests[0].messages[0]["content"]  # the local model holds the document
+    assert run.finished.answer == "2.4" and run.finished.rounds == 1
+    system = local.requests[0].messages[0]["content"]
+    assert DOC in system and "When was --fast added?" in system  # the local holds document and question
     assert all(DOC not in m["content"] for r in remote.requests for m in r.messages)  # the remote never does
     assert "Local model: Version 2.4" in remote.requests[1].messages[-1]["content"]
     assert local.requests[0].messages[-1]["content"] == "Which version added --fast?"
+
+
+def test_the_remotes_opening_is_always_a_message_never_an_answer() -> None:
+    """The remote has heard nothing from the documents yet: an opening that guesses is sent
+    to the local model as a message, not returned as the answer (paper 000, D.1)."""
+    remote = ScriptedChat(["10", json.dumps({"decision": "final", "answer": "2.4"})])
+    local = ScriptedChat(lambda r: "Version 2.4 added the --fast flag.")
+    run = drive("minion", minion("When was --fast added?", [("notes", DOC)]), local=local, remote=remote)
+    assert run.finished.answer == "2.4" and local.requests[0].messages[-1]["content"] == "10"
 
 
 def test_after_max_rounds_the_remote_must_answer() -> None:
@@ -36,7 +46,7 @@ def test_after_max_rounds_the_remote_must_answer() -> None:
         remote=remote,
     )
     assert run.finished.answer == "2.5" and run.finished.rounds == 2
-    assert "No more questions" in remote.requests[-1].messages[-1]["content"]
+    assert "ask" not in remote.requests[-1].messages[-1]["content"]  # the last turn may only answer
     assert run.usage("remote").calls == 3 and run.usage("local").calls == 2
 
 

@@ -1,12 +1,13 @@
 """Minion (paper 000, §4 and appendix D.1): a free chat between the two models.
 
 The remote model gets the question and never the documents; the local model gets the
-documents in its system prompt. Each round the remote either asks the local model one
-thing or gives the final answer (JSON ``{"decision": "ask", "message"}`` or
-``{"decision": "final", "answer"}``); the local model answers from the documents. After
-``max_rounds`` the remote is told to answer now. A remote reply that is not JSON is taken
-as its message to the local model (this is a free chat), and at the forced end as its
-answer, marked as a best effort.
+documents and the question in its system prompt. The remote opens with a message to the
+local model (it has nothing to answer from yet); then, each round, the local model
+answers and the remote either asks one more thing or gives the final answer (JSON
+``{"decision": "ask", "message"}`` or ``{"decision": "final", "answer"}``). After
+``max_rounds`` answers the remote is told to answer now. A remote reply that is not JSON
+is taken as its message to the local model (this is a free chat), and at the forced end
+as its answer, marked as a best effort.
 """
 
 from __future__ import annotations
@@ -37,30 +38,32 @@ class MinionConfig:
 def minion(
     question: str, documents: Sequence[tuple[str, str]], config: MinionConfig = MinionConfig()
 ) -> Protocol:  # noqa: B008
-    remote = [prompts.system(prompts.MINION_REMOTE), prompts.user(f"Question: {question}")]
-    local = [prompts.system(prompts.MINION_LOCAL + prompts.documents_block(documents))]
+    opening = f"Question: {question}\n{prompts.MINION_FIRST}"
+    remote = [prompts.system(prompts.MINION_REMOTE), prompts.user(opening)]
+    context = prompts.MINION_LOCAL.format(question=question) + prompts.documents_block(documents)
+    local = [prompts.system(context)]
+    [reply] = yield ChatCall("remote", 1, "open", [ChatRequest(remote, max_tokens=config.remote_max_tokens)])
     for rnd in range(1, config.max_rounds + 1):
-        request = ChatRequest(remote, max_tokens=config.remote_max_tokens, json_schema=prompts.CHAT_SCHEMA)
-        [reply] = yield ChatCall("remote", rnd, "ask", [request])
-        turn = json_object(reply.text) or {}
-        if turn.get("decision") == "final" and turn.get("answer"):
-            return Finished(str(turn["answer"]), rnd)
-        message = str(turn.get("message") or reply.text).strip()
         remote = [*remote, prompts.assistant(reply.text)]
-        local = [*local, prompts.user(message)]
+        local = [*local, prompts.user(_message(reply.text))]
         [answer] = yield ChatCall(
             "local", rnd, "answer", [ChatRequest(local, max_tokens=config.local_max_tokens)]
         )
         local = [*local, prompts.assistant(answer.text)]
-        remote = [*remote, prompts.user(f"Local model: {answer.text}")]
-    request = ChatRequest(
-        [*remote, prompts.user(prompts.MINION_LAST)],
-        max_tokens=config.remote_max_tokens,
-        json_schema=prompts.CHAT_SCHEMA,
-    )
-    [reply] = yield ChatCall("remote", config.max_rounds, "final", [request])
-    turn = json_object(reply.text) or {}
-    if turn.get("answer"):
-        return Finished(str(turn["answer"]), config.max_rounds)
+        last = rnd == config.max_rounds
+        tail = prompts.MINION_LAST if last else prompts.MINION_TURN
+        turn_text = f"Local model: {answer.text}\n\nQuestion: {question}\n{tail}"
+        remote = [*remote, prompts.user(turn_text)]
+        request = ChatRequest(remote, max_tokens=config.remote_max_tokens, json_schema=prompts.CHAT_SCHEMA)
+        [reply] = yield ChatCall("remote", rnd, "final" if last else "decide", [request])
+        turn = json_object(reply.text) or {}
+        if turn.get("answer") and (last or turn.get("decision") == "final"):
+            return Finished(str(turn["answer"]), rnd)
     problem = "the remote's last reply was not the JSON final answer; its text is taken as the answer"
     return Finished(reply.text.strip(), config.max_rounds, best_effort=True, problems=[problem])
+
+
+def _message(reply: str) -> str:
+    """The remote's message to the local model: its JSON ``message`` or, failing that, its text."""
+    turn = json_object(reply) or {}
+    return str(turn.get("message") or reply).strip()

@@ -81,16 +81,19 @@ def rag_request(question: str, chunks: Sequence[tuple[str, str]], max_tokens: in
 # ---- Minion: free chat -----------------------------------------------------------------
 
 MINION_REMOTE = (
-    "You answer a question about documents you cannot see. A small local model has read them and "
-    "answers your messages; it handles one simple request at a time. Each turn reply with JSON only: "
-    '{"decision": "ask", "message": "<one simple question for the local model>"} or, once you know, '
-    '{"decision": "final", "answer": "<the answer>"}. ' + ANSWER_STYLE
+    "You answer a question about documents you cannot see, helped by a small model that has read them."
+)
+MINION_FIRST = "Ask the small model one simple question that helps. Reply with the question only."
+MINION_TURN = (
+    'JSON only: {"decision": "final", "answer": "<the shortest answer to the question>"} '
+    'or {"decision": "ask", "message": "<next simple question>"}'
 )
 MINION_LOCAL = (
-    "You have the documents below. Another model asks you about them: answer from the documents only, "
-    "briefly, quoting the words that support your answer.\n\n"
+    "You have the documents below. Another model is working on this question: {question}\n"
+    "It will ask you about the documents: answer from the documents only, briefly, quoting the words "
+    "that support your answer.\n\n"
 )
-MINION_LAST = 'No more questions: reply now with {"decision": "final", "answer": "<your best answer>"}.'
+MINION_LAST = 'JSON only: {"decision": "final", "answer": "<the shortest best answer to the question>"}'
 
 
 # ---- MinionS: decompose, execute, aggregate ---------------------------------------------
