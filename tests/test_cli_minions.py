@@ -121,3 +121,19 @@ def test_bad_documents_are_one_line_errors(tmp_path: Path, content: bytes, needl
 def test_a_missing_document_and_an_empty_question_are_one_line_errors(tmp_path: Path, doc: Path) -> None:
     assert_user_error(coinfer("minions", "--doc", str(tmp_path / "nope.txt"), "-q", "x"), "no document at")
     assert_user_error(coinfer("minions", "--doc", str(doc), "-q", "  "), "the question is empty")
+
+
+@needs_llama
+def test_work_the_local_window_cannot_hold_is_refused_before_the_remote_is_paid(
+    tmp_path: Path, remote: ChatServer
+) -> None:
+    doc = tmp_path / "long.md"
+    doc.write_text("\n\n".join([DOC] * 3))  # about 280 tokens, more than a 256-token window
+    url = f"{remote.url}/v1"
+    long_question = "Which port does the service use, " + "and why, " * 200 + "?"
+    args = ("--doc", str(doc), "--remote-base-url", url, "--local-ctx", "256")
+    proc = coinfer("minions", *args, "-q", long_question, "--protocol", "minions")
+    assert_user_error(proc, "the question has", "--local-ctx")
+    proc = coinfer("minions", *args, "-q", "Which port?", "--protocol", "minion")
+    assert_user_error(proc, "the documents and question have", "--protocol minions")
+    assert remote.model.requests == []  # type: ignore[attr-defined]

@@ -100,7 +100,7 @@ def _minions_models(args: argparse.Namespace) -> Iterator[tuple[Any, Any]]:
 def cmd_minions(args: argparse.Namespace) -> int:
     from coinfer.chat import PriceTable
     from coinfer.engines.minions import drive
-    from coinfer.engines.minions.documents import load_documents
+    from coinfer.engines.minions.documents import check_local_window, load_documents
     from coinfer.engines.minions.report import cost_table, summary, trace_line
 
     documents = load_documents(args.doc)
@@ -111,6 +111,8 @@ def cmd_minions(args: argparse.Namespace) -> int:
     price = table.price_of(priced_as)
     progress = None if args.json else (lambda event: _err("\n".join(trace_line(event))))
     with _minions_models(args) as (local, remote):
+        if local is not None:
+            check_local_window(local.model, args.question, documents, args.protocol)
         protocol = _minions_protocol(args, documents)
         run = drive(args.protocol, protocol, local=local, remote=remote, on_event=progress)
     report = summary(run, price=price, priced_as=priced_as)

@@ -5,9 +5,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
-from coinfer.errors import ConfigError
+from coinfer.errors import ConfigError, ContextOverflowError
+from coinfer.models.base import SteerableModel
 
-__all__ = ["load_documents"]
+__all__ = ["check_local_window", "load_documents"]
 
 MAX_DOCUMENT_BYTES = 64 << 20
 
@@ -57,3 +58,33 @@ def _read(path: Path) -> str:
     if not text.strip():
         raise ConfigError(f"{path} is empty", hint="pass a document with some text in it")
     return text
+
+
+def check_local_window(
+    model: SteerableModel,
+    question: str,
+    documents: Sequence[tuple[str, str]],
+    protocol: str,
+    *,
+    room: int = 64,
+) -> None:
+    """Refuse up front, before any remote token is paid for, work the local model's window
+    cannot hold: a question that alone fills it (every local job carries a task of that
+    size), or, for the protocols whose local side reads the documents whole (``minion``,
+    ``local-only``), documents and question together."""
+    window = model.n_ctx - room
+    asked = len(model.tokenize(question))
+    if asked >= window:
+        raise ContextOverflowError(
+            f"the question has {asked} tokens and the local model's window holds {model.n_ctx}",
+            hint="shorten the question, or raise --local-ctx",
+        )
+    if protocol not in ("minion", "local-only"):
+        return
+    whole = asked + sum(len(model.tokenize(text)) for _, text in documents)
+    if whole >= window:
+        raise ContextOverflowError(
+            f"the documents and question have {whole} tokens and the local model's window holds "
+            f"{model.n_ctx}; {protocol} gives the local model the documents whole",
+            hint="use --protocol minions (it reads the documents in chunks), or raise --local-ctx",
+        )
