@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from coinfer.chat import ChatRequest, LocalChat
-from coinfer.errors import ContextOverflowError
+from coinfer.errors import ConfigError, ContextOverflowError
 
 pytestmark = pytest.mark.llama
 
@@ -78,3 +80,40 @@ def test_a_growing_conversation_reads_its_shared_prefix_once(smollm_llama, monke
     chat.close()
     fresh = LocalChat(smollm_llama, keep=0).chat(ChatRequest(second, max_tokens=8))
     assert reused.texts[0][:10] == fresh.texts[0][:10]  # the same answer (up to batch rounding)
+
+
+PERSON = {
+    "type": "object",
+    "properties": {"name": {"type": "string"}, "age": {"type": "integer"}},
+    "required": ["name", "age"],
+}
+
+
+def test_a_json_schema_is_enforced_greedy_and_sampled(smollm_llama) -> None:  # type: ignore[no-untyped-def]
+    """Where the model would wrap its JSON in a code fence or wander off, the grammar keeps
+    every reply to one object of the schema's shape."""
+    prompt = "Describe Alice, who is 30, as JSON in a ```json code block, then explain it."
+    with LocalChat(smollm_llama, keep=0) as chat:
+        free = chat.chat(_ask(prompt, max_tokens=48))
+        greedy = chat.chat(_ask(prompt, max_tokens=48, json_schema=PERSON))
+        sampled = chat.chat(_ask(prompt, n=3, temperature=1.0, seed=1, max_tokens=48, json_schema=PERSON))
+    with pytest.raises(json.JSONDecodeError):
+        json.loads(free.text)  # unconstrained, this prompt is not answered with bare JSON
+    replies = [(greedy.text, greedy.finish_reasons[0])]
+    replies += zip(sampled.texts, sampled.finish_reasons, strict=True)
+    for text, finish in replies:
+        assert finish == "stop", text  # the object closed, then the grammar let only end-of-text through
+        reply = json.loads(text)
+        assert set(reply) == {"name", "age"}
+        assert isinstance(reply["name"], str) and isinstance(reply["age"], int)
+    assert not smollm_llama._live
+
+
+def test_a_grammar_refuses_a_forbidden_token_instead_of_aborting(smollm_llama) -> None:  # type: ignore[no-untyped-def]
+    constraint = smollm_llama.json_constraint(PERSON)
+    brace, fence = smollm_llama.tokenize("{")[0], smollm_llama.tokenize("```")[0]
+    assert constraint.allows(brace) and not constraint.allows(fence)
+    with pytest.raises(ConfigError, match="not allowed"):
+        constraint.accept(fence)  # llama.cpp itself would abort the process here
+    constraint.accept(brace)
+    constraint.close()

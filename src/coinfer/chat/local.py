@@ -14,8 +14,11 @@ shares at least ``min_reuse`` leading tokens with one of them continues from it,
 chat that grows turn by turn over a long document (Minion's local side) reads the
 document once, not once per turn. Kept caches give way whenever cells are needed.
 
-``json_schema`` is not enforced here yet (no grammar-constrained sampling): callers that
-need JSON validate the reply and retry, as the MinionS protocol does.
+A request's ``json_schema`` is enforced where the model can constrain its tokens (on
+llama.cpp, its grammar sampler over the schema's GBNF): the sampled token is checked
+against the grammar, and only a refused one makes the whole vocabulary masked and the
+token drawn again. Elsewhere the schema is a hint: callers that need JSON validate the
+reply and retry, as the MinionS protocol does.
 """
 
 from __future__ import annotations
@@ -29,7 +32,7 @@ import numpy as np
 from coinfer.chat.base import ChatModel, ChatRequest, ChatResult, Usage
 from coinfer.decoding.sampling import SamplingParams, probs_from_logits, sample
 from coinfer.errors import ConfigError, ContextOverflowError
-from coinfer.models.base import Seq, SteerableModel
+from coinfer.models.base import Seq, SteerableModel, TokenConstraint
 
 __all__ = ["LocalChat", "open_local_chat"]
 
@@ -47,6 +50,7 @@ class _Job:
     finish: str | None = None
     seq: Seq | None = None
     logits: np.ndarray | None = None  # the next token's, once fed
+    constraint: TokenConstraint | None = None  # the JSON schema's grammar, where enforced
 
     @property
     def reserve(self) -> int:
@@ -103,7 +107,8 @@ class LocalChat(ChatModel):
             seed = request.seed + s if request.seed is not None else None
             rng = np.random.default_rng(seed if seed is not None else [self._seed, self._calls, index, s])
             params = SamplingParams(temperature=request.temperature, seed=seed)
-            jobs.append(_Job(index, prompt, budget, params, rng))
+            constraint = self.model.json_constraint(request.json_schema) if request.json_schema else None
+            jobs.append(_Job(index, prompt, budget, params, rng, constraint=constraint))
         return jobs
 
     def _run(self, jobs: list[_Job]) -> None:
@@ -172,10 +177,18 @@ class LocalChat(ChatModel):
         """Sample the job's next token; None (and ``finish`` set) when it is done."""
         assert job.logits is not None
         token = sample(probs_from_logits(job.logits, job.params), job.rng)
+        if job.constraint is not None and not job.constraint.allows(token):
+            allowed = job.constraint.restrict(job.logits)
+            if not np.isfinite(allowed).any():  # the grammar is complete or stuck: nothing may follow
+                token = next(iter(self.model.eos_ids))
+            else:
+                token = sample(probs_from_logits(allowed, job.params), job.rng)
         job.logits = None
         if token in self.model.eos_ids:
             job.finish = "stop"
             return None
+        if job.constraint is not None:
+            job.constraint.accept(token)
         job.tokens.append(token)
         if len(job.tokens) >= job.max_tokens:
             job.finish = "length"
@@ -185,6 +198,8 @@ class LocalChat(ChatModel):
     def _retire(self, job: _Job, *, force: bool = False) -> bool:
         """Keep a finished job's cache for reuse (the oldest kept one goes), or release it
         (any job's, when ``force``: after a failure the cache may not match); whether it was done."""
+        if job.constraint is not None and (job.finish is not None or force):
+            job.constraint.close()
         if job.seq is None or (job.finish is None and not force):
             return job.finish is not None
         if force or not self.keep:

@@ -11,8 +11,9 @@ live here once; a backend only implements the ``_``-prefixed hooks.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -55,6 +56,15 @@ def tree_depths(parents: Sequence[int]) -> list[int]:
     for p in parents:
         depths.append(0 if p < 0 else depths[p] + 1)
     return depths
+
+
+class TokenConstraint(Protocol):
+    """Which tokens may come next in one conversation (a grammar, say), as its text grows."""
+
+    def allows(self, token: int) -> bool: ...
+    def restrict(self, logits: np.ndarray) -> np.ndarray: ...
+    def accept(self, token: int) -> None: ...
+    def close(self) -> None: ...
 
 
 class SteerableModel(ABC):
@@ -177,6 +187,11 @@ class SteerableModel(ABC):
         self._release(seq)
         seq.released = True
         self._live.pop(seq.id, None)
+
+    def json_constraint(self, schema: Mapping[str, Any]) -> TokenConstraint | None:
+        """A constraint that keeps a reply to JSON matching ``schema``, or None where the
+        backend cannot constrain (callers then validate the reply and retry)."""
+        return None
 
     def close(self) -> None:
         """Free every sequence and the model itself."""

@@ -12,10 +12,11 @@ from __future__ import annotations
 
 import ctypes
 import hashlib
+import json
 import os
 import subprocess
 import sys
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -24,7 +25,7 @@ import numpy as np
 
 from coinfer import catalog
 from coinfer.errors import ContextOverflowError, MissingDependencyError, ModelError
-from coinfer.models.base import Seq, SteerableModel, tree_depths
+from coinfer.models.base import Seq, SteerableModel, TokenConstraint, tree_depths
 from coinfer.models.chat_template import ChatTemplate
 
 __all__ = ["LlamaCppModel"]
@@ -178,6 +179,7 @@ class LlamaCppModel(SteerableModel):
             t for t in range(self.vocab_size) if lc.llama_vocab_is_eog(self._model.vocab, t)
         )
         self.template = self._read_template()
+        self._grammars: dict[str, str] = {}  # JSON schema -> GBNF
 
     def _load(self, path: Path, n_gpu_layers: int | None) -> Any:
         params = self._lc.llama_model_default_params()
@@ -238,6 +240,15 @@ class LlamaCppModel(SteerableModel):
         return b"".join(self._piece(int(t)) for t in ids).decode("utf-8", errors="replace")
 
     # ---- sequences --------------------------------------------------------------------
+    def json_constraint(self, schema: Mapping[str, Any]) -> TokenConstraint:
+        """llama.cpp's grammar sampler over the GBNF of ``schema`` (see ``llamacpp_grammar``)."""
+        from coinfer.models.llamacpp_grammar import GrammarConstraint, schema_grammar
+
+        key = json.dumps(dict(schema), sort_keys=True)
+        if key not in self._grammars:
+            self._grammars[key] = schema_grammar(schema)
+        return GrammarConstraint(self._lc, self._model.vocab, self._grammars[key], self.vocab_size)
+
     def _take_id(self) -> int:
         if not self._free_ids:
             raise ModelError(

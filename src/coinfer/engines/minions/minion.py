@@ -54,7 +54,8 @@ def minion(
         tail = prompts.MINION_LAST if last else prompts.MINION_TURN
         turn_text = f"Local model: {answer.text}\n\nQuestion: {question}\n{tail}"
         remote = [*remote, prompts.user(turn_text)]
-        request = ChatRequest(remote, max_tokens=config.remote_max_tokens, json_schema=prompts.CHAT_SCHEMA)
+        schema = prompts.FINAL_SCHEMA if last else prompts.CHAT_SCHEMA
+        request = ChatRequest(remote, max_tokens=config.remote_max_tokens, json_schema=schema)
         [reply] = yield ChatCall("remote", rnd, "final" if last else "decide", [request])
         turn = json_object(reply.text) or {}
         if turn.get("answer") and (last or turn.get("decision") == "final"):

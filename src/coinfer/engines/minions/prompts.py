@@ -13,34 +13,20 @@ from coinfer.chat.base import ChatRequest
 
 # ---- JSON shapes (passed as json_schema where the server can enforce them) -------------
 
-JOB_SCHEMA = {
-    "type": "object",
-    "properties": {
-        "explanation": {"type": "string"},
-        "citation": {"type": ["string", "null"]},
-        "answer": {"type": ["string", "null"]},
-    },
-    "required": ["explanation", "citation", "answer"],
-}
-DECISION_SCHEMA = {
-    "type": "object",
-    "properties": {
-        "decision": {"type": "string", "enum": ["final", "more"]},
-        "answer": {"type": "string"},
-        "missing": {"type": "string"},
-        "notes": {"type": "string"},
-    },
-    "required": ["decision"],
-}
-CHAT_SCHEMA = {
-    "type": "object",
-    "properties": {
-        "decision": {"type": "string", "enum": ["ask", "final"]},
-        "message": {"type": "string"},
-        "answer": {"type": "string"},
-    },
-    "required": ["decision"],
-}
+
+def _object(**properties: dict[str, object]) -> dict[str, object]:
+    """A JSON object schema whose properties are all required, in this order."""
+    return {"type": "object", "properties": properties, "required": list(properties)}
+
+
+_TEXT: dict[str, object] = {"type": "string"}
+_TEXT_OR_NULL: dict[str, object] = {"type": ["string", "null"]}
+JOB_SCHEMA = _object(explanation=_TEXT, citation=_TEXT_OR_NULL, answer=_TEXT_OR_NULL)
+FINAL_SCHEMA = _object(decision={"const": "final"}, answer=_TEXT)
+MORE_SCHEMA = _object(decision={"const": "more"}, missing=_TEXT, notes=_TEXT)
+ASK_SCHEMA = _object(decision={"const": "ask"}, message=_TEXT)
+DECISION_SCHEMA = {"anyOf": [FINAL_SCHEMA, MORE_SCHEMA]}  # a MinionS round's end
+CHAT_SCHEMA = {"anyOf": [FINAL_SCHEMA, ASK_SCHEMA]}  # a Minion turn
 
 ANSWER_STYLE = "Give the answer itself, as short as it can be (a name, a number, a phrase)."
 
@@ -196,4 +182,5 @@ def aggregate_request(question: str, context: str, findings: str, *, last: bool)
         findings or "(none: every excerpt abstained)",
         AGGREGATE_LAST if last else AGGREGATE_TAIL,
     ]
-    return ChatRequest([user("\n".join(p for p in parts if p))], max_tokens=384, json_schema=DECISION_SCHEMA)
+    schema = FINAL_SCHEMA if last else DECISION_SCHEMA
+    return ChatRequest([user("\n".join(p for p in parts if p))], max_tokens=384, json_schema=schema)
