@@ -126,6 +126,38 @@ def test_seeded_speculative_sampling_is_reproducible(
     assert runs[0] == runs[1] and len(runs[0]) > 0
 
 
+@needs_torch
+def test_seeded_sampling_gives_one_text_whatever_the_draft_length(
+    tiny_pair: tuple[SteerableModel, SteerableModel],
+) -> None:
+    """Deterministic drafts are verified with one draw per position: plain decoding, every
+    fixed draft length and an adaptive one (whose lengths follow timing) give one text."""
+    from coinfer.decoding.draft_length import AdaptiveDraftLength
+
+    target, draft = tiny_pair
+    prompt = target.text_prompt("The quick brown fox")
+    sampling = SamplingParams(temperature=1.0, seed=3)
+
+    def plain(seed: int) -> list[int]:
+        reply = generate(target, prompt, max_tokens=24, sampling=SamplingParams(temperature=1.0, seed=seed))
+        return [t for t in reply.tokens if t not in target.eos_ids]
+
+    def drafted(k: object) -> list[int]:
+        return _run(
+            target,
+            ModelDrafter(draft, target=target),
+            prompt,
+            max_tokens=24,
+            sampling=sampling,
+            draft_tokens=k,
+        )[0]
+
+    texts = [drafted(k) for k in (1, 3, 7, AdaptiveDraftLength())]
+    texts.append(_run(target, NgramDrafter(), prompt, max_tokens=24, sampling=sampling)[0])
+    assert all(t == plain(3) for t in texts), (plain(3), texts)
+    assert plain(4) != plain(3)
+
+
 @needs_llama
 @needs_torch
 def test_a_draft_with_another_vocabulary_is_refused(

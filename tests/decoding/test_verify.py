@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from coinfer.decoding.verify import greedy_accept, speculative_accept
+from coinfer.decoding.verify import coupled_accept, greedy_accept, speculative_accept
 
 CHI2_999 = {3: 16.27}  # 0.999 quantile of chi-square with 3 degrees of freedom
 
@@ -68,3 +68,26 @@ def test_the_second_output_token_follows_the_target_given_the_first() -> None:
         if n >= 1:  # first token was 0 (drafted and kept): the second is draft[1] or nxt
             seconds.append(draft[1] if n >= 2 else nxt)
     assert _chi2(np.array(seconds), p[1]) < CHI2_999[3]
+
+
+def test_coupled_acceptance_keeps_a_draft_as_often_as_rejection_and_emits_the_target() -> None:
+    """Each position's token is the target's sample with that position's draw; the draft
+    is kept iff it equals it: kept with probability p(d), the token distributed as p."""
+    p = np.array([[0.1, 0.2, 0.3, 0.4], [0.7, 0.1, 0.1, 0.1], [0.25, 0.25, 0.25, 0.25]])
+    rng = np.random.default_rng(5)
+    firsts, seconds, kept = [], [], 0
+    for _ in range(20000):
+        u = rng.random(3)
+        n, nxt = coupled_accept([3, 0], p, u)
+        assert (
+            nxt
+            == [int(np.searchsorted(np.cumsum(row), x, side="right")) for row, x in zip(p, u, strict=True)][n]
+        )
+        firsts.append(3 if n >= 1 else nxt)
+        kept += n >= 1
+        if n >= 1:
+            seconds.append(0 if n >= 2 else nxt)
+    assert _chi2(np.array(firsts), p[0]) < CHI2_999[3]
+    assert _chi2(np.array(seconds), p[1]) < CHI2_999[3]
+    assert abs(kept / 20000 - p[0][3]) < 0.015
+    assert coupled_accept([2, 1, 3], _one_hot([2, 1, 3, 0]), [0.5] * 4) == (3, 0)  # greedy: all kept

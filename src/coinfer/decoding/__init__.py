@@ -3,7 +3,7 @@
 from coinfer.decoding.detok import IncrementalDetokenizer
 from coinfer.decoding.drafters import Draft, Drafter, ModelDrafter, NgramDrafter, TextDrafter
 from coinfer.decoding.generate import GenerationStats, Response, generate, generate_tokens, stream_generate
-from coinfer.decoding.sampling import SamplingParams, probs_from_logits, sample
+from coinfer.decoding.sampling import PositionDraws, SamplingParams, probs_from_logits, sample, sample_at
 from coinfer.decoding.speculative import (
     Round,
     SpecConfig,
@@ -12,7 +12,7 @@ from coinfer.decoding.speculative import (
     stream_speculative,
 )
 from coinfer.decoding.tree import TokenTree
-from coinfer.decoding.verify import greedy_accept, speculative_accept
+from coinfer.decoding.verify import coupled_accept, greedy_accept, speculative_accept
 
 __all__ = [
     "Draft",
@@ -21,6 +21,7 @@ __all__ = [
     "IncrementalDetokenizer",
     "ModelDrafter",
     "NgramDrafter",
+    "PositionDraws",
     "Response",
     "Round",
     "SamplingParams",
@@ -28,11 +29,13 @@ __all__ = [
     "SpecStats",
     "TextDrafter",
     "TokenTree",
+    "coupled_accept",
     "generate",
     "generate_tokens",
     "greedy_accept",
     "probs_from_logits",
     "sample",
+    "sample_at",
     "speculative_accept",
     "speculative_generate",
     "stream_generate",

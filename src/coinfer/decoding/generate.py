@@ -13,10 +13,8 @@ from collections.abc import Generator, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-import numpy as np
-
 from coinfer.decoding.detok import IncrementalDetokenizer
-from coinfer.decoding.sampling import SamplingParams, probs_from_logits, sample
+from coinfer.decoding.sampling import PositionDraws, SamplingParams, probs_from_logits, sample_at
 from coinfer.errors import ConfigError, ContextOverflowError
 from coinfer.models.base import SteerableModel
 
@@ -117,12 +115,12 @@ def generate_tokens(
 ) -> Iterator[int]:
     """Yield up to ``max_tokens`` sampled ids; an end-of-turn token is yielded last."""
     check_prompt(model, prompt)
-    rng = np.random.default_rng(sampling.seed)
+    draws = PositionDraws(sampling.seed)
     seq = model.new_sequence()
     try:
         logits = model.extend(seq, prompt, last_only=True)[-1]
-        for _ in range(max_tokens):
-            token = sample(probs_from_logits(logits, sampling), rng)
+        for i in range(max_tokens):
+            token = sample_at(probs_from_logits(logits, sampling), draws.uniform(len(prompt) + i))
             yield token
             if token in model.eos_ids or len(seq) + 1 >= model.n_ctx:
                 return

@@ -14,7 +14,7 @@ import numpy as np
 
 from coinfer.errors import ConfigError
 
-__all__ = ["SamplingParams", "probs_from_logits", "sample"]
+__all__ = ["PositionDraws", "SamplingParams", "probs_from_logits", "sample", "sample_at"]
 
 
 @dataclass(frozen=True)
@@ -72,3 +72,27 @@ def sample(probs: np.ndarray, rng: np.random.Generator) -> int:
     if probs.max() == 1.0:
         return int(np.argmax(probs))
     return int(rng.choice(probs.size, p=probs))
+
+
+def sample_at(probs: np.ndarray, u: float) -> int:
+    """The token whose share of the cumulative distribution ``probs`` holds ``u`` in [0, 1)."""
+    if probs.max() == 1.0:
+        return int(np.argmax(probs))
+    cdf = np.cumsum(probs)
+    return min(int(np.searchsorted(cdf, u * cdf[-1], side="right")), probs.size - 1)
+
+
+class PositionDraws:
+    """One uniform draw per position of the text, made from the seed and the position alone.
+
+    A token sampled at position ``i`` with ``sample_at(p, draws.uniform(i))`` then depends
+    only on its distribution, never on how many draws came before: speculative decoding
+    (whose draft lengths follow measured timing) gives the same seeded text as plain
+    decoding. With no seed, a random one is drawn once.
+    """
+
+    def __init__(self, seed: int | None) -> None:
+        self.seed = seed if seed is not None else int(np.random.SeedSequence().entropy % (1 << 63))
+
+    def uniform(self, position: int) -> float:
+        return float(np.random.default_rng([self.seed, position]).random())

@@ -19,8 +19,8 @@ from coinfer.decoding.detok import IncrementalDetokenizer
 from coinfer.decoding.draft_length import DraftLength, FixedDraftLength
 from coinfer.decoding.drafters import Draft, Drafter
 from coinfer.decoding.generate import GenerationStats, Response, check_prompt
-from coinfer.decoding.sampling import SamplingParams, probs_from_logits, sample
-from coinfer.decoding.verify import greedy_accept, speculative_accept
+from coinfer.decoding.sampling import PositionDraws, SamplingParams, probs_from_logits, sample_at
+from coinfer.decoding.verify import coupled_accept, greedy_accept, speculative_accept
 from coinfer.errors import ConfigError
 from coinfer.models.base import Seq, SteerableModel
 
@@ -106,13 +106,13 @@ def speculative_generate(
     round is the prefill and carries the first token.
     """
     check_prompt(target, prompt)
-    rng = np.random.default_rng(config.sampling.seed)
+    draws = _Draws(config.sampling.seed)
     policy = config.policy()
     seq = target.new_sequence()
     try:
         t0 = time.perf_counter()
         logits = target.extend(seq, list(prompt), last_only=True)[-1]
-        first = sample(probs_from_logits(logits, config.sampling), rng)
+        first = sample_at(probs_from_logits(logits, config.sampling), draws.uniform(len(prompt)))
         context, produced = list(prompt), 0
         new, drafted, n_acc, draft_s, verify_s = [first], 0, 0, 0.0, time.perf_counter() - t0
         ledger = _ProposalLedger()
@@ -133,7 +133,7 @@ def speculative_generate(
             ledger.add(len(context), proposal.tokens, proposal.bucket)
             draft = proposal.head(policy.trim(len(proposal.tokens), proposal.bucket))
             t1 = time.perf_counter()
-            n_acc, nxt = _verify(target, seq, context[-1], draft, config.sampling, rng)
+            n_acc, nxt = _verify(target, seq, context, draft, config.sampling, draws)
             target.truncate(seq, len(context) + n_acc)  # keep pending + accepted drafts
             drafter.feedback(n_acc)
             drafted, draft_s, verify_s = len(draft.tokens), t1 - t0, time.perf_counter() - t1
@@ -143,20 +143,33 @@ def speculative_generate(
         target.release(seq)
 
 
+class _Draws(PositionDraws):
+    """Per-position draws for deterministic drafts; a running generator for sampled ones
+    (whose rejection rule needs fresh draws, so their seeded text follows the draft lengths)."""
+
+    def __init__(self, seed: int | None) -> None:
+        super().__init__(seed)
+        self.rng = np.random.default_rng(self.seed)
+
+
 def _verify(
     target: SteerableModel,
     seq: Seq,
-    pending: int,
+    context: Sequence[int],
     draft: Draft,
     sampling: SamplingParams,
-    rng: np.random.Generator,
+    draws: _Draws,
 ) -> tuple[int, int]:
-    """One target forward over [pending, *draft]: (accepted count, next token)."""
-    rows = target.extend(seq, [pending, *draft.tokens])  # (k + 1, vocab)
+    """One target forward over the pending token (the context's last) and the draft:
+    (accepted count, next token)."""
+    rows = target.extend(seq, [context[-1], *draft.tokens])  # (k + 1, vocab)
     if sampling.greedy:
         return greedy_accept(draft.tokens, rows)  # the argmax of the logits is the greedy choice
     probs = np.stack([probs_from_logits(r, sampling) for r in rows])
-    return speculative_accept(draft.tokens, draft.probs, probs, rng)
+    if draft.probs is None:
+        at = len(context)  # the position the first row predicts
+        return coupled_accept(draft.tokens, probs, [draws.uniform(at + i) for i in range(len(rows))])
+    return speculative_accept(draft.tokens, draft.probs, probs, draws.rng)
 
 
 class _ProposalLedger:

@@ -8,6 +8,12 @@
 drafter (n-grams, a greedy draft model) has one-hot ``q``. With a greedy target every
 ``p`` is one-hot and the rule reduces to ``greedy_accept``: keep the longest prefix that
 equals the target's argmax.
+
+``coupled_accept`` is the same rule for deterministic drafts, drawn the other way round:
+the target samples each position with that position's own uniform draw, and a draft
+token is kept iff it equals that sample. It keeps ``d_i`` with probability ``p_i(d_i)``
+and otherwise yields a sample of ``p_i`` without ``d_i``, exactly as the rejection rule
+does, but the text is a function of the seed alone (see ``sampling.PositionDraws``).
 """
 
 from __future__ import annotations
@@ -16,7 +22,9 @@ from collections.abc import Sequence
 
 import numpy as np
 
-__all__ = ["greedy_accept", "speculative_accept"]
+from coinfer.decoding.sampling import sample_at
+
+__all__ = ["coupled_accept", "greedy_accept", "speculative_accept"]
 
 
 def greedy_accept(draft: Sequence[int], target_probs: np.ndarray) -> tuple[int, int]:
@@ -31,6 +39,18 @@ def greedy_accept(draft: Sequence[int], target_probs: np.ndarray) -> tuple[int, 
     while n < len(draft) and int(draft[n]) == int(choices[n]):
         n += 1
     return n, int(choices[n])
+
+
+def coupled_accept(
+    draft: Sequence[int], target_probs: np.ndarray, uniforms: Sequence[float]
+) -> tuple[int, int]:
+    """(accepted count, next token) for a deterministic draft: position i's token is
+    ``sample_at(target_probs[i], uniforms[i])``; drafts are kept while they equal it."""
+    for i, token in enumerate(int(t) for t in draft):
+        chosen = sample_at(target_probs[i], uniforms[i])
+        if chosen != token:
+            return i, chosen
+    return len(draft), sample_at(target_probs[len(draft)], uniforms[len(draft)])
 
 
 def speculative_accept(
