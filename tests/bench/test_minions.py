@@ -6,7 +6,14 @@ import re
 
 import pytest
 
-from coinfer.bench.minions import MinionsBenchConfig, by_document, is_correct, load_questions, summarize
+from coinfer.bench.minions import (
+    MinionsBenchConfig,
+    by_document,
+    is_correct,
+    load_questions,
+    results_markdown,
+    summarize,
+)
 from coinfer.errors import ConfigError
 
 
@@ -58,6 +65,10 @@ def test_the_summary_compares_every_protocol_with_remote_only() -> None:
     assert set(s) == {"remote-only", "minions"}
     assert s["minions"]["accuracy"] == 0.5 and s["minions"]["accuracy_vs_remote_only"] == 0.5
     assert s["minions"]["prefill_vs_remote_only"] == pytest.approx(1_200 / 8_000, abs=1e-4)
+    concurrency = {"jobs": 8, "sequential_jobs_per_s": 0.17, "parallel_jobs_per_s": 0.2, "speedup": 1.18}
+    concurrency |= {"prefill_share": 0.74, "prompt_tokens": 6100, "completion_tokens": 410}
+    table = results_markdown({"summary": s, "concurrency": concurrency}, MinionsBenchConfig(out="x"))
+    assert "| minions | 2 | 50% | 1,200 |" in table and "1.18x" in table and "took 74%" in table
     assert s["minions"]["best_effort"] == 1
 
 

@@ -18,7 +18,7 @@ import re
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -123,7 +123,10 @@ def _models(config: MinionsBenchConfig, log: Callable[[str], None]) -> Iterator[
 
 
 def measure_concurrency(local: LocalChat, questions: list[dict[str, Any]], jobs: int) -> dict[str, float]:
-    """Jobs/s for ``jobs`` MinionS-style jobs decoded together against one at a time."""
+    """Jobs/s for ``jobs`` MinionS-style jobs decoded together against one at a time, and
+    the share of one-at-a-time time spent reading prompts (the same jobs cut to one
+    token): batching speeds up decoding only, so ``1 / prefill_share`` bounds the speedup
+    on a machine where a batch of prompts costs what its prompts cost one by one."""
     from coinfer.engines.minions import prompts
     from coinfer.retrieval import chunk_documents
 
@@ -134,14 +137,21 @@ def measure_concurrency(local: LocalChat, questions: list[dict[str, Any]], jobs:
         )
         for i, c in enumerate(chunks)
     ]
-    out = {}
-    for label, width in (("sequential", 1), ("parallel", jobs)):
+    out: dict[str, float] = {"jobs": len(requests)}
+    for label, width, batch in (
+        ("sequential", 1, requests),
+        ("parallel", jobs, requests),
+        ("prefill_only", 1, [replace(r, max_tokens=1) for r in requests]),
+    ):
         runner = LocalChat(local.model, max_concurrent=width, keep=0)
         started = time.perf_counter()
-        runner.chat_batch(requests)
-        out[f"{label}_jobs_per_s"] = round(len(requests) / (time.perf_counter() - started), 3)
-    out["jobs"] = len(requests)
+        results = runner.chat_batch(batch)
+        out[f"{label}_jobs_per_s"] = round(len(batch) / (time.perf_counter() - started), 3)
+        if label == "sequential":
+            out["prompt_tokens"] = sum(r.usage.prompt_tokens for r in results)
+            out["completion_tokens"] = sum(r.usage.completion_tokens for r in results)
     out["speedup"] = round(out["parallel_jobs_per_s"] / out["sequential_jobs_per_s"], 3)
+    out["prefill_share"] = round(out["sequential_jobs_per_s"] / out.pop("prefill_only_jobs_per_s"), 3)
     return out
 
 
@@ -258,11 +268,11 @@ def run_minions_bench(config: MinionsBenchConfig, log: Callable[[str], None] = p
 
 def _write(out: Path, report: dict[str, Any], config: MinionsBenchConfig) -> None:
     write_json(out / "results.json", report)
-    write_markdown(out / "results.md", _markdown(report, config))
+    write_markdown(out / "results.md", results_markdown(report, config))
     _plot(out / "cost_accuracy.png", report["summary"], config.price_as)
 
 
-def _markdown(report: dict[str, Any], config: MinionsBenchConfig) -> str:
+def results_markdown(report: dict[str, Any], config: MinionsBenchConfig) -> str:
     lines = [
         f"# coinfer bench minions: local {config.local}, remote {config.remote}",
         "",
@@ -284,7 +294,9 @@ def _markdown(report: dict[str, Any], config: MinionsBenchConfig) -> str:
         lines += [
             "",
             f"Local jobs: {c['jobs']} decoded together {c['parallel_jobs_per_s']} jobs/s, one at a time "
-            f"{c['sequential_jobs_per_s']} jobs/s: {c['speedup']}x.",
+            f"{c['sequential_jobs_per_s']} jobs/s: {c['speedup']}x. Reading the prompts took "
+            f"{c['prefill_share']:.0%} of the one-at-a-time time ({c['prompt_tokens']:,} prompt tokens, "
+            f"{c['completion_tokens']:,} output tokens); batching speeds up the rest.",
         ]
     return "\n".join(lines) + "\n"
 

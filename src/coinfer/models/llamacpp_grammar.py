@@ -15,6 +15,7 @@ refuses (``ConfigError``) any token ``allows`` has not passed.
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import json
 import math
@@ -88,4 +89,5 @@ class GrammarConstraint:
         self._lc.llama_sampler_apply(self._sampler, ctypes.byref(array))
 
     def __del__(self) -> None:
-        self.close()
+        with contextlib.suppress(Exception):  # at interpreter exit llama.cpp may be gone first
+            self.close()
