@@ -9,7 +9,7 @@ import pytest
 
 from coinfer.chat import ChatRequest
 from coinfer.engines.minions import MinionsConfig, drive, minions
-from coinfer.engines.minions.minions import cited_from, findings, parse_job_output
+from coinfer.engines.minions.minions import cited_from, findings, parse_job_output, supported
 from coinfer.errors import ConfigError
 from coinfer.testing import ScriptedChat
 
@@ -181,6 +181,27 @@ def test_an_answer_without_a_real_quote_from_its_chunk_is_marked_for_the_remote(
     lines = remote.requests[1].messages[-1]["content"].splitlines()
     assert any(ln.startswith("- 10 ") and "unquoted" in ln for ln in lines)
     assert any(ln.startswith("- 8080 ") and "unquoted" not in ln for ln in lines)
+    assert run.finished.answer == "8080" and not run.finished.best_effort  # a quoted answer backs it
+
+
+def test_an_answer_no_quoted_local_answer_backs_is_flagged_not_silent() -> None:
+    """The remote sides with the unquoted majority: the answer comes back marked, with why."""
+
+    def inventive(request: ChatRequest) -> str:
+        if "8080" in request.messages[-1]["content"]:
+            return json.dumps({"explanation": "x", "citation": "default port is 8080", "answer": "8080"})
+        return json.dumps({"explanation": "x", "citation": "config.md", "answer": "10"})
+
+    run = drive(
+        "minions",
+        minions(QUESTION, [("config.md", DOC)]),
+        local=ScriptedChat(inventive),
+        remote=_remote(GOOD_CODE, _final("10")),
+    )
+    assert run.finished.answer == "10" and run.finished.best_effort
+    assert any("no local answer that quoted its excerpt" in p for p in run.finished.problems)
+    assert supported("Port 8080", ["8080"]) and supported("8080", ["the port is 8080"])
+    assert not supported("10", ["8080"]) and not supported("", ["8080"]) and not supported("10", [])
 
 
 def test_citations_match_up_to_case_spacing_quotes_and_ellipses() -> None:

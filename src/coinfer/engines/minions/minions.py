@@ -82,7 +82,7 @@ def minions(
     documents: Sequence[tuple[str, str]],
     config: MinionsConfig = MinionsConfig(),  # noqa: B008
 ) -> Protocol:
-    context, problems, notes = "", list[str](), list[str]()
+    context, problems, notes, quoted = "", list[str](), list[str](), list[str]()
     last_jobs: list[dict[str, Any]] = []
     last_outputs: list[dict[str, Any]] = []
     for rnd in range(1, config.max_rounds + 1):
@@ -118,8 +118,14 @@ def minions(
                 "unverified": unverified,
             },
         )
+        quoted += [out["answer"] for _, out in answered if not out.get("unverified")]
         decision = yield from _aggregate(rnd, question, context, answered, rnd == config.max_rounds, problems)
         if decision["decision"] == "final":
+            if config.verify_citations and not supported(decision["answer"], quoted):
+                problems.append(
+                    "no local answer that quoted its excerpt agrees with this answer: it rests on "
+                    "claims the local model could not show in the documents' words; check it"
+                )
             return Finished(decision["answer"], rnd, best_effort=bool(problems), problems=problems)
         if config.round_context == "scratchpad" and str(decision.get("notes") or "").strip():
             notes.append(str(decision["notes"]).strip())
@@ -224,6 +230,12 @@ def cited_from(citation: str | None, chunk: str) -> bool:
     pieces = [_normalized(p) for p in re.split(r"\.\.\.|…", citation)]
     text = _normalized(chunk)
     return any(pieces) and all(p in text for p in pieces if len(p) >= 3)
+
+
+def supported(answer: str, quoted: Sequence[str]) -> bool:
+    """Whether a local answer backed by a real quote agrees with ``answer`` (one holds the other)."""
+    mine = _normalized(answer)
+    return bool(mine) and any(q and (q in mine or mine in q) for q in map(_normalized, quoted))
 
 
 def _normalized(text: str) -> str:
