@@ -15,17 +15,23 @@ def _ask(message: str) -> str:
 
 
 def test_the_remote_asks_the_local_answers_from_the_document_and_the_remote_answers() -> None:
-    remote = ScriptedChat(
-        [_ask("Which version added --fast?"), json.dumps({"decision": "final", "answer": "2.4"})]
-    )
+    remote_script = [_ask("Which version added --fast?"), json.dumps({"decision": "final", "answer": "2.4"})]
+    remote = ScriptedChat(list(remote_script))
     local = ScriptedChat(lambda r: "Version 2.4 added the --fast flag.")
     run = drive("minion", minion("When was --fast added?", [("notes", DOC)]), local=local, remote=remote)
     assert run.finished.answer == "2.4" and run.finished.rounds == 1
-    system = local.requests[0].messages[0]["content"]
-    assert DOC in system and "When was --fast added?" in system  # the local holds document and question
+    assert DOC in local.requests[0].messages[0]["content"]  # the local model holds the document
+    assert "When was --fast added?" in local.requests[0].messages[-1]["content"]  # and the question
+    drive(
+        "minion",
+        minion("When was 3.8 dropped?", [("notes", DOC)]),
+        local=local,
+        remote=ScriptedChat(remote_script),
+    )
+    assert local.requests[-1].messages[0] == local.requests[0].messages[0]  # one cached document prefix
     assert all(DOC not in m["content"] for r in remote.requests for m in r.messages)  # the remote never does
     assert "Local model: Version 2.4" in remote.requests[1].messages[-1]["content"]
-    assert local.requests[0].messages[-1]["content"] == "Which version added --fast?"
+    assert local.requests[0].messages[-1]["content"].endswith("\n\nWhich version added --fast?")
 
 
 def test_the_remotes_opening_is_always_a_message_never_an_answer() -> None:
@@ -34,7 +40,7 @@ def test_the_remotes_opening_is_always_a_message_never_an_answer() -> None:
     remote = ScriptedChat(["10", json.dumps({"decision": "final", "answer": "2.4"})])
     local = ScriptedChat(lambda r: "Version 2.4 added the --fast flag.")
     run = drive("minion", minion("When was --fast added?", [("notes", DOC)]), local=local, remote=remote)
-    assert run.finished.answer == "2.4" and local.requests[0].messages[-1]["content"] == "10"
+    assert run.finished.answer == "2.4" and local.requests[0].messages[-1]["content"].endswith("\n\n10")
 
 
 def test_after_max_rounds_the_remote_must_answer() -> None:
@@ -56,7 +62,7 @@ def test_prose_is_a_message_in_the_chat_and_a_best_effort_answer_at_the_forced_e
     run = drive(
         "minion", minion("q", [("notes", DOC)], MinionConfig(max_rounds=1)), local=local, remote=remote
     )
-    assert local.requests[0].messages[-1]["content"] == "just prose"
+    assert local.requests[0].messages[-1]["content"].endswith("\n\njust prose")
     assert run.finished.answer == "I believe 2.5" and run.finished.best_effort
 
 

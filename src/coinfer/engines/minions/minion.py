@@ -1,8 +1,9 @@
 """Minion (paper 000, §4 and appendix D.1): a free chat between the two models.
 
 The remote model gets the question and never the documents; the local model gets the
-documents and the question in its system prompt. The remote opens with a message to the
-local model (it has nothing to answer from yet); then, each round, the local model
+documents in its system prompt and the question with the remote's first message (so the
+cached documents serve every question about them). The remote opens with a message to
+the local model (it has nothing to answer from yet); then, each round, the local model
 answers and the remote either asks one more thing or gives the final answer (JSON
 ``{"decision": "ask", "message"}`` or ``{"decision": "final", "answer"}``). After
 ``max_rounds`` answers the remote is told to answer now. A remote reply that is not JSON
@@ -40,12 +41,14 @@ def minion(
 ) -> Protocol:  # noqa: B008
     opening = f"Question: {question}\n{prompts.MINION_FIRST}"
     remote = [prompts.system(prompts.MINION_REMOTE), prompts.user(opening)]
-    context = prompts.MINION_LOCAL.format(question=question) + prompts.documents_block(documents)
-    local = [prompts.system(context)]
+    local = [prompts.system(prompts.MINION_LOCAL + prompts.documents_block(documents))]
     [reply] = yield ChatCall("remote", 1, "open", [ChatRequest(remote, max_tokens=config.remote_max_tokens)])
     for rnd in range(1, config.max_rounds + 1):
         remote = [*remote, prompts.assistant(reply.text)]
-        local = [*local, prompts.user(_message(reply.text))]
+        message = _message(reply.text)
+        if rnd == 1:  # after the documents, so a second question about them reuses their cache
+            message = prompts.MINION_LOCAL_FIRST.format(question=question, message=message)
+        local = [*local, prompts.user(message)]
         [answer] = yield ChatCall(
             "local", rnd, "answer", [ChatRequest(local, max_tokens=config.local_max_tokens)]
         )

@@ -75,10 +75,10 @@ MINION_TURN = (
     'or {"decision": "ask", "message": "<next simple question>"}'
 )
 MINION_LOCAL = (
-    "You have the documents below. Another model is working on this question: {question}\n"
-    "It will ask you about the documents: answer from the documents only, briefly, quoting the words "
-    "that support your answer.\n\n"
+    "You have the documents below. Another model, working on a question about them, will ask you "
+    "about them: answer from the documents only, briefly, quoting the words that support your answer.\n\n"
 )
+MINION_LOCAL_FIRST = "The question being worked on: {question}\n\n{message}"
 MINION_LAST = 'JSON only: {"decision": "final", "answer": "<the shortest best answer to the question>"}'
 
 
