@@ -69,9 +69,7 @@ def _nucleus(p: np.ndarray, top_p: float) -> np.ndarray:
 
 def sample(probs: np.ndarray, rng: np.random.Generator) -> int:
     """Draw one token id from ``probs`` (vocab,)."""
-    if probs.max() == 1.0:
-        return int(np.argmax(probs))
-    return int(rng.choice(probs.size, p=probs))
+    return sample_at(probs, float(rng.random()))
 
 
 def sample_at(probs: np.ndarray, u: float) -> int:

@@ -106,7 +106,8 @@ def speculative_generate(
     round is the prefill and carries the first token.
     """
     check_prompt(target, prompt)
-    draws = _Draws(config.sampling.seed)
+    draws = PositionDraws(config.sampling.seed)
+    rng = np.random.default_rng(draws.seed)  # for sampled drafts, whose rejection rule draws afresh
     policy = config.policy()
     seq = target.new_sequence()
     try:
@@ -133,7 +134,7 @@ def speculative_generate(
             ledger.add(len(context), proposal.tokens, proposal.bucket)
             draft = proposal.head(policy.trim(len(proposal.tokens), proposal.bucket))
             t1 = time.perf_counter()
-            n_acc, nxt = _verify(target, seq, context, draft, config.sampling, draws)
+            n_acc, nxt = _verify(target, seq, context, draft, config.sampling, draws, rng)
             target.truncate(seq, len(context) + n_acc)  # keep pending + accepted drafts
             drafter.feedback(n_acc)
             drafted, draft_s, verify_s = len(draft.tokens), t1 - t0, time.perf_counter() - t1
@@ -143,22 +144,14 @@ def speculative_generate(
         target.release(seq)
 
 
-class _Draws(PositionDraws):
-    """Per-position draws for deterministic drafts; a running generator for sampled ones
-    (whose rejection rule needs fresh draws, so their seeded text follows the draft lengths)."""
-
-    def __init__(self, seed: int | None) -> None:
-        super().__init__(seed)
-        self.rng = np.random.default_rng(self.seed)
-
-
 def _verify(
     target: SteerableModel,
     seq: Seq,
     context: Sequence[int],
     draft: Draft,
     sampling: SamplingParams,
-    draws: _Draws,
+    draws: PositionDraws,
+    rng: np.random.Generator,
 ) -> tuple[int, int]:
     """One target forward over the pending token (the context's last) and the draft:
     (accepted count, next token)."""
@@ -169,7 +162,7 @@ def _verify(
     if draft.probs is None:
         at = len(context)  # the position the first row predicts
         return coupled_accept(draft.tokens, probs, [draws.uniform(at + i) for i in range(len(rows))])
-    return speculative_accept(draft.tokens, draft.probs, probs, draws.rng)
+    return speculative_accept(draft.tokens, draft.probs, probs, rng)  # seeded text follows draft lengths
 
 
 class _ProposalLedger:

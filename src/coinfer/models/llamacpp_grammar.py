@@ -52,7 +52,6 @@ class GrammarConstraint:
             raise ConfigError("llama.cpp could not parse the grammar", hint="check the JSON schema")
         self._all = (lc.llama_token_data * n_vocab)()
         self._view = np.ctypeslib.as_array(self._all)
-        self._view["id"] = np.arange(n_vocab, dtype=np.int32)
         self._one = (lc.llama_token_data * 1)()
         self._passed: int | None = None
 
