@@ -140,6 +140,9 @@ def cmd_bench_minions(args: argparse.Namespace) -> int:
         remote_base_url=args.remote_base_url,
         price_as=args.price_as,
         parallel=args.parallel,
+        questions=tuple(args.questions or ()),
+        chunk_chars=args.chunk_chars,
+        concurrency=not args.no_concurrency,
     )
     report = run_minions_bench(config, log=_err)
     for name, s in report["summary"].items():
@@ -147,8 +150,9 @@ def cmd_bench_minions(args: argparse.Namespace) -> int:
             f"{name}: accuracy {s['accuracy']:.0%}, {s['remote_prompt_tokens']:,.0f} remote prefill tokens, "
             f"${s['cost_usd']:.5f} per question"
         )
-    speedup = report["concurrency"]["speedup"]
-    _err(f"local jobs together vs one at a time: {speedup}x; wrote {args.out}/results.json")
+    if "concurrency" in report:
+        _err(f"local jobs together vs one at a time: {report['concurrency']['speedup']}x")
+    _err(f"wrote {args.out}/results.json")
     return 0
 
 
@@ -202,6 +206,9 @@ def add_parsers(sub: Any, bench: Any) -> None:
     p.add_argument("--out", default="bench-results/minions")
     p.add_argument("--limit", type=int, default=None, help="questions to run (default: all 36)")
     p.add_argument("--protocols", nargs="*", default=None, help="default: all")
+    p.add_argument("--questions", nargs="*", default=None, help="question ids to run, e.g. textwrap/0")
+    p.add_argument("--chunk-chars", type=int, default=3000, help="MinionS chunk size (default: %(default)s)")
+    p.add_argument("--no-concurrency", action="store_true", help="skip measuring concurrent local jobs")
     _add_pair_flags(p, price_as="gpt-4o")
     p.set_defaults(func=cmd_bench_minions)
 

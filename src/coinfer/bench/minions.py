@@ -16,7 +16,7 @@ from __future__ import annotations
 import json
 import re
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -37,6 +37,7 @@ PROTOCOLS = ("remote-only", "local-only", "minion", "minions", "rag-bm25", "rag-
 class MinionsBenchConfig:
     out: str
     limit: int | None = None
+    questions: tuple[str, ...] = ()  # question ids to run (default: all, or --limit of them)
     protocols: tuple[str, ...] = PROTOCOLS
     local: str = "qwen2.5-coder-0.5b"
     remote: str = "qwen2.5-coder-1.5b"
@@ -45,6 +46,8 @@ class MinionsBenchConfig:
     local_ctx: int = 16384
     remote_ctx: int = 32768
     parallel: int = 8
+    chunk_chars: int = m.MinionsConfig().chunk_chars
+    concurrency: bool = True  # also measure concurrent local jobs against one at a time
 
     def __post_init__(self) -> None:
         unknown = set(self.protocols) - set(PROTOCOLS)
@@ -54,10 +57,19 @@ class MinionsBenchConfig:
             raise ConfigError("--limit must be at least 1")
 
 
-def load_questions(limit: int | None = None) -> list[dict[str, Any]]:
-    """The questions, each with its document's text; ``limit`` takes them round-robin
-    over the documents, so a short run still spans several."""
+def load_questions(limit: int | None = None, ids: Sequence[str] = ()) -> list[dict[str, Any]]:
+    """The questions, each with its document's text: those named in ``ids`` if any, then
+    ``limit`` of them taken round-robin over the documents, so a short run still spans
+    several."""
     rows = [json.loads(line) for line in (DATA / "questions.jsonl").read_text().splitlines() if line.strip()]
+    if ids:
+        unknown = set(ids) - {row["id"] for row in rows}
+        if unknown:
+            raise ConfigError(
+                f"unknown question ids {sorted(unknown)}; they look like 'textwrap/0' "
+                f"(see {DATA / 'questions.jsonl'})"
+            )
+        rows = [row for row in rows if row["id"] in ids]
     texts = {doc: (DATA / "docs" / doc).read_text() for doc in {row["doc"] for row in rows}}
     for row in rows:
         row["text"] = texts[row["doc"]]
@@ -80,12 +92,14 @@ def is_correct(answer: str, pattern: str) -> bool:
     return re.search(pattern, answer, flags=re.IGNORECASE) is not None
 
 
-def _protocol(name: str, question: dict[str, Any], retrievers: dict[str, Any]) -> m.protocol.Protocol:
+def _protocol(
+    name: str, question: dict[str, Any], retrievers: dict[str, Any], chunk_chars: int
+) -> m.protocol.Protocol:
     documents = [(question["doc"], question["text"])]
     if name == "minion":
         return m.minion(question["question"], documents)
     if name == "minions":
-        return m.minions(question["question"], documents)
+        return m.minions(question["question"], documents, m.MinionsConfig(chunk_chars=chunk_chars))
     if name.startswith("rag-"):
         return m.rag(question["question"], documents, retrievers[name])
     return m.direct(question["question"], documents, "remote" if name == "remote-only" else "local")
@@ -132,9 +146,7 @@ def measure_concurrency(local: LocalChat, questions: list[dict[str, Any]], jobs:
 
     chunks = chunk_documents([(q["doc"], q["text"]) for q in questions[:jobs]], size=3000, overlap=0)[:jobs]
     requests = [
-        prompts.job_request(
-            c.text, questions[i % len(questions)]["question"], "", c.doc, samples=1, max_tokens=96
-        )
+        prompts.job_request(c.text, questions[i % len(questions)]["question"], "", samples=1, max_tokens=96)
         for i, c in enumerate(chunks)
     ]
     out: dict[str, float] = {"jobs": len(requests)}
@@ -168,18 +180,19 @@ def by_document(questions: list[dict[str, Any]]) -> list[list[dict[str, Any]]]:
 def _run_one(
     name: str,
     question: dict[str, Any],
+    config: MinionsBenchConfig,
     retrievers: dict[str, Any],
     local: ChatModel,
     remote: ChatModel,
     price: Any,
-    out: Path,
 ) -> dict[str, Any]:
-    """One protocol on one question: its result row, its trace written under ``out``."""
+    """One protocol on one question: its result row, its trace written under ``config.out``."""
     started = time.perf_counter()
-    run = m.drive(name, _protocol(name, question, retrievers), local=local, remote=remote)
+    protocol = _protocol(name, question, retrievers, config.chunk_chars)
+    run = m.drive(name, protocol, local=local, remote=remote)
     row = _row(name, question, run, time.perf_counter() - started, price)
     trace = {"question": question["question"], "answer": run.finished.answer, "trace": run.trace}
-    write_json(out / "traces" / f"{question['id'].replace('/', '-')}.{name}.json", trace)
+    write_json(Path(config.out) / "traces" / f"{question['id'].replace('/', '-')}.{name}.json", trace)
     return row
 
 
@@ -242,7 +255,7 @@ def summarize(rows: list[dict[str, Any]], protocols: tuple[str, ...]) -> dict[st
 
 
 def run_minions_bench(config: MinionsBenchConfig, log: Callable[[str], None] = print) -> dict[str, Any]:
-    questions = load_questions(config.limit)
+    questions = load_questions(config.limit, config.questions)
     price = PriceTable().price_of(config.price_as)
     out = Path(config.out)
     report: dict[str, Any] = {
@@ -252,13 +265,14 @@ def run_minions_bench(config: MinionsBenchConfig, log: Callable[[str], None] = p
     rows: list[dict[str, Any]] = []
     retrievers = _retrievers(config.protocols)
     with _models(config, log) as (local, remote):
-        log(f"measuring concurrent local jobs ({config.parallel} at once against one at a time)…")
-        report["concurrency"] = measure_concurrency(local, questions, config.parallel)
+        if config.concurrency:
+            log(f"measuring concurrent local jobs ({config.parallel} at once against one at a time)…")
+            report["concurrency"] = measure_concurrency(local, questions, config.parallel)
         total = len(questions) * len(config.protocols)
         for group in by_document(questions):
             for name in config.protocols:
                 for question in group:
-                    rows.append(_run_one(name, question, retrievers, local, remote, price, out))
+                    rows.append(_run_one(name, question, config, retrievers, local, remote, price))
                     log(f"[{len(rows)}/{total}] {_progress(rows[-1])}")
             report["summary"] = summarize(rows, config.protocols)
             report["results"] = rows

@@ -83,8 +83,32 @@ def test_code_that_raises_goes_back_to_the_remote_with_the_error() -> None:
     assert "ZeroDivisionError" in fix and "line 2" in fix
 
 
+def test_decorations_the_sandbox_lacks_are_tidied_away_not_paid_for_with_retries() -> None:
+    """The 1.5B remote imports the module its document describes, and typing for its hints."""
+    decorated = (
+        "```python\nimport gzip\nfrom typing import List\n\n"
+        "def prepare_jobs(documents: List[Document], last_jobs, last_outputs) -> List[JobManifest]:\n"
+        "    jobs: List[JobManifest] = [JobManifest(chunk=c, task='Which port?', doc=d.name)\n"
+        "        for d in documents for c in chunk_by_paragraphs(d.text, 3000)]\n"
+        "    return jobs\n```"
+    )
+    remote = _remote(decorated, _final("8080"))
+    run = drive("minions", minions(QUESTION, [("d", DOC)]), local=ScriptedChat(_local_reader), remote=remote)
+    assert run.finished.answer == "8080" and not run.finished.best_effort
+    assert [r.messages[-1]["content"][:8] for r in remote.requests][1].startswith("Question")  # no fix asked
+    tidied = next(e["data"]["dropped"] for e in run.trace if e["event"] == "code tidied")
+    assert "unused import of gzip" in tidied and "unused import of typing" in tidied
+
+
+def test_code_without_prepare_jobs_goes_back_saying_so() -> None:
+    remote = _remote("```python\nclass CookieError(Exception):\n    pass\n```", GOOD_CODE, _final("8080"))
+    run = drive("minions", minions(QUESTION, [("d", DOC)]), local=ScriptedChat(_local_reader), remote=remote)
+    assert run.finished.answer == "8080" and not run.finished.best_effort
+    assert "does not define prepare_jobs" in remote.requests[1].messages[-1]["content"]
+
+
 def test_code_that_keeps_failing_falls_back_to_default_jobs_marked_best_effort() -> None:
-    hostile = "```python\nimport os\nos.system('true')\n```"
+    hostile = "```python\nimport os\ndef prepare_jobs(documents, *_):\n    os.system('true')\n```"
     config = MinionsConfig(code_retries=1)
     remote = _remote(hostile, "no code, sorry", _final("8080"))
     run = drive(
@@ -154,7 +178,9 @@ def test_job_output_parsing_and_findings() -> None:
     job = {"task_id": 0, "task": "t", "doc": "d", "chunk_id": 3}
     out = {"explanation": "e", "citation": "c", "answer": "A"}
     text = findings([(job, out), ({**job, "chunk_id": 5}, out)])
-    assert text.count("- A") == 1 and '"d" chunk 3, "d" chunk 5' in text  # identical answers merged
+    assert text.count("- A") == 1 and "(chunks 3, 5)" in text  # identical answers merged
+    other = {**job, "doc": "e", "chunk_id": 7}
+    assert '"d" chunk 3' in findings([(job, out), (other, {**out, "answer": "B"})])  # several documents
 
 
 def test_bad_knobs_are_config_errors() -> None:
@@ -181,6 +207,9 @@ def test_an_answer_without_a_real_quote_from_its_chunk_is_marked_for_the_remote(
     lines = remote.requests[1].messages[-1]["content"].splitlines()
     assert any(ln.startswith("- 10 ") and "unquoted" in ln for ln in lines)
     assert any(ln.startswith("- 8080 ") and "unquoted" not in ln for ln in lines)
+    findings_text = remote.requests[1].messages[-1]["content"].split("Task 1")[1]
+    assert findings_text.index("- 8080 ") < findings_text.index("- 10 ")  # the quoted answer first
+    assert "config.md" not in findings_text  # an invented citation is not passed on
     assert run.finished.answer == "8080" and not run.finished.best_effort  # a quoted answer backs it
 
 

@@ -35,9 +35,11 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from coinfer.engines.minions import job_api, prompts
+from coinfer.engines.minions.code_tidy import tidy_job_code
 from coinfer.engines.minions.parsing import json_object, python_code
 from coinfer.engines.minions.protocol import ChatCall, CodeRun, Finished, Note, Protocol
 from coinfer.errors import ConfigError, SandboxError
+from coinfer.sandbox import DEFAULT_MODULES
 
 __all__ = ["MinionsConfig", "minions"]
 
@@ -49,6 +51,8 @@ from minions import (JobManifest, JobOutput, Document, chunk_by_chars, chunk_by_
 import minions
 result = minions.collect_jobs(prepare_jobs, documents, last_jobs, last_outputs)
 """
+
+JOB_CODE_MODULES = (*DEFAULT_MODULES, "minions")  # what the job code may import in the sandbox
 
 ABSTAIN_WORDS = {"", "none", "null", "n/a", "na", "unknown", "not found", "not mentioned", "not specified"}
 
@@ -158,10 +162,15 @@ def _prepare_jobs(
     for attempt in range(config.code_retries + 1):
         [reply] = yield ChatCall("remote", rnd, "decompose" if attempt == 0 else "fix code", [request])
         code = python_code(reply.text)
-        if code is None:
+        tidy = tidy_job_code(code, JOB_CODE_MODULES) if code is not None else None
+        if tidy is None:
             error = "the reply has no ```python block"
+        elif tidy.problem:
+            error = tidy.problem
         else:
-            out = yield CodeRun(rnd, code + CALL_PREPARE_JOBS, inputs)
+            if tidy.dropped:
+                yield Note(rnd, "code tidied", {"dropped": list(tidy.dropped)})
+            out = yield CodeRun(rnd, tidy.code + CALL_PREPARE_JOBS, inputs)
             if not isinstance(out, SandboxError):
                 return out.value
             error = str(out)
@@ -195,7 +204,6 @@ def _execute(rnd: int, jobs: list[dict[str, Any]], config: MinionsConfig) -> Any
             j["chunk"],
             j["task"],
             j["advice"],
-            j["doc"],
             samples=config.samples_per_task,
             max_tokens=config.job_max_tokens,
         )
@@ -263,22 +271,48 @@ def parse_job_output(text: str) -> dict[str, Any] | None:
 
 
 def findings(answered: list[tuple[dict[str, Any], dict[str, Any]]]) -> str:
-    """The answered jobs for the remote, by task, identical answers merged, long fields cut."""
+    """The answered jobs for the remote, by task, identical answers merged, long fields cut.
+
+    Answers some chunk backs with a real quote come first, then by how many chunks gave
+    them; an unquoted answer shows no citation (its "citation" is most often invented) and
+    is marked so. Document names appear only when the jobs span several documents."""
     by_task: dict[int, tuple[str, dict[str, list[tuple[dict[str, Any], dict[str, Any]]]]]] = {}
     for job, out in answered:
         task, answers = by_task.setdefault(job["task_id"], (job["task"], {}))
         answers.setdefault(out["answer"].strip(), []).append((job, out))
+    several_docs = len({job["doc"] for job, _ in answered}) > 1
     lines = []
     for number, (task, answers) in enumerate(by_task.values(), 1):
         lines.append(f"Task {number}: {task}")
-        for answer, hits in answers.items():
-            job, out = hits[0]
-            where = ", ".join(sorted({f'"{j["doc"]}" chunk {j["chunk_id"]}' for j, _ in hits}))
-            cite = f' | citation: "{_cut(out["citation"], 200)}"' if out["citation"] else ""
-            if all(o.get("unverified") for _, o in hits):
-                cite += " | unquoted: the citation is not in the excerpt"
-            lines.append(f"- {_cut(answer, 300)} ({where}){cite} | {_cut(out['explanation'], 200)}")
+        ranked = sorted(answers.items(), key=lambda kv: (not _quoted_hits(kv[1]), -len(kv[1])))
+        for answer, hits in ranked:
+            lines.append(f"- {_cut(answer, 300)} {_where(hits, several_docs)}{_support(hits)}")
     return "\n".join(lines)
+
+
+def _quoted_hits(hits: list[tuple[dict[str, Any], dict[str, Any]]]) -> list[dict[str, Any]]:
+    return [out for _, out in hits if out["citation"] and not out.get("unverified")]
+
+
+def _where(hits: list[tuple[dict[str, Any], dict[str, Any]]], several_docs: bool) -> str:
+    if several_docs:
+        return "(" + ", ".join(sorted({f'"{j["doc"]}" chunk {j["chunk_id"]}' for j, _ in hits})) + ")"
+    ids = sorted({j["chunk_id"] for j, _ in hits})
+    return f"(chunk{'s' if len(ids) > 1 else ''} {', '.join(map(str, ids))})"
+
+
+def _support(hits: list[tuple[dict[str, Any], dict[str, Any]]]) -> str:
+    """The quote behind an answer, or the mark that it has none; then its explanation."""
+    quoted = _quoted_hits(hits)
+    out = quoted[0] if quoted else hits[0][1]
+    if quoted:
+        cite = f' | quote: "{_cut(out["citation"], 200)}"'
+    elif out["citation"]:
+        cite = " | unquoted: its citation is not in the excerpt"
+    else:
+        cite = " | no citation"
+    explanation = _cut(out["explanation"], 150)
+    return cite + (f" | {explanation}" if explanation else "")
 
 
 def _cut(text: str, limit: int) -> str:

@@ -85,22 +85,21 @@ MINION_LAST = 'JSON only: {"decision": "final", "answer": "<the shortest best an
 # ---- MinionS: decompose, execute, aggregate ---------------------------------------------
 
 JOB_API_SUMMARY = """\
-Write Python: def prepare_jobs(documents, last_jobs, last_outputs) -> list[JobManifest]
-- documents: list of Document(name, text). last_jobs, last_outputs: the previous round's jobs and, \
-index for index, the local answers JobOutput(explanation, citation, answer) (answer None: abstained); \
-empty in round 1.
-- Ready to use: JobManifest(chunk, task, advice="", doc=""); chunk_by_chars(text, size, overlap=0), \
-chunk_by_paragraphs(text, max_chars), chunk_by_pages(text, pages_per_chunk=1, page_chars=3000), \
-chunk_by_code_blocks(text, max_chars), chunk_by_sections(text, max_chars). You may import re, json, \
-math, collections, itertools, functools. No files, no network, no names starting with _.
-- Each job: one chunk and one task. A task is a full, precise question for the local model about one \
-fact the answer needs (it is small; it sees only its chunk, never the user's question); it runs on \
-every chunk, and the local model abstains where a chunk has nothing. Use chunks of about \
-{chunk_chars} characters and at most {tasks} different tasks. The simplest plan, to improve on:
+Write Python: def prepare_jobs(documents, last_jobs, last_outputs) returning a list of JobManifest.
+- documents: Document(name, text) each. last_jobs, last_outputs: the previous round's jobs and, index \
+for index, the local answers JobOutput(explanation, citation, answer) (answer None: abstained); empty in \
+round 1.
+- Defined already, do not import or redefine: JobManifest(chunk, task, advice="", doc=""), \
+chunk_by_chars(text, size, overlap=0), chunk_by_paragraphs(text, max_chars), chunk_by_pages(text, \
+pages_per_chunk=1, page_chars=3000), chunk_by_code_blocks(text, max_chars), chunk_by_sections(text, \
+max_chars). Import nothing but re, json, math, collections, itertools, functools.
+- A job is one chunk and one task: a precise question about one fact the answer needs. The local model \
+sees only its chunk and task, never the user's question, and abstains where the chunk is silent. Use \
+chunks of about {chunk_chars} characters and at most {tasks} tasks. The simplest plan, to improve on:
     tasks = [{question!r}]
     return [JobManifest(chunk=c, task=t, doc=d.name) for d in documents
             for c in chunk_by_paragraphs(d.text, {chunk_chars}) for t in tasks]
-Reply with one ```python block and nothing else."""
+Reply with one ```python block only."""
 
 JOB_SYSTEM = (
     "You read one excerpt of a document and do one task. Reply with one JSON object only: "
@@ -110,12 +109,14 @@ JOB_SYSTEM = (
 )
 
 AGGREGATE_TAIL = (
+    "Trust quoted answers over unquoted ones, which are often invented. "
     "If you can answer the question now, reply with JSON only: "
     '{"decision": "final", "answer": "<the answer>"}. '
     'Otherwise: {"decision": "more", "missing": "<what is still needed and where to look>", '
     '"notes": "<what you have learned so far>"}. ' + ANSWER_STYLE
 )
 AGGREGATE_LAST = (
+    "Trust quoted answers over unquoted ones, which are often invented. "
     'This is the last round. Reply with JSON only: {"decision": "final", "answer": "<your best answer from '
     'what you have>"}. ' + ANSWER_STYLE
 )
@@ -146,12 +147,11 @@ def code_fix_request(previous: ChatRequest, reply: str, error: str) -> ChatReque
     return ChatRequest([*previous.messages, assistant(reply), user(fix)], max_tokens=previous.max_tokens)
 
 
-def job_request(
-    chunk: str, task: str, advice: str, doc: str, *, samples: int, max_tokens: int
-) -> ChatRequest:
+def job_request(chunk: str, task: str, advice: str, *, samples: int, max_tokens: int) -> ChatRequest:
+    """One job for the local model. The excerpt goes without its document's name: small
+    models cite the name instead of the excerpt's words."""
     hint = f"\nAdvice: {advice}" if advice else ""
-    source = f' from "{doc}"' if doc else ""
-    prompt = f'Excerpt{source}:\n"""\n{chunk}\n"""\n\nTask: {task}{hint}'
+    prompt = f'Excerpt:\n"""\n{chunk}\n"""\n\nTask: {task}{hint}'
     temperature = 0.0 if samples == 1 else 0.7
     return ChatRequest(
         [system(JOB_SYSTEM), user(prompt)],
