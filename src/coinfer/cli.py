@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import argparse
 import json
+import signal
 import sys
+import threading
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
@@ -388,6 +390,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    in_main = threading.current_thread() is threading.main_thread()
+    previous = signal.signal(signal.SIGTERM, _terminated) if in_main else None  # stops our servers too
     try:
         return int(args.func(args) or 0)
     except CoinferError as exc:
@@ -399,6 +403,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         _err("coinfer: interrupted")
         return 130
+    finally:
+        if in_main:
+            signal.signal(signal.SIGTERM, previous)
+
+
+def _terminated(signum: int, frame: object) -> None:
+    """SIGTERM unwinds like Ctrl-C: every ``finally`` runs, child servers included."""
+    raise KeyboardInterrupt
 
 
 if __name__ == "__main__":

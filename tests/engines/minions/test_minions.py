@@ -9,7 +9,7 @@ import pytest
 
 from coinfer.chat import ChatRequest
 from coinfer.engines.minions import MinionsConfig, drive, minions
-from coinfer.engines.minions.minions import cited_from, findings, parse_job_output, supported
+from coinfer.engines.minions.minions import cited_from, findings, mentions, parse_job_output, supported
 from coinfer.errors import ConfigError
 from coinfer.testing import ScriptedChat
 
@@ -205,8 +205,8 @@ def test_an_answer_without_a_real_quote_from_its_chunk_is_marked_for_the_remote(
     note = next(e["data"] for e in run.trace if e["event"] == "abstentions")
     assert note == {"answered": 4, "abstained": 0, "invalid_json": 0, "unverified": 3}
     lines = remote.requests[1].messages[-1]["content"].splitlines()
-    assert any(ln.startswith("- 10 ") and "unquoted" in ln for ln in lines)
-    assert any(ln.startswith("- 8080 ") and "unquoted" not in ln for ln in lines)
+    assert any(ln.startswith("- 10 ") and "no quote; in the text of 0 of its 3" in ln for ln in lines)
+    assert any(ln.startswith('- 8080 (chunk 1) | quote: "default port is 8080"') for ln in lines)
     findings_text = remote.requests[1].messages[-1]["content"].split("Task 1")[1]
     assert findings_text.index("- 8080 ") < findings_text.index("- 10 ")  # the quoted answer first
     assert "config.md" not in findings_text  # an invented citation is not passed on
@@ -231,6 +231,28 @@ def test_an_answer_no_quoted_local_answer_backs_is_flagged_not_silent() -> None:
     assert any("no local answer that quoted its excerpt" in p for p in run.finished.problems)
     assert supported("Port 8080", ["8080"]) and supported("8080", ["the port is 8080"])
     assert not supported("10", ["8080"]) and not supported("", ["8080"]) and not supported("10", [])
+
+
+def test_a_real_quote_that_does_not_hold_the_answer_backs_nothing() -> None:
+    """The 0.5B model answered "c" for shlex's comment character, citing the word "shlex"."""
+
+    def evasive(request: ChatRequest) -> str:
+        if "8080" in request.messages[-1]["content"]:
+            return json.dumps({"explanation": "x", "citation": "The default port", "answer": "80"})
+        return json.dumps({"explanation": "x", "citation": None, "answer": None})
+
+    remote = _remote(GOOD_CODE, _final("80"))
+    run = drive("minions", minions(QUESTION, [("d", DOC)]), local=ScriptedChat(evasive), remote=remote)
+    assert "80 (chunk 1) | no quote; in the text of 1 of its 1" in remote.requests[1].messages[-1]["content"]
+    assert run.finished.best_effort  # no quote holds "80"
+
+
+def test_an_answer_is_mentioned_whole_or_word_for_word() -> None:
+    assert mentions("raise IllegalMonthError(month)", "IllegalMonthError")
+    assert mentions("help='spacing between months (default 6)'", "6")
+    assert mentions("the BadGzipFile exception", "`BadGzipFile` exception.")
+    assert not mentions("raise ValueError", "IllegalMonthError") and not mentions(None, "x")
+    assert not mentions("The default port", "80")
 
 
 def test_citations_match_up_to_case_spacing_quotes_and_ellipses() -> None:

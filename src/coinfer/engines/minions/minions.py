@@ -225,9 +225,17 @@ def _execute(rnd: int, jobs: list[dict[str, Any]], config: MinionsConfig) -> Any
     if config.verify_citations:
         for job, outs in zip(jobs, outputs, strict=True):
             for out in outs:
-                if out and out["answer"] is not None and not cited_from(out["citation"], job["chunk"]):
-                    out["unverified"] = True
+                if out["answer"] is not None:
+                    _check_backing(out, job["chunk"])
     return outputs
+
+
+def _check_backing(out: dict[str, Any], chunk: str) -> None:
+    """Mark an answer ``unverified`` unless its citation is words of the chunk that hold the
+    answer, and note whether the chunk holds the answer at all (``in_excerpt``)."""
+    citation, answer = out["citation"], out["answer"]
+    out["unverified"] = not (cited_from(citation, chunk) and mentions(citation, answer))
+    out["in_excerpt"] = mentions(chunk, answer)
 
 
 def cited_from(citation: str | None, chunk: str) -> bool:
@@ -238,6 +246,19 @@ def cited_from(citation: str | None, chunk: str) -> bool:
     pieces = [_normalized(p) for p in re.split(r"\.\.\.|…", citation)]
     text = _normalized(chunk)
     return any(pieces) and all(p in text for p in pieces if len(p) >= 3)
+
+
+def mentions(text: str | None, answer: str) -> bool:
+    """Whether ``text`` holds the answer: all of it (case, spacing and quotes aside), or
+    every word of it."""
+    mine = _normalized(answer).strip(".")
+    if not text or not mine:
+        return False
+    haystack = _normalized(text)
+    if mine in haystack:
+        return True
+    words = re.findall(r"\w+", mine)
+    return bool(words) and set(words) <= set(re.findall(r"\w+", haystack))
 
 
 def supported(answer: str, quoted: Sequence[str]) -> bool:
@@ -273,9 +294,11 @@ def parse_job_output(text: str) -> dict[str, Any] | None:
 def findings(answered: list[tuple[dict[str, Any], dict[str, Any]]]) -> str:
     """The answered jobs for the remote, by task, identical answers merged, long fields cut.
 
-    Answers some chunk backs with a real quote come first, then by how many chunks gave
-    them; an unquoted answer shows no citation (its "citation" is most often invented) and
-    is marked so. Document names appear only when the jobs span several documents."""
+    Small local models answer every excerpt, most often citing words that are not in it.
+    So each answer says what backs it: a real quote that holds it, or else in how many of
+    its excerpts the answer's words occur at all; an invented citation is not passed on.
+    Answers with quotes come first, then those found in more excerpts. Document names
+    appear only when the jobs span several documents."""
     by_task: dict[int, tuple[str, dict[str, list[tuple[dict[str, Any], dict[str, Any]]]]]] = {}
     for job, out in answered:
         task, answers = by_task.setdefault(job["task_id"], (job["task"], {}))
@@ -284,35 +307,45 @@ def findings(answered: list[tuple[dict[str, Any], dict[str, Any]]]) -> str:
     lines = []
     for number, (task, answers) in enumerate(by_task.values(), 1):
         lines.append(f"Task {number}: {task}")
-        ranked = sorted(answers.items(), key=lambda kv: (not _quoted_hits(kv[1]), -len(kv[1])))
+        ranked = sorted(answers.items(), key=lambda kv: _strength(kv[1]), reverse=True)
         for answer, hits in ranked:
             lines.append(f"- {_cut(answer, 300)} {_where(hits, several_docs)}{_support(hits)}")
     return "\n".join(lines)
 
 
-def _quoted_hits(hits: list[tuple[dict[str, Any], dict[str, Any]]]) -> list[dict[str, Any]]:
+Hits = list[tuple[dict[str, Any], dict[str, Any]]]
+
+
+def _quoted_hits(hits: Hits) -> list[dict[str, Any]]:
     return [out for _, out in hits if out["citation"] and not out.get("unverified")]
 
 
-def _where(hits: list[tuple[dict[str, Any], dict[str, Any]]], several_docs: bool) -> str:
+def _strength(hits: Hits) -> tuple[int, int, int]:
+    """How well an answer is backed: quotes, then excerpts that hold it, then excerpts."""
+    return len(_quoted_hits(hits)), sum(bool(o.get("in_excerpt")) for _, o in hits), len(hits)
+
+
+def _where(hits: Hits, several_docs: bool) -> str:
     if several_docs:
         return "(" + ", ".join(sorted({f'"{j["doc"]}" chunk {j["chunk_id"]}' for j, _ in hits})) + ")"
     ids = sorted({j["chunk_id"] for j, _ in hits})
     return f"(chunk{'s' if len(ids) > 1 else ''} {', '.join(map(str, ids))})"
 
 
-def _support(hits: list[tuple[dict[str, Any], dict[str, Any]]]) -> str:
-    """The quote behind an answer, or the mark that it has none; then its explanation."""
+def _support(hits: Hits) -> str:
+    """The quote behind an answer, or else how many of its excerpts hold it; then its
+    explanation."""
     quoted = _quoted_hits(hits)
     out = quoted[0] if quoted else hits[0][1]
     if quoted:
-        cite = f' | quote: "{_cut(out["citation"], 200)}"'
-    elif out["citation"]:
-        cite = " | unquoted: its citation is not in the excerpt"
+        backing = f' | quote: "{_cut(out["citation"], 200)}"'
+    elif any("in_excerpt" in o for _, o in hits):
+        found = sum(bool(o.get("in_excerpt")) for _, o in hits)
+        backing = f" | no quote; in the text of {found} of its {len(hits)} excerpt(s)"
     else:
-        cite = " | no citation"
+        backing = " | no quote"
     explanation = _cut(out["explanation"], 150)
-    return cite + (f" | {explanation}" if explanation else "")
+    return backing + (f" | {explanation}" if explanation else "")
 
 
 def _cut(text: str, limit: int) -> str:
