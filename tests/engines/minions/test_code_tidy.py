@@ -32,3 +32,12 @@ def test_code_without_the_entry_point_is_a_problem_and_a_syntax_error_is_left_al
     assert "does not define prepare_jobs" in tidy_job_code("class E(Exception):\n    pass\n", ALLOWED).problem
     broken = "def prepare_jobs(:\n"
     assert tidy_job_code(broken, ALLOWED).code == broken and not tidy_job_code(broken, ALLOWED).problem
+
+
+def test_a_bare_body_that_returns_is_wrapped_in_the_function_imports_above_it() -> None:
+    code = "import re\ntasks = ['Which port?']\nreturn [re.escape(t) for t in tasks] + documents\n"
+    tidy = tidy_job_code(code, ALLOWED)
+    assert tidy.dropped == ("a bare function body, wrapped in def prepare_jobs",)
+    scope: dict[str, object] = {}
+    exec(tidy.code, scope)  # noqa: S102 - our own test code
+    assert scope["prepare_jobs"](["d"], [], []) == ["Which\\ port\\?", "d"]  # type: ignore[operator]

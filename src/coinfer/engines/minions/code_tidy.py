@@ -2,11 +2,13 @@
 
 Small remote models decorate ``prepare_jobs`` with things the sandbox refuses but the
 code never needs: ``from typing import List`` for its annotations, or ``import gzip``
-because the document is gzip's source. In the full benchmark run, 7 of 32 MinionS
-questions spent two paid retries on such an import, then fell back to default jobs. This
-module removes only what the code cannot depend on (function annotations, and imports of
-modules outside the sandbox's list whose names nothing else uses), so it never adds
-anything the sandbox would refuse; whatever else is wrong still goes back to the remote.
+because the document is gzip's source; or they continue the example plan's body without
+its ``def``. In the full benchmark run, 7 of 32 MinionS questions spent two paid retries
+on such an import, then fell back to default jobs. This module removes only what the code
+cannot depend on (function annotations, and imports of modules outside the sandbox's list
+whose names nothing else uses) and wraps a bare body that returns in the function, so it
+never adds anything the sandbox would refuse; whatever else is wrong still goes back to
+the remote.
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ __all__ = ["TidyCode", "tidy_job_code"]
 
 @dataclass(frozen=True)
 class TidyCode:
-    """The code to run, what was removed from it, and why it cannot run (or "")."""
+    """The code to run, what was changed in it, and why it cannot run (or "")."""
 
     code: str
     dropped: tuple[str, ...]
@@ -28,18 +30,22 @@ class TidyCode:
 
 
 def tidy_job_code(code: str, allowed: Collection[str], entry: str = "prepare_jobs") -> TidyCode:
-    """``code`` without function annotations and unused imports the sandbox lacks; a
-    ``problem`` when it does not define ``entry`` at top level. A syntax error is left for
-    the sandbox to report."""
+    """``code`` without function annotations and unused imports the sandbox lacks, and a
+    bare body that returns wrapped in ``def entry``; a ``problem`` when it defines no
+    ``entry`` at top level otherwise. A syntax error is left for the sandbox to report."""
     try:
         tree = ast.parse(code)
     except SyntaxError:
         return TidyCode(code, ())
+    dropped: list[str] = []
     if not any(isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)) and n.name == entry for n in tree.body):
-        return TidyCode(code, (), f"the code does not define {entry}(documents, last_jobs, last_outputs)")
-    annotated = _strip_function_annotations(tree)
+        if not any(isinstance(n, ast.Return) for n in tree.body):
+            return TidyCode(code, (), f"the code does not define {entry}(documents, last_jobs, last_outputs)")
+        _wrap_body(tree, entry)
+        dropped.append(f"a bare function body, wrapped in def {entry}")
+    if _strip_function_annotations(tree):
+        dropped.append("function annotations")
     used = _names_used(tree)
-    dropped = [*(["function annotations"] if annotated else [])]
     for parent in ast.walk(tree):
         for field in ("body", "orelse", "finalbody"):
             block = getattr(parent, field, None)
@@ -50,6 +56,17 @@ def tidy_job_code(code: str, allowed: Collection[str], entry: str = "prepare_job
     if not dropped:
         return TidyCode(code, ())
     return TidyCode(ast.unparse(ast.fix_missing_locations(tree)), tuple(dropped))
+
+
+def _wrap_body(tree: ast.Module, entry: str) -> None:
+    """Turn top-level statements that end in ``return`` (the body of the example plan,
+    continued) into ``def entry(documents, last_jobs, last_outputs)``; imports stay above."""
+    imports = [n for n in tree.body if isinstance(n, (ast.Import, ast.ImportFrom))]
+    body = [n for n in tree.body if not isinstance(n, (ast.Import, ast.ImportFrom))]
+    function = ast.parse(f"def {entry}(documents, last_jobs, last_outputs):\n    pass").body[0]
+    assert isinstance(function, ast.FunctionDef)
+    function.body = body
+    tree.body = [*imports, function]
 
 
 def _strip_function_annotations(tree: ast.Module) -> bool:

@@ -85,7 +85,7 @@ MINION_LAST = 'JSON only: {"decision": "final", "answer": "<the shortest best an
 # ---- MinionS: decompose, execute, aggregate ---------------------------------------------
 
 JOB_API_SUMMARY = """\
-Write Python: def prepare_jobs(documents, last_jobs, last_outputs) returning a list of JobManifest.
+Write Python: a function prepare_jobs(documents, last_jobs, last_outputs) returning a list of JobManifest.
 - documents: Document(name, text) each. last_jobs, last_outputs: the previous round's jobs and, index \
 for index, the local answers JobOutput(explanation, citation, answer) (answer None: abstained); empty in \
 round 1.
@@ -96,6 +96,7 @@ max_chars). Import nothing but re, json, math, collections, itertools, functools
 - A job is one chunk and one task: a precise question about one fact the answer needs. The local model \
 sees only its chunk and task, never the user's question, and abstains where the chunk is silent. Use \
 chunks of about {chunk_chars} characters and at most {tasks} tasks. The simplest plan, to improve on:
+def prepare_jobs(documents, last_jobs, last_outputs):
     tasks = [{question!r}]
     return [JobManifest(chunk=c, task=t, doc=d.name) for d in documents
             for c in chunk_by_paragraphs(d.text, {chunk_chars}) for t in tasks]
@@ -108,16 +109,19 @@ JOB_SYSTEM = (
     '{"explanation": "<why not>", "citation": null, "answer": null}.'
 )
 
+TRUST = (
+    "The local model is small and often invents: trust an answer backed by a quote, then one "
+    "found in the text of its excerpts; one found in no excerpt is most likely wrong. "
+)
 AGGREGATE_TAIL = (
-    "Trust quoted answers over unquoted ones, which are often invented. "
-    "If you can answer the question now, reply with JSON only: "
+    TRUST + "If you can answer the question now, reply with JSON only: "
     '{"decision": "final", "answer": "<the answer>"}. '
     'Otherwise: {"decision": "more", "missing": "<what is still needed and where to look>", '
     '"notes": "<what you have learned so far>"}. ' + ANSWER_STYLE
 )
 AGGREGATE_LAST = (
-    "Trust quoted answers over unquoted ones, which are often invented. "
-    'This is the last round. Reply with JSON only: {"decision": "final", "answer": "<your best answer from '
+    TRUST
+    + 'This is the last round. Reply with JSON only: {"decision": "final", "answer": "<your best answer from '
     'what you have>"}. ' + ANSWER_STYLE
 )
 
