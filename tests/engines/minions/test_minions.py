@@ -205,11 +205,9 @@ def test_an_answer_without_a_real_quote_from_its_chunk_is_marked_for_the_remote(
     note = next(e["data"] for e in run.trace if e["event"] == "abstentions")
     assert note == {"answered": 4, "abstained": 0, "invalid_json": 0, "unverified": 3}
     lines = remote.requests[1].messages[-1]["content"].splitlines()
-    assert any(ln.startswith("- 10 ") and "no quote; in the text of 0 of its 3" in ln for ln in lines)
     assert any(ln.startswith('- 8080 (chunk 1) | quote: "default port is 8080"') for ln in lines)
-    findings_text = remote.requests[1].messages[-1]["content"].split("Task 1")[1]
-    assert findings_text.index("- 8080 ") < findings_text.index("- 10 ")  # the quoted answer first
-    assert "config.md" not in findings_text  # an invented citation is not passed on
+    assert "- (1 other answer(s), from 3 excerpt(s), left out: found in none of their excerpts)" in lines
+    assert "config.md" not in remote.requests[1].messages[-1]["content"].split("Task 1")[1]
     assert run.finished.answer == "8080" and not run.finished.best_effort  # a quoted answer backs it
 
 
@@ -233,6 +231,29 @@ def test_an_answer_no_quoted_local_answer_backs_is_flagged_not_silent() -> None:
     assert not supported("10", ["8080"]) and not supported("", ["8080"]) and not supported("10", [])
 
 
+def test_answers_found_in_none_of_their_excerpts_are_left_out_when_another_is_backed() -> None:
+    job = {"task_id": 0, "task": "t", "doc": "d"}
+    found = {
+        "explanation": "",
+        "citation": None,
+        "answer": "IllegalMonthError",
+        "in_excerpt": True,
+        "unverified": True,
+    }
+    invented = {
+        "explanation": "",
+        "citation": "x",
+        "answer": "ValueError",
+        "in_excerpt": False,
+        "unverified": True,
+    }
+    answered = [({**job, "chunk_id": i}, invented) for i in range(2, 10)]
+    text = findings([({**job, "chunk_id": 0}, found), *answered])
+    assert "- IllegalMonthError (chunk 0)" in text and "ValueError" not in text
+    assert "1 other answer(s), from 8 excerpt(s), left out" in text
+    assert "- ValueError (chunks 2, 3" in findings(answered)  # nothing backed: everything shown
+
+
 def test_a_real_quote_that_does_not_hold_the_answer_backs_nothing() -> None:
     """The 0.5B model answered "c" for shlex's comment character, citing the word "shlex"."""
 
@@ -253,6 +274,7 @@ def test_an_answer_is_mentioned_whole_or_word_for_word() -> None:
     assert mentions("the BadGzipFile exception", "`BadGzipFile` exception.")
     assert not mentions("raise ValueError", "IllegalMonthError") and not mentions(None, "x")
     assert not mentions("The default port", "80")
+    assert mentions("placeholder=' [...]'", "The placeholder string ' [...]' is appended to the last line")
 
 
 def test_citations_match_up_to_case_spacing_quotes_and_ellipses() -> None:

@@ -249,13 +249,16 @@ def cited_from(citation: str | None, chunk: str) -> bool:
 
 
 def mentions(text: str | None, answer: str) -> bool:
-    """Whether ``text`` holds the answer: all of it (case, spacing and quotes aside), or
-    every word of it."""
+    """Whether ``text`` holds the answer: all of it (case, spacing and quotes aside), every
+    quoted fragment of it (``The placeholder ' [...]' is appended``), or every word of it."""
     mine = _normalized(answer).strip(".")
     if not text or not mine:
         return False
     haystack = _normalized(text)
     if mine in haystack:
+        return True
+    quoted = ["".join(groups).strip() for groups in re.findall(r"'([^']+)'|\"([^\"]+)\"|`([^`]+)`", mine)]
+    if any(quoted) and all(f in haystack for f in quoted if f):
         return True
     words = re.findall(r"\w+", mine)
     return bool(words) and set(words) <= set(re.findall(r"\w+", haystack))
@@ -297,8 +300,12 @@ def findings(answered: list[tuple[dict[str, Any], dict[str, Any]]]) -> str:
     Small local models answer every excerpt, most often citing words that are not in it.
     So each answer says what backs it: a real quote that holds it, or else in how many of
     its excerpts the answer's words occur at all; an invented citation is not passed on.
-    Answers with quotes come first, then those found in more excerpts. Document names
-    appear only when the jobs span several documents."""
+    Answers with quotes come first, then those found in more excerpts. Where some answer
+    to a task is backed, the answers found in none of their excerpts are left out, counted
+    (the remote model, like the local one, otherwise favours the answer that echoes the
+    question or its own prior: calendar's ``ValueError`` from 8 excerpts that never say it,
+    over ``IllegalMonthError`` from the 2 that define it). Document names appear only when
+    the jobs span several documents."""
     by_task: dict[int, tuple[str, dict[str, list[tuple[dict[str, Any], dict[str, Any]]]]]] = {}
     for job, out in answered:
         task, answers = by_task.setdefault(job["task_id"], (job["task"], {}))
@@ -308,8 +315,15 @@ def findings(answered: list[tuple[dict[str, Any], dict[str, Any]]]) -> str:
     for number, (task, answers) in enumerate(by_task.values(), 1):
         lines.append(f"Task {number}: {task}")
         ranked = sorted(answers.items(), key=lambda kv: _strength(kv[1]), reverse=True)
-        for answer, hits in ranked:
+        backed = [(a, hits) for a, hits in ranked if _strength(hits)[:2] != (0, 0)]
+        for answer, hits in backed or ranked:
             lines.append(f"- {_cut(answer, 300)} {_where(hits, several_docs)}{_support(hits)}")
+        if backed and len(backed) < len(ranked):
+            unbacked = sum(len(hits) for _, hits in ranked[len(backed) :])
+            lines.append(
+                f"- ({len(ranked) - len(backed)} other answer(s), from {unbacked} excerpt(s), left out: "
+                "found in none of their excerpts)"
+            )
     return "\n".join(lines)
 
 
