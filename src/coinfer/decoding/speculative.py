@@ -24,7 +24,7 @@ from coinfer.decoding.verify import coupled_accept, greedy_accept, speculative_a
 from coinfer.errors import ConfigError
 from coinfer.models.base import Seq, SteerableModel
 
-__all__ = ["Round", "SpecConfig", "SpecStats", "speculative_generate", "stream_speculative"]
+__all__ = ["Round", "SpecConfig", "SpecStats", "emit_tokens", "speculative_generate", "stream_speculative"]
 
 
 @dataclass(frozen=True)
@@ -118,7 +118,7 @@ def speculative_generate(
         new, drafted, n_acc, draft_s, verify_s = [first], 0, 0, 0.0, time.perf_counter() - t0
         ledger = _ProposalLedger()
         while True:
-            kept, finished = _emit(new, target.eos_ids, config.max_tokens - produced)
+            kept, finished = emit_tokens(new, target.eos_ids, config.max_tokens - produced)
             context.extend(kept)
             produced += len(kept)
             for bucket, position, held in ledger.resolve(context):
@@ -206,7 +206,7 @@ class _Proposal:
     scored: int = 0  # positions compared so far
 
 
-def _emit(new: list[int], eos_ids: frozenset[int], budget: int) -> tuple[list[int], str | None]:
+def emit_tokens(new: list[int], eos_ids: frozenset[int], budget: int) -> tuple[list[int], str | None]:
     """The decided tokens to output, and why generation ends here (or None)."""
     for i, token in enumerate(new[:budget]):
         if token in eos_ids:

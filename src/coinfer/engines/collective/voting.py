@@ -26,7 +26,7 @@ from typing import Literal
 
 from coinfer.errors import ConfigError
 
-__all__ = ["Vote", "VoteConfig", "VoteWeights", "majority_vote"]
+__all__ = ["Vote", "VoteConfig", "VoteWeights", "held_prefix", "majority_vote"]
 
 
 @dataclass(frozen=True)
@@ -90,6 +90,14 @@ def majority_vote(drafts: Sequence[Sequence[int]], weights: Sequence[float]) -> 
     return Vote([int(t) for t in drafts[voter]], voter)
 
 
+def held_prefix(draft: Sequence[int], produced: Sequence[int]) -> int:
+    """How many of the draft's first tokens equal what the target produced there."""
+    held = 0
+    while held < min(len(draft), len(produced)) and draft[held] == produced[held]:
+        held += 1
+    return held
+
+
 class VoteWeights:
     """The SSMs' weights and the acceptance rates gathered since the last update."""
 
@@ -108,10 +116,7 @@ class VoteWeights:
         for i, draft in enumerate(drafts):
             if not draft or (self.config.score == "voted" and i != voter):
                 continue
-            held = 0
-            while held < min(len(draft), len(produced)) and draft[held] == produced[held]:
-                held += 1
-            self._rates[i].append(held / len(draft))
+            self._rates[i].append(held_prefix(draft, produced) / len(draft))
 
     def acceptance_rates(self) -> list[float | None]:
         """Eq. 1 per SSM over the outputs recorded since the last update (None: none)."""

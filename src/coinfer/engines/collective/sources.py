@@ -1,0 +1,142 @@
+"""Draft sources: one kind of speculative model drafting for many requests at once.
+
+A source proposes, for each request's context, up to ``k`` tokens in the target's
+vocabulary. Drafts are deterministic (greedy), so verification stays lossless however
+the drafts are chosen among (``verify.coupled_accept``).
+
+* ``ModelSource``: a draft model with the target's vocabulary; each step extends every
+  request's draft sequence by one token in one batch (``extend_many``), as the target
+  verifies them in one batch.
+* ``NgramSource``: prompt lookup, one ``NgramDrafter`` per request (no model call).
+* ``TextSource``: a draft model with another tokenizer, through text, one
+  ``TextDrafter`` per request (not batched: each request's text is re-tokenized).
+
+``open_source`` builds one from a spec: ``ngram``, or a catalogue name or model path.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Protocol
+
+import numpy as np
+
+from coinfer.decoding.drafters import NgramDrafter, TextDrafter
+from coinfer.models.base import Seq, SteerableModel
+
+__all__ = ["DraftSource", "ModelSource", "NgramSource", "TextSource"]
+
+
+class DraftSource(Protocol):
+    """Drafts for several requests, each known by a key that stays the same across rounds."""
+
+    name: str
+
+    def propose_many(self, contexts: Sequence[tuple[int, Sequence[int]]], k: int) -> list[list[int]]:
+        """Up to ``k`` tokens after each (key, context)."""
+        ...
+
+    def forget(self, key: int) -> None:
+        """The request ``key`` is finished: free what was kept for it."""
+        ...
+
+    def close(self) -> None: ...
+
+
+class NgramSource:
+    """Prompt lookup per request."""
+
+    def __init__(self, name: str = "ngram", make: Callable[[], NgramDrafter] = NgramDrafter) -> None:
+        self.name = name
+        self._make = make
+        self._drafters: dict[int, NgramDrafter] = {}
+
+    def propose_many(self, contexts: Sequence[tuple[int, Sequence[int]]], k: int) -> list[list[int]]:
+        out = []
+        for key, context in contexts:
+            drafter = self._drafters.setdefault(key, self._make())
+            out.append(drafter.propose(context, k).tokens if k > 0 else [])
+        return out
+
+    def forget(self, key: int) -> None:
+        self._drafters.pop(key, None)
+
+    def close(self) -> None:
+        self._drafters.clear()
+
+
+class ModelSource:
+    """A same-vocabulary draft model, drafting greedily for every request in one batch
+    per step. Each request keeps its own sequence, synced to its context by keeping the
+    common prefix (the accepted tokens) and rolling back the rest."""
+
+    def __init__(self, model: SteerableModel, name: str | None = None) -> None:
+        self.model = model
+        self.name = name or model.name
+        self._seqs: dict[int, Seq] = {}
+
+    def propose_many(self, contexts: Sequence[tuple[int, Sequence[int]]], k: int) -> list[list[int]]:
+        if k <= 0 or not contexts:
+            return [[] for _ in contexts]
+        items = []
+        for key, context in contexts:
+            seq = self._seqs.get(key) or self._seqs.setdefault(key, self.model.new_sequence())
+            items.append((seq, self._sync(seq, list(context))))
+        logits = [rows[-1] for rows in self.model.extend_many(items, last_only=True)]
+        drafts: list[list[int]] = [[] for _ in contexts]
+        live = list(range(len(contexts)))
+        for step in range(k):
+            for i in live:
+                drafts[i].append(int(np.argmax(logits[i])))
+            live = [i for i in live if drafts[i][-1] not in self.model.eos_ids]
+            if step == k - 1 or not live:
+                break
+            rows = self.model.extend_many([(items[i][0], [drafts[i][-1]]) for i in live])
+            for i, r in zip(live, rows, strict=True):
+                logits[i] = r[-1]
+        return drafts
+
+    def _sync(self, seq: Seq, context: list[int]) -> list[int]:
+        """Roll ``seq`` back to its common prefix with ``context`` (re-reading at least the
+        last token, for fresh logits); the tokens still to extend."""
+        have = seq.tokens
+        common, limit = 0, min(len(have), len(context) - 1)
+        while common < limit and have[common] == context[common]:
+            common += 1
+        self.model.truncate(seq, common)
+        return context[common:]
+
+    def forget(self, key: int) -> None:
+        seq = self._seqs.pop(key, None)
+        if seq is not None:
+            self.model.release(seq)
+
+    def close(self) -> None:
+        for key in list(self._seqs):
+            self.forget(key)
+
+
+class TextSource:
+    """A draft model with another tokenizer: one ``TextDrafter`` per request, made by
+    ``make(key)`` (which knows the request's prompt in the draft's own format)."""
+
+    def __init__(self, name: str, make: Callable[[int], TextDrafter]) -> None:
+        self.name = name
+        self._make = make
+        self._drafters: dict[int, TextDrafter] = {}
+
+    def propose_many(self, contexts: Sequence[tuple[int, Sequence[int]]], k: int) -> list[list[int]]:
+        out = []
+        for key, context in contexts:
+            drafter = self._drafters.get(key) or self._drafters.setdefault(key, self._make(key))
+            out.append(drafter.propose(context, k).tokens if k > 0 else [])
+        return out
+
+    def forget(self, key: int) -> None:
+        drafter = self._drafters.pop(key, None)
+        if drafter is not None:
+            drafter.close()
+
+    def close(self) -> None:
+        for key in list(self._drafters):
+            self.forget(key)

@@ -1,0 +1,117 @@
+"""The collective engine on tiny transformers models (exact arithmetic): lossless output,
+the scheduler's pools, and weights that follow the drafts that hold."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+import pytest
+from tests.conftest import needs_torch
+
+from coinfer.decoding import SamplingParams, generate
+from coinfer.engines.collective.engine import CollectiveConfig, collective_generate
+from coinfer.engines.collective.selector import LengthSelectorConfig
+from coinfer.engines.collective.sources import ModelSource, NgramSource
+from coinfer.errors import ConfigError
+from coinfer.models import load_model
+from coinfer.models.base import SteerableModel
+
+pytestmark = needs_torch
+
+TEXTS = [
+    "def add(a, b): return a + b; def add(a, b):",
+    "Count: one two three four five one two three",
+    "x = [1, 2, 3]; y = [1, 2, 3]; z = [1,",
+]
+
+
+@pytest.fixture(scope="module")
+def pair(
+    tiny_dirs: dict[str, Path], tmp_path_factory: pytest.TempPathFactory
+) -> tuple[SteerableModel, SteerableModel]:
+    from coinfer.testing import tiny_hf_model_dir
+
+    draft_dir = tiny_hf_model_dir(tmp_path_factory.mktemp("draft"), arch="llama", seed=11)
+    return (
+        load_model(str(tiny_dirs["llama"]), backend="transformers"),
+        load_model(str(draft_dir), backend="transformers"),
+    )
+
+
+def _prompts(target: SteerableModel) -> list[list[int]]:
+    return [target.chat_prompt([{"role": "user", "content": t}]) for t in TEXTS]
+
+
+class JunkSource:
+    """A draft source that is always wrong."""
+
+    name = "junk"
+
+    def propose_many(self, contexts: Sequence[tuple[int, Sequence[int]]], k: int) -> list[list[int]]:
+        return [[3] * k for _ in contexts]
+
+    def forget(self, key: int) -> None:
+        return None
+
+    def close(self) -> None:
+        return None
+
+
+@pytest.mark.parametrize("draft_tokens", [0, 3, LengthSelectorConfig(s_start=2, decision_threshold=2)])
+def test_greedy_output_is_the_target_alone_whatever_the_batch(
+    pair: tuple[SteerableModel, SteerableModel], draft_tokens: int | LengthSelectorConfig
+) -> None:
+    target, draft = pair
+    prompts = _prompts(target)
+    plain = [generate(target, p, max_tokens=24).tokens for p in prompts]
+    sources = [NgramSource(), ModelSource(draft)]
+    config = CollectiveConfig(max_tokens=24, draft_tokens=draft_tokens, max_batch=2)
+    run = collective_generate(target, sources if draft_tokens else [], prompts, config)
+    assert [r.tokens for r in run.results] == plain  # three requests through two running slots
+    assert all(r.finish_reason in ("stop", "length") for r in run.results)
+    assert run.output_tokens == sum(map(len, plain))
+    if draft_tokens:
+        assert run.s_history and sum(r.drafted for r in run.results) > 0
+    for src in sources:
+        src.close()
+
+
+def test_seeded_sampling_gives_each_request_the_target_alones_text(
+    pair: tuple[SteerableModel, SteerableModel],
+) -> None:
+    target, draft = pair
+    prompts = _prompts(target)[:2]
+    sampling = SamplingParams(temperature=0.9, seed=5)
+    plain = [
+        generate(target, p, max_tokens=20, sampling=SamplingParams(temperature=0.9, seed=5 + i)).tokens
+        for i, p in enumerate(prompts)
+    ]
+    config = CollectiveConfig(max_tokens=20, sampling=sampling, draft_tokens=3)
+    run = collective_generate(target, [ModelSource(draft), NgramSource()], prompts, config)
+    assert [r.tokens for r in run.results] == plain
+
+
+def test_the_vote_learns_which_source_holds(pair: tuple[SteerableModel, SteerableModel]) -> None:
+    """A junk source first (it wins the first tie) and the target drafting for itself."""
+    target, _ = pair
+    prompts = _prompts(target)[:2]
+    run = collective_generate(
+        target, [JunkSource(), ModelSource(target)], prompts, CollectiveConfig(max_tokens=24, draft_tokens=3)
+    )
+    assert [r.tokens for r in run.results] == [generate(target, p, max_tokens=24).tokens for p in prompts]
+    assert run.weights[1] > 1.0 > run.weights[0]
+    assert run.voted_from[0] == 0 and run.voted_from[-1] == 1  # the vote moved to the source that holds
+    acceptance = run.acceptance()
+    # drafting for itself holds almost always (a random tiny model's near-ties can flip
+    # between a one-token step and a verification forward)
+    assert acceptance["junk"] == 0.0 and acceptance[target.name] > 0.8
+    assert acceptance["voted"] is not None and acceptance["voted"] > 0.5
+
+
+def test_bad_settings_are_config_errors(pair: tuple[SteerableModel, SteerableModel]) -> None:
+    target, _ = pair
+    with pytest.raises(ConfigError):
+        CollectiveConfig(max_batch=0)
+    with pytest.raises(ConfigError):
+        collective_generate(target, [], _prompts(target), CollectiveConfig(draft_tokens=2))
