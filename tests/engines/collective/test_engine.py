@@ -72,7 +72,7 @@ def test_greedy_output_is_the_target_alone_whatever_the_batch(
     assert all(r.finish_reason in ("stop", "length") for r in run.results)
     assert run.output_tokens == sum(map(len, plain))
     if draft_tokens:
-        assert run.s_history and sum(r.drafted for r in run.results) > 0
+        assert run.longest_draft and sum(r.drafted for r in run.results) > 0
     for src in sources:
         src.close()
 

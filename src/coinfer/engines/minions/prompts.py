@@ -110,8 +110,9 @@ JOB_SYSTEM = (
 )
 
 TRUST = (
-    "The local model is small and often invents: trust an answer backed by a quote, then one "
-    "found in the text of its excerpts; one found in no excerpt is most likely wrong. "
+    "Answer from the local model's answers above, not from memory: the documents may differ from "
+    "what you know. The local model is small and often invents: trust an answer backed by a quote, "
+    "then one found in the text of its excerpts. "
 )
 AGGREGATE_TAIL = (
     TRUST + "If you can answer the question now, reply with JSON only: "
