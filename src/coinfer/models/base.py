@@ -188,6 +188,11 @@ class SteerableModel(ABC):
         seq.released = True
         self._live.pop(seq.id, None)
 
+    def set_threads(self, n: int) -> int | None:
+        """Compute with ``n`` CPU threads from now on; the previous count, or None where the
+        backend cannot change it per model (torch's thread pool is process-wide)."""
+        return None
+
     def json_constraint(self, schema: Mapping[str, Any]) -> TokenConstraint | None:
         """A constraint that keeps a reply to JSON matching ``schema``, or None where the
         backend cannot constrain (callers then validate the reply and retry)."""

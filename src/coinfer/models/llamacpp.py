@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 
 from coinfer import catalog
-from coinfer.errors import ContextOverflowError, MissingDependencyError, ModelError
+from coinfer.errors import ConfigError, ContextOverflowError, MissingDependencyError, ModelError
 from coinfer.models.base import Seq, SteerableModel, TokenConstraint, tree_depths
 from coinfer.models.chat_template import ChatTemplate
 
@@ -164,7 +164,8 @@ class LlamaCppModel(SteerableModel):
         self.kv_unified = self.kv_cells_shared = kv_unified
         self.max_sequences = n_seq_max
         n_cells = self.n_ctx if kv_unified else self.n_ctx * n_seq_max  # n_ctx: each sequence's window
-        cparams = self._context_params(n_threads or os.cpu_count() or 1, flash_attn, n_cells)
+        self._threads = n_threads or os.cpu_count() or 1
+        cparams = self._context_params(self._threads, flash_attn, n_cells)
         try:
             self._ctx = lc._internals.LlamaContext(model=self._model, params=cparams, verbose=False)
         except ValueError as exc:
@@ -180,6 +181,13 @@ class LlamaCppModel(SteerableModel):
         )
         self.template = self._read_template()
         self._grammars: dict[str, str] = {}  # JSON schema -> GBNF
+
+    def set_threads(self, n: int) -> int | None:
+        if n < 1:
+            raise ConfigError(f"threads must be at least 1, got {n}")
+        previous, self._threads = self._threads, n
+        self._lc.llama_set_n_threads(self._ctx.ctx, n, n)
+        return previous
 
     def _load(self, path: Path, n_gpu_layers: int | None) -> Any:
         params = self._lc.llama_model_default_params()

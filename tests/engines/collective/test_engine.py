@@ -115,3 +115,25 @@ def test_bad_settings_are_config_errors(pair: tuple[SteerableModel, SteerableMod
         CollectiveConfig(max_batch=0)
     with pytest.raises(ConfigError):
         collective_generate(target, [], _prompts(target), CollectiveConfig(draft_tokens=2))
+
+
+@pytest.mark.parametrize("n_prompts", [1, 3])
+def test_the_pipeline_gives_the_target_alones_text(
+    pair: tuple[SteerableModel, SteerableModel], n_prompts: int
+) -> None:
+    target, draft = pair
+    prompts = _prompts(target)[:n_prompts]
+    plain = [generate(target, p, max_tokens=24).tokens for p in prompts]
+    config = CollectiveConfig(max_tokens=24, draft_tokens=3, max_batch=2, pipeline=True)
+    run = collective_generate(target, [ModelSource(draft), NgramSource()], prompts, config)
+    assert [r.tokens for r in run.results] == plain
+    assert run.verifications > 0 and run.predrafts_used + run.predrafts_wasted > 0
+
+
+def test_the_pipeline_refuses_the_target_as_its_own_draft(
+    pair: tuple[SteerableModel, SteerableModel],
+) -> None:
+    target, _ = pair
+    config = CollectiveConfig(max_tokens=4, draft_tokens=2, pipeline=True)
+    with pytest.raises(ConfigError, match="cannot be the target"):
+        collective_generate(target, [ModelSource(target)], _prompts(target)[:1], config)

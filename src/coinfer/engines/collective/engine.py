@@ -57,10 +57,11 @@ class CollectiveConfig:
     vote: VoteConfig = field(default_factory=VoteConfig)
     max_batch: int = 8
     pipeline: bool = False
+    draft_threads: int = 1  # pipelined: CPU threads (and cores) for the drafts; the target gets the rest
 
     def __post_init__(self) -> None:
-        if self.max_tokens < 1 or self.max_batch < 1:
-            raise ConfigError("need max_tokens >= 1 and max_batch >= 1")
+        if self.max_tokens < 1 or self.max_batch < 1 or self.draft_threads < 1:
+            raise ConfigError("need max_tokens, max_batch and draft_threads >= 1")
         if isinstance(self.draft_tokens, int) and self.draft_tokens < 0:
             raise ConfigError(f"draft_tokens must be >= 0, got {self.draft_tokens}")
 

@@ -1,0 +1,294 @@
+"""The speculative generation pipeline (paper 001, §3.4): drafting and verifying at once.
+
+The draft sources run on a drafter thread, the target on the calling thread; they meet
+in the *intermediate result pool* of drafted requests. The target takes up to ``b``
+requests from the pool per verification (``b``: half the running requests, so that two
+groups alternate, one drafted while the other is verified; 1 for a single request). The
+drafter pauses while the pool holds ``b`` requests and resumes as it drains, so drafts
+never pile up ahead of the target.
+
+With few requests there is nothing to draft while the target verifies them all. Then
+the drafter *pre-drafts*: for a request under verification it drafts the next round as if
+the target keeps the whole voted draft and then picks the voted source's next token. If
+the target does exactly that, the pre-draft goes to the pool the moment verification
+ends; if not, it is thrown away and the request drafted afresh. Pre-drafts cost only the
+drafter's otherwise idle time.
+
+On llama.cpp each model computes with its own thread count (``set_threads``): the drafts
+with ``draft_threads`` and the target with the rest of the machine's cores, and each thread
+is pinned to its own cores where the system allows, so draft and target do not compete
+for the same cores. A draft model must not be the target itself (one llama.cpp context
+cannot run on two threads).
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from collections import deque
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from typing import TYPE_CHECKING, Any
+
+from coinfer.engines.collective.rounds import (
+    CollectiveRun,
+    Learner,
+    Request,
+    RequestResult,
+    Voted,
+    draft_and_vote,
+    new_request,
+    prefill,
+)
+from coinfer.engines.collective.sources import DraftSource
+from coinfer.errors import ConfigError
+from coinfer.models.base import SteerableModel
+
+if TYPE_CHECKING:
+    from coinfer.engines.collective.engine import CollectiveConfig
+
+__all__ = ["run_pipelined"]
+
+
+class _Pool:
+    """The state both threads share, behind one condition variable."""
+
+    def __init__(self) -> None:
+        self.cv = threading.Condition()
+        self.todo: deque[Request] = deque()  # settled requests that need a draft
+        self.ready: deque[tuple[Request, Voted]] = deque()  # the intermediate result pool
+        self.in_flight: dict[int, tuple[Request, Voted]] = {}  # under verification
+        self.drafting: set[int] = set()  # keys the drafter is drafting or pre-drafting for
+        self.predrafts: dict[int, tuple[list[int], Voted]] = {}  # key -> (assumed context, draft)
+        self.forget: list[int] = []
+        self.batch = 1  # b: requests per verification
+        self.stop = False
+        self.error: BaseException | None = None
+        self.pin: Callable[[], object] = lambda: None  # pins the drafter thread to its cores
+
+
+def run_pipelined(
+    target: SteerableModel,
+    sources: Sequence[DraftSource],
+    prompts: Sequence[Sequence[int]],
+    config: CollectiveConfig,
+    learner: Learner,
+    run: CollectiveRun,
+) -> dict[int, RequestResult]:
+    """Generate for every prompt with drafting and verifying overlapped."""
+    if any(getattr(src, "model", None) is target for src in sources):
+        raise ConfigError(
+            "a pipelined draft cannot be the target model itself",
+            hint="load the draft separately, or run without the pipeline",
+        )
+    pool = _Pool()
+    drafter = threading.Thread(
+        target=_draft_loop, args=(pool, target, sources, learner, run), name="coinfer-drafter", daemon=True
+    )
+    results: dict[int, RequestResult] = {}
+    pending = deque(enumerate(prompts))
+    active: dict[int, Request] = {}
+    with _cores(target, sources, config.draft_threads) as pool.pin:
+        drafter_started = False
+        try:
+            drafter.start()
+            drafter_started = True
+            while pending or active:
+                _admit(pool, target, pending, active, config)
+                batch = _take_batch(pool)
+                if batch:
+                    learner.verify(target, batch, run)
+                    _settle(pool, target, batch, active, results, run)
+        finally:
+            with pool.cv:
+                pool.stop = True
+                pool.cv.notify_all()
+            if drafter_started:
+                drafter.join()
+            for r in active.values():
+                target.release(r.seq)
+            for src in sources:
+                for key in list(active):
+                    src.forget(key)
+    if pool.error is not None:
+        raise pool.error
+    return results
+
+
+def _admit(
+    pool: _Pool,
+    target: SteerableModel,
+    pending: deque[tuple[int, Sequence[int]]],
+    active: dict[int, Request],
+    config: Any,
+) -> None:
+    """Prefill pending requests while there is room, and hand them to the drafter."""
+    joining = []
+    while pending and len(active) + len(joining) < config.max_batch:
+        key, prompt = pending.popleft()
+        joining.append(new_request(target, key, prompt, config.sampling))
+    if not joining:
+        return
+    prefill(target, joining, config.sampling, config.max_tokens)
+    with pool.cv:
+        for r in joining:
+            active[r.key] = r
+            if not r.done:
+                pool.todo.append(r)
+        pool.batch = max(1, (len(active) + 1) // 2)
+        pool.cv.notify_all()
+
+
+def _take_batch(pool: _Pool) -> list[tuple[Request, Voted]]:
+    """Up to ``b`` drafted requests, waiting for the drafter when the pool is empty."""
+    with pool.cv:
+        while not pool.ready and pool.error is None and (pool.todo or pool.drafting):
+            pool.cv.wait()
+        if pool.error is not None:
+            raise pool.error
+        batch = [pool.ready.popleft() for _ in range(min(pool.batch, len(pool.ready)))]
+        for r, v in batch:
+            pool.in_flight[r.key] = (r, v)
+        pool.cv.notify_all()
+        return batch
+
+
+def _settle(
+    pool: _Pool,
+    target: SteerableModel,
+    batch: list[tuple[Request, Voted]],
+    active: dict[int, Request],
+    results: dict[int, RequestResult],
+    run: CollectiveRun,
+) -> None:
+    """After a verification: finished requests leave; the others get their pre-draft if
+    the target did what it assumed, or go back to be drafted."""
+    with pool.cv:
+        for r, _ in batch:
+            pool.in_flight.pop(r.key, None)
+            guess = pool.predrafts.pop(r.key, None)
+            if r.done:
+                results[r.key] = r.result
+                del active[r.key]
+                target.release(r.seq)
+                pool.forget.append(r.key)
+                run.predrafts_wasted += guess is not None
+            elif guess is not None and guess[0] == r.context:
+                pool.ready.append((r, guess[1]))
+                run.predrafts_used += 1
+            else:
+                run.predrafts_wasted += guess is not None
+                pool.todo.append(r)
+        pool.batch = max(1, (len(active) + 1) // 2)
+        pool.cv.notify_all()
+
+
+def _draft_loop(
+    pool: _Pool, target: SteerableModel, sources: Sequence[DraftSource], learner: Learner, run: CollectiveRun
+) -> None:
+    """The drafter thread: draft what waits, else pre-draft what is being verified."""
+    try:
+        pool.pin()
+        while True:
+            with pool.cv:
+                job = None
+                while not (pool.stop or pool.forget):
+                    job = _next_job(pool)
+                    if job is not None:
+                        break
+                    pool.cv.wait()
+                forget, pool.forget = pool.forget, []
+                stop = pool.stop
+                weights, s = list(learner.weights.weights), learner.s
+            for key in forget:
+                for src in sources:
+                    src.forget(key)
+            if stop:
+                return
+            if job is not None:
+                _do_job(pool, target, sources, weights, s, job, run)
+    except BaseException as exc:  # noqa: BLE001 - handed to the verifying thread
+        with pool.cv:
+            pool.error = exc
+            pool.cv.notify_all()
+
+
+def _next_job(pool: _Pool) -> tuple[str, list[tuple[Request, list[int]]]] | None:
+    """What to draft next (called holding the lock): requests waiting for a draft while
+    the pool has room; else pre-drafts for requests under verification."""
+    if pool.todo and len(pool.ready) < pool.batch:
+        take = [pool.todo.popleft() for _ in range(min(len(pool.todo), pool.batch))]
+        pool.drafting.update(r.key for r in take)
+        return "draft", [(r, list(r.context)) for r in take]
+    if pool.todo:
+        return None
+    ahead = [
+        (r, [*r.context, *v.draft, v.guess])
+        for key, (r, v) in pool.in_flight.items()
+        if v.guess is not None and key not in pool.predrafts and key not in pool.drafting
+    ]
+    if not ahead:
+        return None
+    pool.drafting.update(r.key for r, _ in ahead)
+    return "predraft", ahead
+
+
+def _do_job(
+    pool: _Pool,
+    target: SteerableModel,
+    sources: Sequence[DraftSource],
+    weights: list[float],
+    s: int,
+    job: tuple[str, list[tuple[Request, list[int]]]],
+    run: CollectiveRun,
+) -> None:
+    kind, items = job
+    t0 = time.perf_counter()
+    votes = draft_and_vote(target, sources, [(r.key, c) for r, c in items], s, weights, guess=True)
+    run.draft_s += time.perf_counter() - t0
+    with pool.cv:
+        for (r, context), v in zip(items, votes, strict=True):
+            pool.drafting.discard(r.key)
+            if kind == "draft":
+                pool.ready.append((r, v))
+            elif r.key in pool.in_flight:
+                pool.predrafts[r.key] = (context, v)
+            elif r.context == context and _remove(pool.todo, r.key):  # verified meanwhile, as assumed
+                pool.ready.append((r, v))
+                run.predrafts_used += 1
+            else:
+                run.predrafts_wasted += 1
+        pool.cv.notify_all()
+
+
+def _remove(todo: deque[Request], key: int) -> bool:
+    """Take the request ``key`` out of ``todo``; whether it was there."""
+    for r in todo:
+        if r.key == key:
+            todo.remove(r)
+            return True
+    return False
+
+
+@contextmanager
+def _cores(target: SteerableModel, sources: Sequence[DraftSource], draft_threads: int) -> Iterator[Any]:
+    """Give the drafts ``draft_threads`` threads and the target the other cores, for the
+    run; yield the function that pins the drafter thread to its cores."""
+    cpus = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else []
+    draft_models = [src.model for src in sources if isinstance(getattr(src, "model", None), SteerableModel)]
+    if len(cpus) <= draft_threads:
+        yield lambda: None
+        return
+    target_cpus, draft_cpus = cpus[: len(cpus) - draft_threads], cpus[len(cpus) - draft_threads :]
+    before = [(m, m.set_threads(draft_threads)) for m in draft_models]
+    before.append((target, target.set_threads(len(target_cpus))))
+    main_affinity = set(cpus)
+    os.sched_setaffinity(0, target_cpus)
+    try:
+        yield lambda: os.sched_setaffinity(0, draft_cpus)
+    finally:
+        os.sched_setaffinity(0, main_affinity)
+        for model, threads in before:
+            if threads is not None:
+                model.set_threads(threads)
