@@ -190,6 +190,11 @@ def _stream(args: argparse.Namespace, model: SteerableModel, drafter: Any, promp
 def cmd_generate(args: argparse.Namespace) -> int:
     from coinfer.decoding import GenerationStats
 
+    if args.engine == "collective":
+        from coinfer.cli_collective import generate_collective
+
+        return generate_collective(args)
+
     if args.draft == "auto":  # the drafter that measured best here (README, docs/bench/speculative)
         args.draft = "ngram"
     model = _load(args, quiet=args.json)
@@ -349,6 +354,20 @@ def build_parser() -> argparse.ArgumentParser:
         default="auto",
         help="tokens drafted per round: K, or auto (default: chosen online from the measured "
         "verification cost and acceptance, 0 when drafting does not pay)",
+    )
+    p.add_argument(
+        "--engine",
+        default="speculative",
+        choices=["speculative", "collective"],
+        help="collective: several drafts (--drafts) vote on each draft (paper 001)",
+    )
+    p.add_argument(
+        "--drafts",
+        default="qwen2.5-coder-0.5b,ngram",
+        help="collective: comma-separated drafts, each ngram or a model (default: %(default)s)",
+    )
+    p.add_argument(
+        "--pipeline", action="store_true", help="collective: draft on another core while the target verifies"
     )
     p.set_defaults(func=cmd_generate)
 

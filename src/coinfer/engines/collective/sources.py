@@ -11,7 +11,7 @@ the drafts are chosen among (``verify.coupled_accept``).
 * ``TextSource``: a draft model with another tokenizer, through text, one
   ``TextDrafter`` per request (not batched: each request's text is re-tokenized).
 
-``open_source`` builds one from a spec: ``ngram``, or a catalogue name or model path.
+``open_sources`` builds them from specs: ``ngram``, or a catalogue name or model path.
 """
 
 from __future__ import annotations
@@ -21,10 +21,11 @@ from typing import Protocol
 
 import numpy as np
 
-from coinfer.decoding.drafters import NgramDrafter, TextDrafter
+from coinfer.decoding.drafters import NgramDrafter, TextDrafter, check_same_vocabulary
+from coinfer.errors import ConfigError
 from coinfer.models.base import Seq, SteerableModel
 
-__all__ = ["DraftSource", "ModelSource", "NgramSource", "TextSource"]
+__all__ = ["DraftSource", "ModelSource", "NgramSource", "TextSource", "open_sources"]
 
 
 class DraftSource(Protocol):
@@ -117,11 +118,25 @@ class ModelSource:
 
 
 class TextSource:
-    """A draft model with another tokenizer: one ``TextDrafter`` per request, made by
-    ``make(key)`` (which knows the request's prompt in the draft's own format)."""
+    """A draft model with another tokenizer: one ``TextDrafter`` per request. It needs
+    each request's prompt twice: in the draft's own format (``draft_prompts``) and the
+    length of the target's (``target_prompt_lens``), both by request key."""
 
-    def __init__(self, name: str, make: Callable[[int], TextDrafter]) -> None:
-        self.name = name
+    def __init__(
+        self,
+        model: SteerableModel,
+        target: SteerableModel,
+        draft_prompts: Sequence[Sequence[int]],
+        target_prompt_lens: Sequence[int],
+    ) -> None:
+        self.name = model.name
+        self.model = model
+
+        def make(key: int) -> TextDrafter:
+            return TextDrafter(
+                model, target, draft_prompt=draft_prompts[key], target_prompt_len=target_prompt_lens[key]
+            )
+
         self._make = make
         self._drafters: dict[int, TextDrafter] = {}
 
@@ -140,3 +155,29 @@ class TextSource:
     def close(self) -> None:
         for key in list(self._drafters):
             self.forget(key)
+
+
+def open_sources(
+    specs: Sequence[str],
+    target: SteerableModel,
+    *,
+    load: Callable[[str], SteerableModel],
+    draft_prompts: Callable[[SteerableModel], Sequence[Sequence[int]]],
+    target_prompt_lens: Sequence[int],
+) -> list[DraftSource]:
+    """Draft sources from specs: ``ngram``, or a model ``load`` can open. A model with the
+    target's vocabulary drafts in batches (``ModelSource``); another drafts through text
+    (``TextSource``), reading each request's prompt as ``draft_prompts(model)`` gives it."""
+    sources: list[DraftSource] = []
+    for spec in specs:
+        if spec == "ngram":
+            sources.append(NgramSource())
+            continue
+        model = load(spec)
+        try:
+            check_same_vocabulary(model, target)
+        except ConfigError:
+            sources.append(TextSource(model, target, draft_prompts(model), target_prompt_lens))
+        else:
+            sources.append(ModelSource(model, name=spec))
+    return sources
