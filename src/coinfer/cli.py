@@ -401,9 +401,10 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--threads", type=int, default=None)
     p.set_defaults(func=cmd_bench_speculative)
-    from coinfer import cli_minions  # here, once this module is loaded: it imports from it
+    from coinfer import cli_collective, cli_minions  # here, once this module is loaded: they import it
 
     cli_minions.add_parsers(sub, bench)
+    cli_collective.add_bench_parser(bench)
     return parser
 
 

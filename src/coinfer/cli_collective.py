@@ -6,8 +6,9 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from typing import Any
 
-from coinfer.cli import _err, _load, _prompt_ids
+from coinfer.cli import DEFAULT_MODEL, _err, _load, _prompt_ids
 from coinfer.models.base import SteerableModel
 
 
@@ -86,3 +87,34 @@ def generate_collective(args: argparse.Namespace) -> int:
         f"{result.mean_accepted_length:.2f}, acceptance {by_draft}, {result.finish_reason}]"
     )
     return 0
+
+
+def cmd_bench_collective(args: argparse.Namespace) -> int:
+    from coinfer.bench.collective import CollectiveBenchConfig, run_collective_bench
+
+    config = CollectiveBenchConfig(
+        out=args.out,
+        target=args.target,
+        drafts=tuple(d.strip() for d in args.drafts.split(",") if d.strip()),
+        batch_sizes=tuple(args.batch_sizes),
+        max_tokens=args.max_tokens,
+        quick=args.quick,
+        prompts=args.prompts,
+    )
+    report = run_collective_bench(config, log=_err)
+    for batch, ratios in report["summary"]["throughput_ratio_vs_plain"].items():
+        _err(f"batch {batch}: " + ", ".join(f"{name} {r}x" for name, r in ratios.items()))
+    _err(f"wrote {args.out}/results.json")
+    return 0
+
+
+def add_bench_parser(bench: Any) -> None:
+    p = bench.add_parser("collective", help="several drafts voting vs plain and single-draft speculation")
+    p.add_argument("--out", default="bench-results/collective")
+    p.add_argument("--target", default=DEFAULT_MODEL)
+    p.add_argument("--drafts", default="qwen2.5-coder-0.5b,ngram,smollm2-135m")
+    p.add_argument("--batch-sizes", nargs="*", type=int, default=[1, 4, 8])
+    p.add_argument("--max-tokens", type=int, default=128)
+    p.add_argument("--quick", action="store_true", help="2 prompts per category")
+    p.add_argument("--prompts", default=None, help='JSON lines {"id", "category", "messages"}')
+    p.set_defaults(func=cmd_bench_collective)

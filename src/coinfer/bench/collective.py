@@ -1,0 +1,244 @@
+"""``coinfer bench collective``: several drafts voting, against plain batched decoding
+and classic speculative decoding with each draft alone (paper 001, Figures 10-12).
+
+Every configuration runs the same prompts through ``collective_generate`` on the same
+target, at batch sizes 1, 4 and 8 (requests decoded together):
+
+* ``plain``: no drafts (``s = 0``), batched decoding;
+* ``single:<draft>``: classic speculative decoding with one draft and ``s = 4``;
+* the ablation (Figure 10): ``default`` (the first draft alone, ``s = 4``), ``+majority``
+  (every draft, voted, ``s = 4``), ``+selector`` (and ``s`` chosen online), ``+pipeline``
+  (and drafting overlapped with verifying);
+* the sweep (Figure 12): every draft voted with each fixed ``s`` from 1 to 12, against the
+  selector, at one batch size (``sweep_batch``).
+
+Throughput is output tokens over wall time, prefill included; normalized latency is each
+request's time over its output tokens, averaged. Acceptance per draft and of the voted
+drafts comes from the ``+majority`` runs (Figure 11). Greedy outputs are compared with
+plain decoding's. Results: ``results.json`` (``summary.throughput_ratio_vs_plain`` per
+batch size, ``summary.ablation``), ``results.md`` and PNG plots.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+from coinfer.bench.report import environment, write_json, write_markdown
+from coinfer.bench.workloads import build_suite, load_prompts
+from coinfer.engines.collective.engine import CollectiveConfig, collective_generate
+from coinfer.engines.collective.rounds import CollectiveRun
+from coinfer.engines.collective.selector import LengthSelectorConfig
+from coinfer.engines.collective.sources import DraftSource, open_sources
+from coinfer.errors import ConfigError
+from coinfer.models import SteerableModel, load_model
+
+__all__ = ["CollectiveBenchConfig", "run_collective_bench"]
+
+FIXED_S = 4  # the paper's Default speculation length
+
+
+@dataclass(frozen=True)
+class CollectiveBenchConfig:
+    out: str
+    target: str = "qwen2.5-coder-1.5b"
+    drafts: tuple[str, ...] = ("qwen2.5-coder-0.5b", "ngram", "smollm2-135m")
+    batch_sizes: tuple[int, ...] = (1, 4, 8)
+    max_tokens: int = 128
+    quick: bool = False
+    prompts: str | None = None
+    sweep_batch: int = 4
+    n_ctx: int = 4096
+
+    def __post_init__(self) -> None:
+        if not self.drafts:
+            raise ConfigError("bench collective needs at least one draft")
+        if min(self.batch_sizes, default=0) < 1 or self.max_tokens < 2:
+            raise ConfigError("batch sizes must be >= 1 and max_tokens >= 2")
+
+
+def _workload(config: CollectiveBenchConfig) -> list[dict[str, Any]]:
+    if config.prompts:
+        return load_prompts(config.prompts)
+    return build_suite(per_category=2 if config.quick else 4)
+
+
+def _sources(
+    specs: Sequence[str], target: SteerableModel, models: dict[str, SteerableModel], messages: list[Any]
+) -> list[DraftSource]:
+    """Fresh draft sources over already loaded draft models (one per request set)."""
+    return open_sources(
+        specs,
+        target,
+        load=lambda spec: models[spec],
+        draft_prompts=lambda model: [model.chat_prompt(m) for m in messages],
+        target_prompt_lens=[len(target.chat_prompt(m)) for m in messages],
+    )
+
+
+def _measure(
+    target: SteerableModel,
+    models: dict[str, SteerableModel],
+    messages: list[Any],
+    specs: Sequence[str],
+    collective: CollectiveConfig,
+) -> tuple[CollectiveRun, list[list[int]]]:
+    prompts = [target.chat_prompt(m) for m in messages]
+    sources = _sources(specs, target, models, messages)
+    try:
+        run = collective_generate(target, sources, prompts, collective)
+    finally:
+        for src in sources:
+            src.close()  # frees the sources' sequences; the draft models stay loaded
+    return run, [r.tokens for r in run.results]
+
+
+def _row(
+    name: str, batch: int, run: CollectiveRun, plain: list[list[int]] | None, tokens: list[list[int]]
+) -> dict[str, Any]:
+    latency = [run.wall_s / max(1, len(r.tokens)) for r in run.results]
+    return {
+        "config": name,
+        "batch": batch,
+        "tokens_per_s": round(run.tokens_per_s, 3),
+        "normalized_latency_s": round(sum(latency) / len(latency), 4),
+        "output_tokens": run.output_tokens,
+        "wall_s": round(run.wall_s, 2),
+        "acceptance": {k: None if v is None else round(v, 4) for k, v in run.acceptance().items()},
+        "weights": [round(w, 3) for w in run.weights],
+        "s_history": run.s_history,
+        "predrafts_used": run.predrafts_used,
+        "identical": None if plain is None else sum(a == b for a, b in zip(tokens, plain, strict=True)),
+    }
+
+
+def _configs(config: CollectiveBenchConfig) -> list[tuple[str, Sequence[str], CollectiveConfig]]:
+    """(name, drafts, engine config) for every configuration at one batch size."""
+    base = CollectiveConfig(max_tokens=config.max_tokens, draft_tokens=FIXED_S)
+    selector = LengthSelectorConfig()
+    out: list[tuple[str, Sequence[str], CollectiveConfig]] = [("plain", (), _with(base, draft_tokens=0))]
+    out += [(f"single:{d}", (d,), base) for d in config.drafts]
+    out += [
+        ("default", config.drafts[:1], base),
+        ("+majority", config.drafts, base),
+        ("+selector", config.drafts, _with(base, draft_tokens=selector)),
+        ("+pipeline", config.drafts, _with(base, draft_tokens=selector, pipeline=True)),
+    ]
+    return out
+
+
+def _with(base: CollectiveConfig, **changes: Any) -> CollectiveConfig:
+    return replace(base, **changes)
+
+
+def _load(name: str, n_ctx: int) -> SteerableModel:
+    """A llama.cpp model whose sequences each get their own ``n_ctx`` cells (batches of
+    independent requests decode without attending over each other's cells)."""
+    return load_model(name, backend="llama.cpp", n_ctx=n_ctx, n_seq_max=16, kv_unified=False)
+
+
+def run_collective_bench(config: CollectiveBenchConfig, log: Callable[[str], None] = print) -> dict[str, Any]:
+    from coinfer import catalog
+
+    suite = _workload(config)
+    messages = [p["messages"] for p in suite]
+    for name in {config.target, *config.drafts} - {"ngram"}:
+        if name in catalog.CATALOG:
+            catalog.prepare(name)
+    log(f"loading {config.target} and the drafts {', '.join(config.drafts)}…")
+    target = _load(config.target, config.n_ctx)
+    models = {d: _load(d, config.n_ctx) for d in config.drafts if d != "ngram"}
+    report: dict[str, Any] = {"config": {**vars(config)}, "environment": environment(), "rows": []}
+    out = Path(config.out)
+    try:
+        for batch in config.batch_sizes:
+            plain: list[list[int]] | None = None
+            for name, specs, collective in _configs(config):
+                collective = _with(collective, max_batch=batch)
+                run, tokens = _measure(target, models, messages, specs, collective)
+                plain = tokens if name == "plain" else plain
+                report["rows"].append(_row(name, batch, run, None if name == "plain" else plain, tokens))
+                log(f"batch {batch} {name}: {run.tokens_per_s:.2f} tok/s")
+                _write(out, report)
+        sweep_batch = (
+            config.sweep_batch if config.sweep_batch in config.batch_sizes else config.batch_sizes[0]
+        )
+        for s in range(1, 13):
+            collective = CollectiveConfig(max_tokens=config.max_tokens, draft_tokens=s, max_batch=sweep_batch)
+            run, tokens = _measure(target, models, messages, config.drafts, collective)
+            report["rows"].append(_row(f"sweep:s={s}", sweep_batch, run, None, tokens))
+            log(f"sweep s={s} at batch {sweep_batch}: {run.tokens_per_s:.2f} tok/s")
+            _write(out, report)
+    finally:
+        for model in models.values():
+            model.close()
+        target.close()
+    report["summary"] = summarize(report["rows"], config)
+    _write(out, report)
+    return report
+
+
+def _sweep_batch(config: CollectiveBenchConfig) -> int:
+    return config.sweep_batch if config.sweep_batch in config.batch_sizes else config.batch_sizes[0]
+
+
+def summarize(rows: list[dict[str, Any]], config: CollectiveBenchConfig) -> dict[str, Any]:
+    """Ratios to plain per batch size, the ablation, the sweep against the selector."""
+    by = {(r["config"], r["batch"]): r for r in rows}
+    ratio: dict[str, dict[str, float]] = {}
+    for batch in config.batch_sizes:
+        plain = by.get(("plain", batch))
+        if not plain or not plain["tokens_per_s"]:
+            continue
+        ratio[str(batch)] = {
+            name: round(r["tokens_per_s"] / plain["tokens_per_s"], 3)
+            for (name, b), r in by.items()
+            if b == batch and name != "plain" and not name.startswith("sweep")
+        }
+    stages = ("default", "+majority", "+selector", "+pipeline")
+    ablation = {
+        str(b): {stage: by[(stage, b)]["tokens_per_s"] for stage in stages if (stage, b) in by}
+        for b in config.batch_sizes
+    }
+    sweep = {r["config"].split("=")[1]: r["tokens_per_s"] for r in rows if r["config"].startswith("sweep")}
+    best_fixed = max(sweep.values(), default=0.0)
+    sweep_batch = _sweep_batch(config)
+    selector = by.get(("+selector", sweep_batch), {}).get("tokens_per_s")
+    acceptance = {
+        str(b): by[("+majority", b)]["acceptance"] for b in config.batch_sizes if ("+majority", b) in by
+    }
+    return {
+        "throughput_ratio_vs_plain": ratio,
+        "ablation": ablation,
+        "sweep": {
+            "batch": sweep_batch,
+            "tokens_per_s_by_s": sweep,
+            "selector": selector,
+            "selector_vs_best_fixed": round(selector / best_fixed, 3) if selector and best_fixed else None,
+        },
+        "acceptance": acceptance,
+    }
+
+
+def _write(out: Path, report: dict[str, Any]) -> None:
+    write_json(out / "results.json", report)
+    write_markdown(out / "results.md", markdown(report))
+
+
+def markdown(report: dict[str, Any]) -> str:
+    lines = [
+        "# coinfer bench collective",
+        "",
+        "| batch | config | tok/s | s per token | identical to plain | acceptance (voted) |",
+        "|---|---|---|---|---|---|",
+    ]
+    for r in report["rows"]:
+        voted = r["acceptance"].get("voted")
+        same = "–" if r["identical"] is None else r["identical"]
+        lines.append(
+            f"| {r['batch']} | {r['config']} | {r['tokens_per_s']} | {r['normalized_latency_s']} "
+            f"| {same} | {'–' if voted is None else f'{voted:.0%}'} |"
+        )
+    return "\n".join(lines) + "\n"
