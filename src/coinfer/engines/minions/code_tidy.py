@@ -3,8 +3,8 @@
 Small remote models decorate ``prepare_jobs`` with things the sandbox refuses but the
 code never needs: ``from typing import List`` for its annotations, or ``import gzip``
 because the document is gzip's source; or they continue the example plan's body without
-its ``def``. In the full benchmark run, 7 of 32 MinionS questions spent two paid retries
-on such an import, then fell back to default jobs. This module removes only what the code
+its ``def``. In the first full benchmark run, 6 of 32 MinionS questions spent two paid
+retries on such an import, then fell back to default jobs. This module removes only what the code
 cannot depend on (function annotations, and imports of modules outside the sandbox's list
 whose names nothing else uses) and wraps a bare body that returns in the function, so it
 never adds anything the sandbox would refuse; whatever else is wrong still goes back to
