@@ -10,7 +10,7 @@ def test_annotations_and_unused_foreign_imports_go_and_the_code_still_means_the_
         "    size: int = 3\n    return [re.escape(d) for d in documents][:size]\n"
     )
     tidy = tidy_job_code(code, ALLOWED)
-    assert tidy.dropped == ("function annotations", "unused import of uuid", "unused import of typing")
+    assert tidy.changes == ("function annotations", "unused import of uuid", "unused import of typing")
     scope: dict[str, object] = {}
     exec(tidy.code, scope)  # noqa: S102 - our own test code
     assert scope["prepare_jobs"](["a.b", "c"], [], []) == ["a\\.b", "c"]  # type: ignore[operator]
@@ -20,7 +20,7 @@ def test_annotations_and_unused_foreign_imports_go_and_the_code_still_means_the_
 def test_an_import_the_code_uses_is_kept_for_the_sandbox_to_refuse() -> None:
     code = "import os\ndef prepare_jobs(documents, last_jobs, last_outputs):\n    return os.listdir('.')\n"
     tidy = tidy_job_code(code, ALLOWED)
-    assert tidy.code == code and tidy.dropped == () and not tidy.problem
+    assert tidy.code == code and tidy.changes == () and not tidy.problem
 
 
 def test_a_class_annotation_keeps_its_import_and_nothing_is_added() -> None:
@@ -37,7 +37,7 @@ def test_code_without_the_entry_point_is_a_problem_and_a_syntax_error_is_left_al
 def test_a_bare_body_that_returns_is_wrapped_in_the_function_imports_above_it() -> None:
     code = "import re\ntasks = ['Which port?']\nreturn [re.escape(t) for t in tasks] + documents\n"
     tidy = tidy_job_code(code, ALLOWED)
-    assert tidy.dropped == ("a bare function body, wrapped in def prepare_jobs",)
+    assert tidy.changes == ("a bare function body, wrapped in def prepare_jobs",)
     scope: dict[str, object] = {}
     exec(tidy.code, scope)  # noqa: S102 - our own test code
     assert scope["prepare_jobs"](["d"], [], []) == ["Which\\ port\\?", "d"]  # type: ignore[operator]

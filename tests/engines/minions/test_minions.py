@@ -96,7 +96,7 @@ def test_decorations_the_sandbox_lacks_are_tidied_away_not_paid_for_with_retries
     run = drive("minions", minions(QUESTION, [("d", DOC)]), local=ScriptedChat(_local_reader), remote=remote)
     assert run.finished.answer == "8080" and not run.finished.best_effort
     assert [r.messages[-1]["content"][:8] for r in remote.requests][1].startswith("Question")  # no fix asked
-    tidied = next(e["data"]["dropped"] for e in run.trace if e["event"] == "code tidied")
+    tidied = next(e["data"]["changes"] for e in run.trace if e["event"] == "code tidied")
     assert "unused import of gzip" in tidied and "unused import of typing" in tidied
 
 

@@ -25,7 +25,7 @@ class TidyCode:
     """The code to run, what was changed in it, and why it cannot run (or "")."""
 
     code: str
-    dropped: tuple[str, ...]
+    changes: tuple[str, ...]
     problem: str = ""
 
 
@@ -37,25 +37,25 @@ def tidy_job_code(code: str, allowed: Collection[str], entry: str = "prepare_job
         tree = ast.parse(code)
     except SyntaxError:
         return TidyCode(code, ())
-    dropped: list[str] = []
+    changes: list[str] = []
     if not any(isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)) and n.name == entry for n in tree.body):
         if not any(isinstance(n, ast.Return) for n in tree.body):
             return TidyCode(code, (), f"the code does not define {entry}(documents, last_jobs, last_outputs)")
         _wrap_body(tree, entry)
-        dropped.append(f"a bare function body, wrapped in def {entry}")
+        changes.append(f"a bare function body, wrapped in def {entry}")
     if _strip_function_annotations(tree):
-        dropped.append("function annotations")
+        changes.append("function annotations")
     used = _names_used(tree)
     for parent in ast.walk(tree):
         for field in ("body", "orelse", "finalbody"):
             block = getattr(parent, field, None)
             if isinstance(block, list):
-                block[:] = [n for n in block if not _unused_foreign_import(n, allowed, used, dropped)]
+                block[:] = [n for n in block if not _unused_foreign_import(n, allowed, used, changes)]
                 if not block and field == "body":
                     block.append(ast.Pass())
-    if not dropped:
+    if not changes:
         return TidyCode(code, ())
-    return TidyCode(ast.unparse(ast.fix_missing_locations(tree)), tuple(dropped))
+    return TidyCode(ast.unparse(ast.fix_missing_locations(tree)), tuple(changes))
 
 
 def _wrap_body(tree: ast.Module, entry: str) -> None:
@@ -104,10 +104,10 @@ def _names_used(tree: ast.Module) -> set[str]:
 
 
 def _unused_foreign_import(
-    node: ast.stmt, allowed: Collection[str], used: set[str], dropped: list[str]
+    node: ast.stmt, allowed: Collection[str], used: set[str], changes: list[str]
 ) -> bool:
     """Whether ``node`` imports a module outside ``allowed`` and binds only names never used
-    (noted in ``dropped``)."""
+    (noted in ``changes``)."""
     if isinstance(node, ast.Import):
         modules = [a.name for a in node.names]
         bound = [a.asname or a.name.split(".")[0] for a in node.names]
@@ -118,5 +118,5 @@ def _unused_foreign_import(
         return False
     if "*" in bound or any(m.split(".")[0] in allowed for m in modules) or used & set(bound):
         return False
-    dropped.append(f"unused import of {', '.join(modules)}")
+    changes.append(f"unused import of {', '.join(modules)}")
     return True

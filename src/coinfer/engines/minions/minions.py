@@ -4,8 +4,9 @@ Each round:
 
 1. **Decompose.** The remote, which never sees the documents, writes
    ``prepare_jobs(documents, last_jobs, last_outputs)`` against the job API
-   (``job_api``); the code runs in the sandbox over the documents. A reply without code,
-   or code the sandbox refuses or that raises, goes back to the remote with the error,
+   (``job_api``); the code, tidied of annotations and unused imports the sandbox lacks
+   (``code_tidy``), runs in the sandbox over the documents. A reply without code, or
+   code the sandbox refuses or that raises, goes back to the remote with the error,
    up to ``code_retries`` times; then the round runs default jobs (every chunk of
    ``chunk_chars`` characters with the question as the task) and the answer is marked a
    best effort.
@@ -13,12 +14,13 @@ Each round:
    one concurrent batch, with the instruction to answer JSON
    ``{explanation, citation, answer}`` or abstain (``answer`` null). A reply that is not
    such JSON is asked for again once, all of them in one batch; if it still is not, the
-   job counts as abstained: one bad local reply never aborts the run. An answer whose
-   citation is not words of its chunk is marked *unquoted* for the remote
-   (``verify_citations``): small models invent answers more often than quotes. It is
-   marked rather than dropped because they also often answer right without quoting.
-3. **Aggregate.** Abstentions are dropped; the rest, grouped by task and with identical
-   answers merged, go to the remote, which answers (``{"decision": "final", "answer"}``)
+   job counts as abstained: one bad local reply never aborts the run. With
+   ``verify_citations``, an answer is *quoted* only if its citation is words of its chunk
+   that hold the answer, and each answer notes whether its chunk holds it at all: small
+   models invent answers more often than quotes, yet also often answer right without one.
+3. **Aggregate.** Abstentions are dropped; the rest, grouped by task, identical answers
+   merged, backed ones first, and those found in no chunk left out where another answer
+   is backed (``findings``), go to the remote, which answers (``{"decision": "final", "answer"}``)
    or asks for another round (``{"decision": "more", "missing", "notes"}``). In the last
    round it must answer. A reply that is not JSON is asked for again once, then taken as
    the answer, marked as a best effort.
@@ -168,8 +170,8 @@ def _prepare_jobs(
         elif tidy.problem:
             error = tidy.problem
         else:
-            if tidy.dropped:
-                yield Note(rnd, "code tidied", {"dropped": list(tidy.dropped)})
+            if tidy.changes:
+                yield Note(rnd, "code tidied", {"changes": list(tidy.changes)})
             out = yield CodeRun(rnd, tidy.code + CALL_PREPARE_JOBS, inputs)
             if not isinstance(out, SandboxError):
                 return out.value
