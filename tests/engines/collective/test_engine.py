@@ -137,3 +137,17 @@ def test_the_pipeline_refuses_the_target_as_its_own_draft(
     config = CollectiveConfig(max_tokens=4, draft_tokens=2, pipeline=True)
     with pytest.raises(ConfigError, match="cannot be the target"):
         collective_generate(target, [ModelSource(target)], _prompts(target)[:1], config)
+
+
+@pytest.mark.parametrize("pipeline", [False, True])
+def test_requests_that_end_at_their_first_token_finish_at_once(
+    pair: tuple[SteerableModel, SteerableModel], pipeline: bool
+) -> None:
+    target, draft = pair
+    prompts = _prompts(target)
+    config = CollectiveConfig(max_tokens=1, draft_tokens=2, pipeline=pipeline)
+    run = collective_generate(target, [ModelSource(draft)], prompts, config)
+    assert [len(r.tokens) for r in run.results] == [
+        len(generate(target, p, max_tokens=1).tokens) for p in prompts
+    ]
+    assert all(r.finish_reason in ("stop", "length") for r in run.results) and run.verifications == 0

@@ -95,7 +95,7 @@ def run_pipelined(
             drafter.start()
             drafter_started = True
             while pending or active:
-                _admit(pool, target, pending, active, config)
+                _admit(pool, target, pending, active, results, config)
                 batch = _take_batch(pool)
                 if batch:
                     learner.verify(target, batch, run)
@@ -121,9 +121,11 @@ def _admit(
     target: SteerableModel,
     pending: deque[tuple[int, Sequence[int]]],
     active: dict[int, Request],
-    config: Any,
+    results: dict[int, RequestResult],
+    config: CollectiveConfig,
 ) -> None:
-    """Prefill pending requests while there is room, and hand them to the drafter."""
+    """Prefill pending requests while there is room, and hand them to the drafter (one
+    that ends at its first token is done at once)."""
     joining = []
     while pending and len(active) + len(joining) < config.max_batch:
         key, prompt = pending.popleft()
@@ -133,8 +135,11 @@ def _admit(
     prefill(target, joining, config.sampling, config.max_tokens)
     with pool.cv:
         for r in joining:
-            active[r.key] = r
-            if not r.done:
+            if r.done:
+                results[r.key] = r.result
+                target.release(r.seq)
+            else:
+                active[r.key] = r
                 pool.todo.append(r)
         pool.batch = max(1, (len(active) + 1) // 2)
         pool.cv.notify_all()
