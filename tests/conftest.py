@@ -4,8 +4,12 @@ from __future__ import annotations
 
 import importlib.util
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
+
+if TYPE_CHECKING:
+    from coinfer.models.base import SteerableModel
 
 HAS_TORCH = (
     importlib.util.find_spec("torch") is not None and importlib.util.find_spec("transformers") is not None
@@ -42,3 +46,18 @@ def smollm_llama(smollm_path: Path):  # type: ignore[no-untyped-def]
     model = load_model("smollm2-135m", backend="llama.cpp", n_ctx=1024, n_seq_max=32)
     yield model
     model.close()
+
+
+@pytest.fixture(scope="module")
+def tiny_pair(
+    tiny_dirs: dict[str, Path], tmp_path_factory: pytest.TempPathFactory
+) -> tuple[SteerableModel, SteerableModel]:
+    """A tiny target and a tiny draft sharing one tokenizer (same architecture, other weights)."""
+    from coinfer.models import load_model
+    from coinfer.testing import tiny_hf_model_dir
+
+    draft_dir = tiny_hf_model_dir(tmp_path_factory.mktemp("draft"), arch="llama", seed=11)
+    return (
+        load_model(str(tiny_dirs["llama"]), backend="transformers"),
+        load_model(str(draft_dir), backend="transformers"),
+    )

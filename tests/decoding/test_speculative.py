@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import numpy as np
 import pytest
 
@@ -61,20 +59,6 @@ def test_only_a_deep_match_proposes_more_than_shallow_tokens() -> None:
     assert shallow.tokens == passage[3:7]  # a 3-token match: cut at 4
     with pytest.raises(ConfigError):
         NgramDrafter(shallow_tokens=0)
-
-
-@pytest.fixture(scope="module")
-def tiny_pair(
-    tiny_dirs: dict[str, Path], tmp_path_factory: pytest.TempPathFactory
-) -> tuple[SteerableModel, SteerableModel]:
-    """A tiny target and a tiny draft sharing one tokenizer (same architecture, other weights)."""
-    from coinfer.testing import tiny_hf_model_dir
-
-    draft_dir = tiny_hf_model_dir(tmp_path_factory.mktemp("draft"), arch="llama", seed=11)
-    return (
-        load_model(str(tiny_dirs["llama"]), backend="transformers"),
-        load_model(str(draft_dir), backend="transformers"),
-    )
 
 
 @needs_torch

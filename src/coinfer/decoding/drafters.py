@@ -17,9 +17,9 @@ import numpy as np
 
 from coinfer.decoding.sampling import SamplingParams, probs_from_logits, sample
 from coinfer.errors import ConfigError
-from coinfer.models.base import SteerableModel
+from coinfer.models.base import Seq, SteerableModel
 
-__all__ = ["Draft", "Drafter", "ModelDrafter", "NgramDrafter", "TextDrafter"]
+__all__ = ["Draft", "Drafter", "ModelDrafter", "NgramDrafter", "TextDrafter", "rewind_to"]
 
 
 @dataclass(frozen=True)
@@ -166,13 +166,8 @@ class ModelDrafter:
 
     def _sync(self, context: list[int]) -> np.ndarray:
         """Make the draft sequence hold ``context``; return the logits after it (vocab,)."""
-        have = self._seq.tokens
-        common = 0
-        limit = min(len(have), len(context) - 1)  # re-extend at least one token for fresh logits
-        while common < limit and have[common] == context[common]:
-            common += 1
-        self.model.truncate(self._seq, common)
-        return self.model.extend(self._seq, context[common:], last_only=True)[-1]
+        missing = rewind_to(self.model, self._seq, context)
+        return self.model.extend(self._seq, missing, last_only=True)[-1]
 
     def propose(self, context: Sequence[int], k: int) -> Draft:
         if k <= 0:
@@ -244,6 +239,17 @@ class TextDrafter:
 
     def close(self) -> None:
         self._inner.close()
+
+
+def rewind_to(model: SteerableModel, seq: Seq, context: list[int]) -> list[int]:
+    """Roll ``seq`` back to its common prefix with ``context`` (the accepted tokens), always
+    leaving at least the last token to re-read for fresh logits; the tokens still to extend."""
+    have = seq.tokens
+    common, limit = 0, min(len(have), len(context) - 1)
+    while common < limit and have[common] == context[common]:
+        common += 1
+    model.truncate(seq, common)
+    return context[common:]
 
 
 def check_same_vocabulary(draft: SteerableModel, target: SteerableModel) -> None:

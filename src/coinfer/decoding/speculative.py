@@ -24,7 +24,15 @@ from coinfer.decoding.verify import coupled_accept, greedy_accept, speculative_a
 from coinfer.errors import ConfigError
 from coinfer.models.base import Seq, SteerableModel
 
-__all__ = ["Round", "SpecConfig", "SpecStats", "emit_tokens", "speculative_generate", "stream_speculative"]
+__all__ = [
+    "Round",
+    "SpecConfig",
+    "SpecStats",
+    "accept_deterministic",
+    "emit_tokens",
+    "speculative_generate",
+    "stream_speculative",
+]
 
 
 @dataclass(frozen=True)
@@ -156,13 +164,22 @@ def _verify(
     """One target forward over the pending token (the context's last) and the draft:
     (accepted count, next token)."""
     rows = target.extend(seq, [context[-1], *draft.tokens])  # (k + 1, vocab)
-    if sampling.greedy:
-        return greedy_accept(draft.tokens, rows)  # the argmax of the logits is the greedy choice
+    if draft.probs is None or sampling.greedy:
+        return accept_deterministic(draft.tokens, rows, sampling, draws, len(context))
     probs = np.stack([probs_from_logits(r, sampling) for r in rows])
-    if draft.probs is None:
-        at = len(context)  # the position the first row predicts
-        return coupled_accept(draft.tokens, probs, [draws.uniform(at + i) for i in range(len(rows))])
     return speculative_accept(draft.tokens, draft.probs, probs, rng)  # seeded text follows draft lengths
+
+
+def accept_deterministic(
+    draft: Sequence[int], rows: np.ndarray, sampling: SamplingParams, draws: PositionDraws, at: int
+) -> tuple[int, int]:
+    """(accepted count, next token) for a draft that carries no distributions, verified by
+    the target's logits ``rows`` (k + 1, vocab), row 0 predicting position ``at``: greedy,
+    or coupled to the per-position draws, so the output is the target's own text."""
+    if sampling.greedy:
+        return greedy_accept(draft, rows)  # the argmax of the logits is the greedy choice
+    probs = np.stack([probs_from_logits(r, sampling) for r in rows])
+    return coupled_accept(draft, probs, [draws.uniform(at + i) for i in range(len(rows))])
 
 
 class _ProposalLedger:

@@ -4,7 +4,6 @@ the scheduler's pools, and weights that follow the drafts that hold."""
 from __future__ import annotations
 
 from collections.abc import Sequence
-from pathlib import Path
 
 import pytest
 from tests.conftest import needs_torch
@@ -14,7 +13,6 @@ from coinfer.engines.collective.engine import CollectiveConfig, collective_gener
 from coinfer.engines.collective.selector import LengthSelectorConfig
 from coinfer.engines.collective.sources import ModelSource, NgramSource
 from coinfer.errors import ConfigError
-from coinfer.models import load_model
 from coinfer.models.base import SteerableModel
 
 pytestmark = needs_torch
@@ -24,19 +22,6 @@ TEXTS = [
     "Count: one two three four five one two three",
     "x = [1, 2, 3]; y = [1, 2, 3]; z = [1,",
 ]
-
-
-@pytest.fixture(scope="module")
-def pair(
-    tiny_dirs: dict[str, Path], tmp_path_factory: pytest.TempPathFactory
-) -> tuple[SteerableModel, SteerableModel]:
-    from coinfer.testing import tiny_hf_model_dir
-
-    draft_dir = tiny_hf_model_dir(tmp_path_factory.mktemp("draft"), arch="llama", seed=11)
-    return (
-        load_model(str(tiny_dirs["llama"]), backend="transformers"),
-        load_model(str(draft_dir), backend="transformers"),
-    )
 
 
 def _prompts(target: SteerableModel) -> list[list[int]]:
@@ -60,9 +45,9 @@ class JunkSource:
 
 @pytest.mark.parametrize("draft_tokens", [0, 3, LengthSelectorConfig(s_start=2, decision_threshold=2)])
 def test_greedy_output_is_the_target_alone_whatever_the_batch(
-    pair: tuple[SteerableModel, SteerableModel], draft_tokens: int | LengthSelectorConfig
+    tiny_pair: tuple[SteerableModel, SteerableModel], draft_tokens: int | LengthSelectorConfig
 ) -> None:
-    target, draft = pair
+    target, draft = tiny_pair
     prompts = _prompts(target)
     plain = [generate(target, p, max_tokens=24).tokens for p in prompts]
     sources = [NgramSource(), ModelSource(draft)]
@@ -78,9 +63,9 @@ def test_greedy_output_is_the_target_alone_whatever_the_batch(
 
 
 def test_seeded_sampling_gives_each_request_the_target_alones_text(
-    pair: tuple[SteerableModel, SteerableModel],
+    tiny_pair: tuple[SteerableModel, SteerableModel],
 ) -> None:
-    target, draft = pair
+    target, draft = tiny_pair
     prompts = _prompts(target)[:2]
     sampling = SamplingParams(temperature=0.9, seed=5)
     plain = [
@@ -92,9 +77,9 @@ def test_seeded_sampling_gives_each_request_the_target_alones_text(
     assert [r.tokens for r in run.results] == plain
 
 
-def test_the_vote_learns_which_source_holds(pair: tuple[SteerableModel, SteerableModel]) -> None:
+def test_the_vote_learns_which_source_holds(tiny_pair: tuple[SteerableModel, SteerableModel]) -> None:
     """A junk source first (it wins the first tie) and the target drafting for itself."""
-    target, _ = pair
+    target, _ = tiny_pair
     prompts = _prompts(target)[:2]
     run = collective_generate(
         target, [JunkSource(), ModelSource(target)], prompts, CollectiveConfig(max_tokens=24, draft_tokens=3)
@@ -109,8 +94,8 @@ def test_the_vote_learns_which_source_holds(pair: tuple[SteerableModel, Steerabl
     assert acceptance["voted"] is not None and acceptance["voted"] > 0.5
 
 
-def test_bad_settings_are_config_errors(pair: tuple[SteerableModel, SteerableModel]) -> None:
-    target, _ = pair
+def test_bad_settings_are_config_errors(tiny_pair: tuple[SteerableModel, SteerableModel]) -> None:
+    target, _ = tiny_pair
     with pytest.raises(ConfigError):
         CollectiveConfig(max_batch=0)
     with pytest.raises(ConfigError):
@@ -119,9 +104,9 @@ def test_bad_settings_are_config_errors(pair: tuple[SteerableModel, SteerableMod
 
 @pytest.mark.parametrize("n_prompts", [1, 3])
 def test_the_pipeline_gives_the_target_alones_text(
-    pair: tuple[SteerableModel, SteerableModel], n_prompts: int
+    tiny_pair: tuple[SteerableModel, SteerableModel], n_prompts: int
 ) -> None:
-    target, draft = pair
+    target, draft = tiny_pair
     prompts = _prompts(target)[:n_prompts]
     plain = [generate(target, p, max_tokens=24).tokens for p in prompts]
     config = CollectiveConfig(max_tokens=24, draft_tokens=3, max_batch=2, pipeline=True)
@@ -131,9 +116,9 @@ def test_the_pipeline_gives_the_target_alones_text(
 
 
 def test_the_pipeline_refuses_the_target_as_its_own_draft(
-    pair: tuple[SteerableModel, SteerableModel],
+    tiny_pair: tuple[SteerableModel, SteerableModel],
 ) -> None:
-    target, _ = pair
+    target, _ = tiny_pair
     config = CollectiveConfig(max_tokens=4, draft_tokens=2, pipeline=True)
     with pytest.raises(ConfigError, match="cannot be the target"):
         collective_generate(target, [ModelSource(target)], _prompts(target)[:1], config)
@@ -141,9 +126,9 @@ def test_the_pipeline_refuses_the_target_as_its_own_draft(
 
 @pytest.mark.parametrize("pipeline", [False, True])
 def test_requests_that_end_at_their_first_token_finish_at_once(
-    pair: tuple[SteerableModel, SteerableModel], pipeline: bool
+    tiny_pair: tuple[SteerableModel, SteerableModel], pipeline: bool
 ) -> None:
-    target, draft = pair
+    target, draft = tiny_pair
     prompts = _prompts(target)
     config = CollectiveConfig(max_tokens=1, draft_tokens=2, pipeline=pipeline)
     run = collective_generate(target, [ModelSource(draft)], prompts, config)

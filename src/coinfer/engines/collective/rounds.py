@@ -12,11 +12,8 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-import numpy as np
-
 from coinfer.decoding.sampling import PositionDraws, SamplingParams, probs_from_logits, sample_at
-from coinfer.decoding.speculative import emit_tokens
-from coinfer.decoding.verify import coupled_accept, greedy_accept
+from coinfer.decoding.speculative import accept_deterministic, emit_tokens
 from coinfer.engines.collective.selector import SpeculationLengthSelector
 from coinfer.engines.collective.sources import DraftSource
 from coinfer.engines.collective.voting import VoteWeights, held_prefix, majority_vote
@@ -188,7 +185,7 @@ class Learner:
         verify_s = time.perf_counter() - t0
         gained = []
         for (r, v), logits in zip(batch, rows, strict=True):
-            n_acc, nxt = accept(v.draft, logits, r, self.sampling)
+            n_acc, nxt = accept_deterministic(v.draft, logits, self.sampling, r.draws, len(r.context))
             target.truncate(r.seq, len(r.context) + n_acc)
             produced = [*v.draft[:n_acc], nxt]
             self.weights.record(v.drafts, v.voter, produced)
@@ -205,15 +202,6 @@ class Learner:
         if self.selector is not None:
             self.selector.observe(verify_s, sum(map(len, gained)) / len(gained))
         return gained
-
-
-def accept(draft: list[int], rows: np.ndarray, r: Request, sampling: SamplingParams) -> tuple[int, int]:
-    """(accepted count, next token) of one request's verified draft."""
-    if sampling.greedy:
-        return greedy_accept(draft, rows)
-    probs = np.stack([probs_from_logits(row, sampling) for row in rows])
-    at = len(r.context)  # the position the first row predicts
-    return coupled_accept(draft, probs, [r.draws.uniform(at + i) for i in range(len(rows))])
 
 
 def _score(run: CollectiveRun, v: Voted, produced: list[int], n_acc: int) -> None:

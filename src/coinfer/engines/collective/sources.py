@@ -21,11 +21,11 @@ from typing import Protocol
 
 import numpy as np
 
-from coinfer.decoding.drafters import NgramDrafter, TextDrafter, check_same_vocabulary
+from coinfer.decoding.drafters import Drafter, NgramDrafter, TextDrafter, check_same_vocabulary, rewind_to
 from coinfer.errors import ConfigError
 from coinfer.models.base import Seq, SteerableModel
 
-__all__ = ["DraftSource", "ModelSource", "NgramSource", "TextSource", "open_sources"]
+__all__ = ["DraftSource", "ModelSource", "NgramSource", "PerRequestSource", "TextSource", "open_sources"]
 
 
 class DraftSource(Protocol):
@@ -44,26 +44,39 @@ class DraftSource(Protocol):
     def close(self) -> None: ...
 
 
-class NgramSource:
-    """Prompt lookup per request."""
+class PerRequestSource:
+    """A source that keeps one ``Drafter`` per request, made by ``make(key)`` on the
+    request's first round (``model``: the model it drafts with, if any)."""
 
-    def __init__(self, name: str = "ngram", make: Callable[[], NgramDrafter] = NgramDrafter) -> None:
+    def __init__(self, name: str, make: Callable[[int], Drafter], model: SteerableModel | None = None):
         self.name = name
+        self.model = model
         self._make = make
-        self._drafters: dict[int, NgramDrafter] = {}
+        self._drafters: dict[int, Drafter] = {}
 
     def propose_many(self, contexts: Sequence[tuple[int, Sequence[int]]], k: int) -> list[list[int]]:
         out = []
         for key, context in contexts:
-            drafter = self._drafters.setdefault(key, self._make())
+            drafter = self._drafters.get(key) or self._drafters.setdefault(key, self._make(key))
             out.append(drafter.propose(context, k).tokens if k > 0 else [])
         return out
 
     def forget(self, key: int) -> None:
-        self._drafters.pop(key, None)
+        drafter = self._drafters.pop(key, None)
+        close = getattr(drafter, "close", None)
+        if close is not None:
+            close()
 
     def close(self) -> None:
-        self._drafters.clear()
+        for key in list(self._drafters):
+            self.forget(key)
+
+
+class NgramSource(PerRequestSource):
+    """Prompt lookup per request."""
+
+    def __init__(self, name: str = "ngram") -> None:
+        super().__init__(name, lambda _key: NgramDrafter())
 
 
 class ModelSource:
@@ -82,7 +95,7 @@ class ModelSource:
         items = []
         for key, context in contexts:
             seq = self._seqs.get(key) or self._seqs.setdefault(key, self.model.new_sequence())
-            items.append((seq, self._sync(seq, list(context))))
+            items.append((seq, rewind_to(self.model, seq, list(context))))
         logits = [rows[-1] for rows in self.model.extend_many(items, last_only=True)]
         drafts: list[list[int]] = [[] for _ in contexts]
         live = list(range(len(contexts)))
@@ -97,16 +110,6 @@ class ModelSource:
                 logits[i] = r[-1]
         return drafts
 
-    def _sync(self, seq: Seq, context: list[int]) -> list[int]:
-        """Roll ``seq`` back to its common prefix with ``context`` (re-reading at least the
-        last token, for fresh logits); the tokens still to extend."""
-        have = seq.tokens
-        common, limit = 0, min(len(have), len(context) - 1)
-        while common < limit and have[common] == context[common]:
-            common += 1
-        self.model.truncate(seq, common)
-        return context[common:]
-
     def forget(self, key: int) -> None:
         seq = self._seqs.pop(key, None)
         if seq is not None:
@@ -117,7 +120,7 @@ class ModelSource:
             self.forget(key)
 
 
-class TextSource:
+class TextSource(PerRequestSource):
     """A draft model with another tokenizer: one ``TextDrafter`` per request. It needs
     each request's prompt twice: in the draft's own format (``draft_prompts``) and the
     length of the target's (``target_prompt_lens``), both by request key."""
@@ -129,32 +132,12 @@ class TextSource:
         draft_prompts: Sequence[Sequence[int]],
         target_prompt_lens: Sequence[int],
     ) -> None:
-        self.name = model.name
-        self.model = model
-
         def make(key: int) -> TextDrafter:
             return TextDrafter(
                 model, target, draft_prompt=draft_prompts[key], target_prompt_len=target_prompt_lens[key]
             )
 
-        self._make = make
-        self._drafters: dict[int, TextDrafter] = {}
-
-    def propose_many(self, contexts: Sequence[tuple[int, Sequence[int]]], k: int) -> list[list[int]]:
-        out = []
-        for key, context in contexts:
-            drafter = self._drafters.get(key) or self._drafters.setdefault(key, self._make(key))
-            out.append(drafter.propose(context, k).tokens if k > 0 else [])
-        return out
-
-    def forget(self, key: int) -> None:
-        drafter = self._drafters.pop(key, None)
-        if drafter is not None:
-            drafter.close()
-
-    def close(self) -> None:
-        for key in list(self._drafters):
-            self.forget(key)
+        super().__init__(model.name, make, model)
 
 
 def open_sources(

@@ -72,30 +72,36 @@ def _wrap_body(tree: ast.Module, entry: str) -> None:
 def _strip_function_annotations(tree: ast.Module) -> bool:
     """Remove argument and return annotations, and those of assignments with a value inside
     functions (never evaluated there), in place; whether there were any."""
-    found = False
-    for node in ast.walk(tree):
-        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
-            found |= node.returns is not None
-            node.returns = None
-            for inner in ast.walk(node):
-                for field in ("body", "orelse", "finalbody"):
-                    block = getattr(inner, field, None)
-                    if isinstance(block, list) and any(_valued_annotation(s) for s in block):
-                        block[:] = [_plain_assignment(s) if _valued_annotation(s) else s for s in block]
-                        found = True
-        elif isinstance(node, ast.arg):
-            found |= node.annotation is not None
-            node.annotation = None
-    return found
+    stripper = _AnnotationStripper()
+    stripper.visit(tree)
+    return stripper.found
 
 
-def _valued_annotation(node: ast.stmt) -> bool:
-    return isinstance(node, ast.AnnAssign) and node.value is not None
+class _AnnotationStripper(ast.NodeTransformer):
+    def __init__(self) -> None:
+        self.found = False
+        self._in_function = 0
 
+    def visit_FunctionDef(self, node: ast.FunctionDef | ast.AsyncFunctionDef) -> ast.AST:
+        self.found |= node.returns is not None
+        node.returns = None
+        self._in_function += 1
+        self.generic_visit(node)
+        self._in_function -= 1
+        return node
 
-def _plain_assignment(node: ast.stmt) -> ast.stmt:
-    assert isinstance(node, ast.AnnAssign) and node.value is not None
-    return ast.copy_location(ast.Assign(targets=[node.target], value=node.value), node)
+    visit_AsyncFunctionDef = visit_FunctionDef  # type: ignore[assignment]
+
+    def visit_arg(self, node: ast.arg) -> ast.AST:
+        self.found |= node.annotation is not None
+        node.annotation = None
+        return node
+
+    def visit_AnnAssign(self, node: ast.AnnAssign) -> ast.AST:
+        if not self._in_function or node.value is None:
+            return node
+        self.found = True
+        return ast.copy_location(ast.Assign(targets=[node.target], value=node.value), node)
 
 
 def _names_used(tree: ast.Module) -> set[str]:
