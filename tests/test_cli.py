@@ -244,9 +244,13 @@ def test_a_draft_model_with_another_tokenizer_drafts_through_text(smollm_path: P
 def test_collective_generate_is_the_plain_greedy_text_with_each_drafts_acceptance(smollm_path: Path) -> None:
     args = ("generate", "Repeat exactly: one two three four five", "-m", "smollm2-135m", "-n", "10", "--json")
     plain = json.loads(coinfer(*args, "--draft", "none").stdout)
-    proc = coinfer(*args, "--engine", "collective", "--drafts", "ngram,smollm2-135m", "--draft-tokens", "3")
+    collective = (*args, "--engine", "collective", "--drafts", "ngram,smollm2-135m", "--draft-tokens", "3")
+    proc = coinfer(*collective, "--every-draft")
     assert proc.returncode == 0, proc.stderr
     out = json.loads(proc.stdout)
     assert out["text"] == plain["text"] and out["engine"] == "collective"
     assert set(out["stats"]["acceptance_by_draft"]) == {"ngram", "smollm2-135m", "voted"}
     assert out["stats"]["acceptance_by_draft"]["smollm2-135m"] > 0.5  # the target's own weights draft
+    # gated (the default), a draft as big as the target costs more than it saves: unused
+    gated = json.loads(coinfer(*collective).stdout)
+    assert gated["text"] == plain["text"] and gated["stats"]["rounds_drafting"]["smollm2-135m"] == 0

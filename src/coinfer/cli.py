@@ -369,6 +369,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--pipeline", action="store_true", help="collective: draft on another core while the target verifies"
     )
+    p.add_argument(
+        "--every-draft",
+        action="store_true",
+        help="collective: every draft drafts every round, also one that costs more than it saves "
+        "(default: such a draft only drafts now and then, to measure it)",
+    )
     p.set_defaults(func=cmd_generate)
 
     bench = sub.add_parser("bench", help="benchmarks").add_subparsers(dest="suite", required=True)

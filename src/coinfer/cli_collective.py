@@ -15,6 +15,7 @@ from coinfer.models.base import SteerableModel
 def generate_collective(args: argparse.Namespace) -> int:
     from coinfer.decoding import SamplingParams
     from coinfer.engines.collective.engine import CollectiveConfig, collective_generate
+    from coinfer.engines.collective.gate import GateConfig
     from coinfer.engines.collective.selector import LengthSelectorConfig
     from coinfer.engines.collective.sources import open_sources
     from coinfer.models import load_model
@@ -41,7 +42,11 @@ def generate_collective(args: argparse.Namespace) -> int:
     )
     draft_tokens = LengthSelectorConfig() if args.draft_tokens == "auto" else args.draft_tokens
     config = CollectiveConfig(
-        max_tokens=args.max_tokens, sampling=sampling, draft_tokens=draft_tokens, pipeline=args.pipeline
+        max_tokens=args.max_tokens,
+        sampling=sampling,
+        draft_tokens=draft_tokens,
+        pipeline=args.pipeline,
+        gate=None if args.every_draft else GateConfig(),
     )
     try:
         run = collective_generate(target, sources, [prompt], config)
@@ -65,6 +70,9 @@ def generate_collective(args: argparse.Namespace) -> int:
         "acceptance_by_draft": acceptance,
         "weights": dict(zip(run.sources, (round(w, 3) for w in run.weights), strict=False)),
         "s_history": run.s_history,
+        "rounds": run.verifications,
+        "rounds_drafting": dict(zip(run.sources, run.rounds_on, strict=False)),
+        "rounds_exploring": dict(zip(run.sources, run.rounds_explored, strict=False)),
         "predrafts_used": run.predrafts_used,
     }
     if args.json:
@@ -86,6 +94,9 @@ def generate_collective(args: argparse.Namespace) -> int:
         f"[{len(result.tokens)} tokens, {run.tokens_per_s:.1f} tok/s, mean accepted length "
         f"{result.mean_accepted_length:.2f}, acceptance {by_draft}, {result.finish_reason}]"
     )
+    idle = [name for name, on in zip(run.sources, run.rounds_on, strict=False) if not on]
+    if idle and run.verifications:
+        _err(f"[drafts that did not pay for themselves here, so drafted only to measure: {', '.join(idle)}]")
     return 0
 
 

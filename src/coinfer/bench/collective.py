@@ -50,7 +50,7 @@ class CollectiveBenchConfig:
     quick: bool = False
     prompts: str | None = None
     sweep_batch: int = 4
-    n_ctx: int = 4096
+    n_ctx: int = 2048  # per running request
 
     def __post_init__(self) -> None:
         if not self.drafts:
@@ -109,6 +109,9 @@ def _row(
         "acceptance": {k: None if v is None else round(v, 4) for k, v in run.acceptance().items()},
         "weights": [round(w, 3) for w in run.weights],
         "s_history": run.s_history,
+        "rounds": run.verifications,
+        "rounds_drafting": run.rounds_on,  # per draft, gated: rounds it drafted for every request
+        "rounds_exploring": run.rounds_explored,
         "predrafts_used": run.predrafts_used,
         "identical": None if plain is None else sum(a == b for a, b in zip(tokens, plain, strict=True)),
     }
@@ -134,9 +137,15 @@ def _with(base: CollectiveConfig, **changes: Any) -> CollectiveConfig:
 
 
 def _load(name: str, n_ctx: int) -> SteerableModel:
-    """A llama.cpp model whose sequences each get their own ``n_ctx`` cells (batches of
-    independent requests decode without attending over each other's cells)."""
-    return load_model(name, backend="llama.cpp", n_ctx=n_ctx, n_seq_max=16, kv_unified=False)
+    """A llama.cpp model with one KV cache of ``n_ctx`` cells shared by all its sequences.
+
+    Not per-sequence caches (``kv_unified=False``): llama.cpp then splits a batch into
+    micro-batches of equally many tokens from consecutive sequence ids, so a batch of
+    drafts of different lengths, or of requests whose ids are not consecutive, is decoded
+    in several forwards (measured: four requests' plain step at four times the cost of
+    one, in one run of three).
+    """
+    return load_model(name, backend="llama.cpp", n_ctx=n_ctx, n_seq_max=16, kv_unified=True)
 
 
 def run_collective_bench(config: CollectiveBenchConfig, log: Callable[[str], None] = print) -> dict[str, Any]:
@@ -148,8 +157,9 @@ def run_collective_bench(config: CollectiveBenchConfig, log: Callable[[str], Non
         if name in catalog.CATALOG:
             catalog.prepare(name)
     log(f"loading {config.target} and the drafts {', '.join(config.drafts)}…")
-    target = _load(config.target, config.n_ctx)
-    models = {d: _load(d, config.n_ctx) for d in config.drafts if d != "ngram"}
+    cells = config.n_ctx * max(config.batch_sizes, default=1)  # every running request's window
+    target = _load(config.target, cells)
+    models = {d: _load(d, cells) for d in config.drafts if d != "ngram"}
     report: dict[str, Any] = {"config": {**vars(config)}, "environment": environment(), "rows": []}
     out = Path(config.out)
     try:

@@ -128,7 +128,10 @@ class LlamaCppModel(SteerableModel):
     ``kv_unified`` (the default) puts all sequences in one cache of ``n_ctx`` cells, which
     token trees need; otherwise each of the ``n_seq_max`` sequences gets its own ``n_ctx``
     cells, which is what many long conversations decoded together want (each token then
-    attends only over its own sequence).
+    attends only over its own sequence). But then llama.cpp splits every batch into
+    micro-batches of equally many tokens from consecutive sequence ids: a batch of several
+    sequences with different token counts, or with ids that are not consecutive, runs as
+    several forwards. Batches of speculative drafts want the unified cache.
     """
 
     backend = "llama.cpp"

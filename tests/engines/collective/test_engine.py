@@ -78,12 +78,12 @@ def test_seeded_sampling_gives_each_request_the_target_alones_text(
 
 
 def test_the_vote_learns_which_source_holds(tiny_pair: tuple[SteerableModel, SteerableModel]) -> None:
-    """A junk source first (it wins the first tie) and the target drafting for itself."""
+    """A junk source first (it wins the first tie) and the target drafting for itself,
+    both drafting every round (no gate)."""
     target, _ = tiny_pair
     prompts = _prompts(target)[:2]
-    run = collective_generate(
-        target, [JunkSource(), ModelSource(target)], prompts, CollectiveConfig(max_tokens=24, draft_tokens=3)
-    )
+    config = CollectiveConfig(max_tokens=24, draft_tokens=3, gate=None)
+    run = collective_generate(target, [JunkSource(), ModelSource(target)], prompts, config)
     assert [r.tokens for r in run.results] == [generate(target, p, max_tokens=24).tokens for p in prompts]
     assert run.weights[1] > 1.0 > run.weights[0]
     assert run.voted_from[0] == 0 and run.voted_from[-1] == 1  # the vote moved to the source that holds
@@ -109,7 +109,7 @@ def test_the_pipeline_gives_the_target_alones_text(
     target, draft = tiny_pair
     prompts = _prompts(target)[:n_prompts]
     plain = [generate(target, p, max_tokens=24).tokens for p in prompts]
-    config = CollectiveConfig(max_tokens=24, draft_tokens=3, max_batch=2, pipeline=True)
+    config = CollectiveConfig(max_tokens=24, draft_tokens=3, max_batch=2, pipeline=True, gate=None)
     run = collective_generate(target, [ModelSource(draft), NgramSource()], prompts, config)
     assert [r.tokens for r in run.results] == plain
     assert run.verifications > 0 and run.predrafts_used + run.predrafts_wasted > 0
@@ -136,3 +136,17 @@ def test_requests_that_end_at_their_first_token_finish_at_once(
         len(generate(target, p, max_tokens=1).tokens) for p in prompts
     ]
     assert all(r.finish_reason in ("stop", "length") for r in run.results) and run.verifications == 0
+
+
+def test_the_gate_stops_a_source_whose_drafts_never_hold(
+    tiny_pair: tuple[SteerableModel, SteerableModel],
+) -> None:
+    """A junk source is measured on one request, then never drafts for all of them; the
+    text is still the target's."""
+    target, _ = tiny_pair
+    prompts = _prompts(target)
+    config = CollectiveConfig(max_tokens=24, draft_tokens=3, max_batch=3)
+    run = collective_generate(target, [JunkSource()], prompts, config)
+    assert [r.tokens for r in run.results] == [generate(target, p, max_tokens=24).tokens for p in prompts]
+    assert run.rounds_on == [0] and 0 < run.rounds_explored[0] < run.verifications
+    assert sum(r.drafted for r in run.results) < 3 * run.verifications  # never a draft for every request

@@ -21,12 +21,13 @@ def test_a_second_copy_drafting_on_its_own_thread_is_kept_and_the_text_is_the_ta
     smollm_llama: SteerableModel, pipeline: bool
 ) -> None:
     """The draft is another context of the same weights, so it drafts the target's own
-    choices: with the pipeline they are made while the target verifies (pre-drafts)."""
+    choices: with the pipeline they are made while the target verifies (pre-drafts).
+    Every source drafts every round (no gate)."""
     draft = load_model("smollm2-135m", backend="llama.cpp", n_ctx=1024, n_seq_max=8)
     try:
         prompt = smollm_llama.chat_prompt([{"role": "user", "content": f"Repeat this code exactly:\n{CODE}"}])
         plain = generate(smollm_llama, prompt, max_tokens=12).tokens
-        config = CollectiveConfig(max_tokens=12, draft_tokens=3, pipeline=pipeline)
+        config = CollectiveConfig(max_tokens=12, draft_tokens=3, pipeline=pipeline, gate=None)
         run = collective_generate(smollm_llama, [ModelSource(draft), NgramSource()], [prompt], config)
         assert run.results[0].tokens == plain
         assert run.acceptance()["voted"] is not None and run.acceptance()["voted"] > 0.5  # type: ignore[operator]

@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 
 from coinfer.decoding.generate import check_prompt
 from coinfer.decoding.sampling import SamplingParams
+from coinfer.engines.collective.gate import GateConfig, SourceGate
 from coinfer.engines.collective.rounds import (
     CollectiveRun,
     Learner,
@@ -49,12 +50,15 @@ __all__ = ["CollectiveConfig", "collective_generate"]
 @dataclass(frozen=True)
 class CollectiveConfig:
     """``draft_tokens``: a fixed s, or the selector's settings to choose s online;
+    ``gate``: draft only with the sources that pay for themselves (``gate``), or None for
+    every source every round (classic speculative decoding);
     ``pipeline``: draft on another thread while the target verifies."""
 
     max_tokens: int = 128
     sampling: SamplingParams = field(default_factory=SamplingParams)
     draft_tokens: int | LengthSelectorConfig = field(default_factory=LengthSelectorConfig)
     vote: VoteConfig = field(default_factory=VoteConfig)
+    gate: GateConfig | None = field(default_factory=GateConfig)
     max_batch: int = 8
     pipeline: bool = False
     draft_threads: int = 1  # pipelined: CPU threads (and cores) for the drafts; the target gets the rest
@@ -78,7 +82,7 @@ def collective_generate(
     for prompt in prompts:
         check_prompt(target, prompt)
     run = CollectiveRun([], [s.name for s in sources], source_rates=[[] for _ in sources])
-    learner = _learner(len(sources), config)
+    learner = _learner(sources, config)
     started = time.perf_counter()
     if config.pipeline and sources:
         from coinfer.engines.collective.pipeline import run_pipelined
@@ -88,19 +92,24 @@ def collective_generate(
         results = _run_sequential(target, sources, prompts, config, learner, run)
     run.results = [results[k] for k in range(len(prompts))]
     run.weights = list(learner.weights.weights)
+    if learner.gate is not None:
+        run.rounds_on, run.rounds_explored = list(learner.gate.rounds_on), list(learner.gate.rounds_explored)
     if learner.selector is not None:
         run.s_history = list(learner.selector.history)
     run.wall_s = time.perf_counter() - started
     return run
 
 
-def _learner(n_sources: int, config: CollectiveConfig) -> Learner:
+def _learner(sources: Sequence[DraftSource], config: CollectiveConfig) -> Learner:
+    n_sources = len(sources)
     weights = VoteWeights(max(1, n_sources), config.vote)
     if isinstance(config.draft_tokens, LengthSelectorConfig):
         selector, fixed = SpeculationLengthSelector(config.draft_tokens), 0
     else:
         selector, fixed = None, config.draft_tokens
-    return Learner(weights, selector, fixed, config.sampling, config.max_tokens)
+    with_model = [getattr(src, "model", None) is not None for src in sources] or [False]
+    gate = None if config.gate is None else SourceGate(max(1, n_sources), config.gate, with_model)
+    return Learner(weights, selector, fixed, config.sampling, config.max_tokens, gate)
 
 
 def _run_sequential(
@@ -122,20 +131,22 @@ def _run_sequential(
                 key, prompt = pending.popleft()
                 joining.append(new_request(target, key, prompt, config.sampling))
             if joining:
-                prefill(target, joining, config.sampling, config.max_tokens)
+                prefill(target, joining, config.sampling, config.max_tokens, learner.gate)
                 running += joining
             live = [r for r in running if not r.done]
             if live:
                 t0 = time.perf_counter()
                 contexts = [(r.key, r.context) for r in live]
-                votes = draft_and_vote(target, sources, contexts, learner.s, learner.weights.weights)
-                run.draft_s += time.perf_counter() - t0
-                learner.verify(target, list(zip(live, votes, strict=True)), run)
+                votes = draft_and_vote(
+                    target, sources, contexts, learner.s, learner.weights.weights, gate=learner.gate
+                )
+                draft_s = time.perf_counter() - t0
+                run.draft_s += draft_s
+                learner.verify(target, list(zip(live, votes, strict=True)), run, draft_s)
             for r in [r for r in running if r.done]:
                 results[r.key] = r.result
                 target.release(r.seq)
-                for src in sources:
-                    src.forget(r.key)
+                learner.forget(sources, r.key)
             running = [r for r in running if not r.done]
     finally:
         for r in running:

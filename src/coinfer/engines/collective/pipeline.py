@@ -31,6 +31,7 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
+from coinfer.engines.collective.gate import SourceGate
 from coinfer.engines.collective.rounds import (
     CollectiveRun,
     Learner,
@@ -95,7 +96,7 @@ def run_pipelined(
             drafter.start()
             drafter_started = True
             while pending or active:
-                _admit(pool, target, pending, active, results, config)
+                _admit(pool, target, pending, active, results, config, learner.gate)
                 batch = _take_batch(pool)
                 if batch:
                     learner.verify(target, batch, run)
@@ -108,9 +109,8 @@ def run_pipelined(
                 drafter.join()
             for r in active.values():
                 target.release(r.seq)
-            for src in sources:
-                for key in list(active):
-                    src.forget(key)
+            for key in list(active):
+                learner.forget(sources, key)
     if pool.error is not None:
         raise pool.error
     return results
@@ -123,6 +123,7 @@ def _admit(
     active: dict[int, Request],
     results: dict[int, RequestResult],
     config: CollectiveConfig,
+    gate: SourceGate | None,
 ) -> None:
     """Prefill pending requests while there is room, and hand them to the drafter (one
     that ends at its first token is done at once)."""
@@ -132,7 +133,7 @@ def _admit(
         joining.append(new_request(target, key, prompt, config.sampling))
     if not joining:
         return
-    prefill(target, joining, config.sampling, config.max_tokens)
+    prefill(target, joining, config.sampling, config.max_tokens, gate)
     with pool.cv:
         for r in joining:
             if r.done:
@@ -207,12 +208,11 @@ def _draft_loop(
                 stop = pool.stop
                 weights, s = list(learner.weights.weights), learner.s
             for key in forget:
-                for src in sources:
-                    src.forget(key)
+                learner.forget(sources, key)
             if stop:
                 return
             if job is not None:
-                _do_job(pool, target, sources, weights, s, job, run)
+                _do_job(pool, target, sources, learner, weights, s, job, run)
     except BaseException as exc:  # noqa: BLE001 - handed to the verifying thread
         with pool.cv:
             pool.error = exc
@@ -243,6 +243,7 @@ def _do_job(
     pool: _Pool,
     target: SteerableModel,
     sources: Sequence[DraftSource],
+    learner: Learner,
     weights: list[float],
     s: int,
     job: tuple[str, list[tuple[Request, list[int]]]],
@@ -250,7 +251,8 @@ def _do_job(
 ) -> None:
     kind, items = job
     t0 = time.perf_counter()
-    votes = draft_and_vote(target, sources, [(r.key, c) for r, c in items], s, weights, guess=True)
+    contexts = [(r.key, c) for r, c in items]
+    votes = draft_and_vote(target, sources, contexts, s, weights, guess=True, gate=learner.gate)
     run.draft_s += time.perf_counter() - t0
     with pool.cv:
         for (r, context), v in zip(items, votes, strict=True):

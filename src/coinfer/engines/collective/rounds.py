@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 
 from coinfer.decoding.sampling import PositionDraws, SamplingParams, probs_from_logits, sample_at
 from coinfer.decoding.speculative import accept_deterministic, emit_tokens
+from coinfer.engines.collective.gate import SourceGate
 from coinfer.engines.collective.selector import SpeculationLengthSelector
 from coinfer.engines.collective.sources import DraftSource
 from coinfer.engines.collective.voting import VoteWeights, held_prefix, majority_vote
@@ -60,6 +61,8 @@ class CollectiveRun:
     source_rates: list[list[float]] = field(default_factory=list)  # per source, per draft it made
     voted_rates: list[float] = field(default_factory=list)  # per verified non-empty voted draft
     voted_from: list[int] = field(default_factory=list)  # per verified voted draft: its source
+    rounds_on: list[int] = field(default_factory=list)  # per source: rounds it drafted for all (gated)
+    rounds_explored: list[int] = field(default_factory=list)  # per source: rounds it drafted for one
     predrafts_used: int = 0  # pipelined: drafts made during the verification they assumed
     predrafts_wasted: int = 0
 
@@ -117,10 +120,17 @@ def new_request(target: SteerableModel, key: int, prompt: Sequence[int], samplin
 
 
 def prefill(
-    target: SteerableModel, joining: list[Request], sampling: SamplingParams, max_tokens: int
+    target: SteerableModel,
+    joining: list[Request],
+    sampling: SamplingParams,
+    max_tokens: int,
+    gate: SourceGate | None = None,
 ) -> None:
     """Read the new prompts in one batch and sample each one's first token."""
+    t0 = time.perf_counter()
     rows = target.extend_many([(r.seq, r.prompt) for r in joining], last_only=True)
+    if gate is not None:
+        gate.prefilled(len(joining), time.perf_counter() - t0)
     for r, logits in zip(joining, rows, strict=True):
         first = sample_at(probs_from_logits(logits[-1], sampling), r.draws.uniform(len(r.prompt)))
         r.context = [*r.prompt]
@@ -135,21 +145,50 @@ def draft_and_vote(
     weights: Sequence[float],
     *,
     guess: bool = False,
+    gate: SourceGate | None = None,
 ) -> list[Voted]:
-    """Every source's drafts after every (key, context): at most ``s`` tokens, fewer near
-    the end of the window; the vote among them per request. With ``guess``, sources draft
-    one token more, kept as the voted draft's guess of the target's next token."""
+    """The sources' drafts after every (key, context): at most ``s`` tokens, fewer near
+    the end of the window; the vote among them per request. With a ``gate``, each source
+    drafts only for the requests the gate plans for it (the others get none). With
+    ``guess``, sources draft one token more, kept as the voted draft's guess of the
+    target's next token."""
     room = [max(0, min(s, target.n_ctx - len(c) - 2)) for _, c in contexts]
     k = max(room, default=0)
     if k == 0:
         return [NO_DRAFT for _ in contexts]
-    drafted = [src.propose_many(contexts, k + guess) for src in sources]
+    keys = [key for key, _ in contexts]
+    plans = gate.plan(keys, k) if gate is not None else [list(range(len(contexts)))] * len(sources)
+    pairs = enumerate(zip(sources, plans, strict=True))
+    drafted = [_propose(src, i, contexts, plan, k + guess, gate) for i, (src, plan) in pairs]
     out = []
     for j in range(len(contexts)):
         own = [d[j][: room[j]] for d in drafted]
         vote = majority_vote(own, weights)
         after = drafted[vote.voter][j][room[j] : room[j] + 1] if guess and vote.voter >= 0 else []
         out.append(Voted(own, vote.tokens, vote.voter, after[0] if after else None))
+    return out
+
+
+def _propose(
+    src: DraftSource,
+    index: int,
+    contexts: list[tuple[int, list[int]]],
+    plan: list[int],
+    k: int,
+    gate: SourceGate | None,
+) -> list[list[int]]:
+    """Source ``index``'s drafts for the planned contexts (the others get none); the gate
+    learns what they cost."""
+    out: list[list[int]] = [[] for _ in contexts]
+    chosen = [contexts[j] for j in plan]
+    if not chosen:
+        return out
+    t0 = time.perf_counter()
+    drafts = src.propose_many(chosen, k)
+    if gate is not None:
+        gate.drafted(index, [key for key, _ in chosen], time.perf_counter() - t0, drafts)
+    for j, d in zip(plan, drafts, strict=True):
+        out[j] = d
     return out
 
 
@@ -164,32 +203,50 @@ class Learner:
         fixed_s: int,
         sampling: SamplingParams,
         max_tokens: int,
+        gate: SourceGate | None = None,
     ) -> None:
         self.weights = weights
         self.selector = selector
         self.fixed_s = fixed_s
         self.sampling = sampling
         self.max_tokens = max_tokens
+        self.gate = gate
 
     @property
     def s(self) -> int:
         return self.selector.s if self.selector is not None else self.fixed_s
 
+    def forget(self, sources: Sequence[DraftSource], key: int) -> None:
+        """The request ``key`` is finished: the sources and the gate drop what they kept."""
+        for src in sources:
+            src.forget(key)
+        if self.gate is not None:
+            self.gate.forget(key)
+
     def verify(
-        self, target: SteerableModel, batch: list[tuple[Request, Voted]], run: CollectiveRun
+        self,
+        target: SteerableModel,
+        batch: list[tuple[Request, Voted]],
+        run: CollectiveRun,
+        draft_s: float = 0.0,
     ) -> list[list[int]]:
         """One batched target forward over every request's pending token and voted draft;
-        the tokens each request gained (its accepted drafts and the target's next)."""
+        the tokens each request gained (its accepted drafts and the target's next).
+        ``draft_s``: the drafting time on the round's critical path (0 when drafting ran
+        beside the target), which the selector counts with the verification's."""
         t0 = time.perf_counter()
-        rows = target.extend_many([(r.seq, [r.context[-1], *v.draft]) for r, v in batch])
+        items = [(r.seq, [r.context[-1], *v.draft]) for r, v in batch]
+        rows = target.extend_many(items)
         verify_s = time.perf_counter() - t0
+        if self.gate is not None:
+            self.gate.verified(sum(len(ids) for _, ids in items), verify_s)
         gained = []
         for (r, v), logits in zip(batch, rows, strict=True):
             n_acc, nxt = accept_deterministic(v.draft, logits, self.sampling, r.draws, len(r.context))
             target.truncate(r.seq, len(r.context) + n_acc)
             produced = [*v.draft[:n_acc], nxt]
             self.weights.record(v.drafts, v.voter, produced)
-            _score(run, v, produced, n_acc)
+            _score(run, v, produced, n_acc, self.gate)
             r.result.rounds += 1
             r.result.drafted += len(v.draft)
             r.result.accepted += n_acc
@@ -200,15 +257,18 @@ class Learner:
         run.verify_s += verify_s
         run.longest_draft.append(max((len(v.draft) for _, v in batch), default=0))
         if self.selector is not None:
-            self.selector.observe(verify_s, sum(map(len, gained)) / len(gained))
+            self.selector.observe(draft_s + verify_s, sum(map(len, gained)) / len(gained))
         return gained
 
 
-def _score(run: CollectiveRun, v: Voted, produced: list[int], n_acc: int) -> None:
+def _score(run: CollectiveRun, v: Voted, produced: list[int], n_acc: int, gate: SourceGate | None) -> None:
     """Every source's draft, and the voted one, against what the target produced."""
     for i, d in enumerate(v.drafts):
         if d:
-            run.source_rates[i].append(held_prefix(d, produced) / len(d))
+            held = held_prefix(d, produced)
+            run.source_rates[i].append(held / len(d))
+            if gate is not None:
+                gate.scored(i, len(d), held, len(produced))
     if v.draft:
         run.voted_rates.append(n_acc / len(v.draft))
         run.voted_from.append(v.voter)

@@ -1,0 +1,75 @@
+"""The source gate: a source drafts for every request while it pays for itself, and
+explores one request within its time budget otherwise (costs given, not timed)."""
+
+from __future__ import annotations
+
+import pytest
+
+from coinfer.engines.collective import gate as gate_module
+from coinfer.engines.collective.gate import GateConfig, SourceGate
+from coinfer.errors import ConfigError
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+@pytest.fixture
+def clock(monkeypatch: pytest.MonkeyPatch) -> Clock:
+    c = Clock()
+    monkeypatch.setattr(gate_module.time, "perf_counter", c)
+    return c
+
+
+def _round(
+    gate: SourceGate, clock: Clock, keys: list[int], s: int, holds: list[int], cost: float
+) -> list[list[int]]:
+    """One round: plan, draft ``s`` tokens per planned request at ``cost`` seconds per
+    request for source 0 (free for source 1), score with ``holds[i]`` tokens held, verify."""
+    plans = gate.plan(keys, s)
+    tokens = len(keys)
+    for i, plan in enumerate(plans):
+        drafts = [[7] * s for _ in plan]
+        seconds = cost * len(plan) if i == 0 else 0.0
+        gate.drafted(i, [keys[j] for j in plan], seconds, drafts)
+        clock.now += seconds
+        for _ in plan:
+            gate.scored(i, s, holds[i], s + 1)
+        tokens += s * bool(plan)
+    verify = 0.07 + 0.02 * (tokens - 1)  # a CPU-like cost: 70 ms for one token, 20 ms more per token
+    gate.verified(tokens, verify)
+    clock.now += verify
+    return plans
+
+
+def test_a_cheap_source_that_holds_drafts_for_every_request(clock: Clock) -> None:
+    gate = SourceGate(2)
+    gate.prefilled(2, 0.2)
+    plans = [_round(gate, clock, [0, 1], 4, holds=[0, 4], cost=0.05) for _ in range(12)]
+    assert plans[-1][1] == [0, 1] and gate.on == [False, True]
+    assert gate.rounds_on[1] >= 8
+
+
+def test_a_source_whose_drafts_cost_more_than_they_save_only_explores(clock: Clock) -> None:
+    """Source 0 holds every token but costs 60 ms per request and token: on this cost
+    curve plain decoding is faster, so it is turned off and explores within 3% of the time."""
+    gate = SourceGate(2, GateConfig(explore_share=0.03), with_model=[True, False])
+    gate.prefilled(1, 0.1)
+    start = clock.now
+    for _ in range(200):
+        _round(gate, clock, [0], 4, holds=[4, 0], cost=0.24)
+    assert gate.on == [False, False]
+    explored = gate.rounds_explored[0]
+    assert explored >= 1 and explored * 0.24 <= 0.03 * (clock.now - start) + 0.24 + 0.2  # within budget
+    assert gate.rounds_on[0] == 0
+
+
+def test_bad_gate_settings_are_config_errors() -> None:
+    with pytest.raises(ConfigError):
+        GateConfig(explore_share=0.0)
+    with pytest.raises(ConfigError):
+        GateConfig(warmup=0)
