@@ -5,10 +5,13 @@ Every configuration runs the same prompts through ``collective_generate`` on the
 target, at batch sizes 1, 4 and 8 (requests decoded together):
 
 * ``plain``: no drafts (``s = 0``), batched decoding;
-* ``single:<draft>``: classic speculative decoding with one draft and ``s = 4``;
-* the ablation (Figure 10): ``default`` (the first draft alone, ``s = 4``), ``+majority``
-  (every draft, voted, ``s = 4``), ``+selector`` (and ``s`` chosen online), ``+pipeline``
-  (and drafting overlapped with verifying);
+* ``single:<draft>``: classic speculative decoding with one draft and ``s = 4``, drafting
+  every round;
+* the ablation (Figure 10): ``default`` (the first draft alone, ``s = 4``: the row of its
+  ``single``), ``+majority`` (every draft, voted, ``s = 4``, each draft drafting while it
+  pays for itself: ``engines.collective.gate``), ``+selector`` (and ``s`` chosen online),
+  ``+pipeline`` (and drafting overlapped with verifying); and ``majority-every-draft``,
+  the vote with every draft drafting every round, to show what the gate does;
 * the sweep (Figure 12): every draft voted with each fixed ``s`` from 1 to 12, against the
   selector, at one batch size (``sweep_batch``).
 
@@ -118,13 +121,15 @@ def _row(
 
 
 def _configs(config: CollectiveBenchConfig) -> list[tuple[str, Sequence[str], CollectiveConfig]]:
-    """(name, drafts, engine config) for every configuration at one batch size."""
+    """(name, drafts, engine config) for every configuration at one batch size. Classic
+    speculative decoding drafts every round (no gate); ``default`` is the first single."""
     base = CollectiveConfig(max_tokens=config.max_tokens, draft_tokens=FIXED_S)
+    classic = _with(base, gate=None)
     selector = LengthSelectorConfig()
     out: list[tuple[str, Sequence[str], CollectiveConfig]] = [("plain", (), _with(base, draft_tokens=0))]
-    out += [(f"single:{d}", (d,), base) for d in config.drafts]
+    out += [(f"single:{d}", (d,), classic) for d in config.drafts]
     out += [
-        ("default", config.drafts[:1], base),
+        ("majority-every-draft", config.drafts, classic),
         ("+majority", config.drafts, base),
         ("+selector", config.drafts, _with(base, draft_tokens=selector)),
         ("+pipeline", config.drafts, _with(base, draft_tokens=selector, pipeline=True)),
@@ -170,6 +175,8 @@ def run_collective_bench(config: CollectiveBenchConfig, log: Callable[[str], Non
                 run, tokens = _measure(target, models, messages, specs, collective)
                 plain = tokens if name == "plain" else plain
                 report["rows"].append(_row(name, batch, run, None if name == "plain" else plain, tokens))
+                if name == f"single:{config.drafts[0]}":  # the ablation's Default: the same run
+                    report["rows"].append({**report["rows"][-1], "config": "default"})
                 log(f"batch {batch} {name}: {run.tokens_per_s:.2f} tok/s")
                 _write(out, report)
         sweep_batch = (
