@@ -1,4 +1,8 @@
-from coinfer.bench.collective import CollectiveBenchConfig, markdown, summarize
+from pathlib import Path
+
+import pytest
+
+from coinfer.bench.collective import CollectiveBenchConfig, finish, markdown, summarize
 
 
 def _row(config: str, batch: int, tps: float, voted: float | None = 0.5) -> dict:
@@ -12,9 +16,8 @@ def _row(config: str, batch: int, tps: float, voted: float | None = 0.5) -> dict
     }
 
 
-def test_the_summary_holds_ratios_to_plain_the_ablation_and_the_sweep() -> None:
-    config = CollectiveBenchConfig(out="x", drafts=("a", "b"), batch_sizes=(1, 4), sweep_batch=4)
-    rows = [
+def _rows() -> list[dict]:
+    return [
         _row("plain", 1, 10.0),
         _row("single:a", 1, 12.0),
         _row("default", 1, 12.0),
@@ -26,11 +29,31 @@ def test_the_summary_holds_ratios_to_plain_the_ablation_and_the_sweep() -> None:
         _row("sweep:s=1", 4, 25.0),
         _row("sweep:s=2", 4, 32.0),
     ]
+
+
+def test_the_summary_holds_ratios_to_plain_the_ablation_and_the_sweep() -> None:
+    config = CollectiveBenchConfig(out="x", drafts=("a", "b"), batch_sizes=(1, 4), sweep_batch=4)
+    rows = _rows()
     s = summarize(rows, config)
     assert s["throughput_ratio_vs_plain"]["1"]["+pipeline"] == 1.8
     assert s["throughput_ratio_vs_plain"]["4"] == {"+selector": 1.5}
     assert s["ablation"]["1"] == {"default": 12.0, "+majority": 14.0, "+selector": 15.0, "+pipeline": 18.0}
     assert s["sweep"]["selector_vs_best_fixed"] == round(30 / 32, 3)
-    assert s["acceptance"]["1"]["voted"] == 0.5
+    assert s["acceptance"]["1"] == {"a": 0.4, "b": None, "voted": 0.5}  # each draft alone, and voted
+    assert s["targets"]["1"] == {
+        "majority_vs_best_single": round(14 / 12, 3),
+        "voted_acceptance_minus_best_single": 0.1,
+        "worst_engine_stage_vs_plain": 1.4,
+        "pipeline_vs_selector": 1.2,
+    }
     table = markdown({"rows": rows})
     assert "| 1 | +pipeline | 18.0 |" in table and table.count("\n") == len(rows) + 4
+
+
+def test_finish_writes_the_results_and_three_plots(tmp_path: Path) -> None:
+    pytest.importorskip("matplotlib")
+    config = CollectiveBenchConfig(out=str(tmp_path), drafts=("a", "b"), batch_sizes=(1, 4), sweep_batch=4)
+    finish({"rows": _rows()}, config, tmp_path)
+    assert (tmp_path / "results.json").is_file() and (tmp_path / "results.md").is_file()
+    for name in ("throughput", "sweep", "acceptance"):
+        assert (tmp_path / f"{name}.png").read_bytes()[:4] == b"\x89PNG"

@@ -215,9 +215,9 @@ def test_a_draft_with_another_tokenizer_drafts_through_text() -> None:
 
 
 def test_proposals_are_scored_token_by_token_against_what_the_target_produced() -> None:
-    from coinfer.decoding.speculative import _ProposalLedger
+    from coinfer.decoding.speculative import ProposalLedger
 
-    ledger = _ProposalLedger()
+    ledger = ProposalLedger()
     context = [1, 2, 3]
     ledger.add(len(context), [4, 5, 6], bucket=2)  # will hold for two tokens, then differ
     ledger.add(len(context), [4, 5], bucket=1)  # will hold whole

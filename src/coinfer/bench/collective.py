@@ -192,8 +192,16 @@ def run_collective_bench(config: CollectiveBenchConfig, log: Callable[[str], Non
         for model in models.values():
             model.close()
         target.close()
+    return finish(report, config, out)
+
+
+def finish(report: dict[str, Any], config: CollectiveBenchConfig, out: Path) -> dict[str, Any]:
+    """Summarize the rows and write ``results.json``, ``results.md`` and the plots."""
+    from coinfer.bench.collective_plots import plot_all
+
     report["summary"] = summarize(report["rows"], config)
     _write(out, report)
+    plot_all(out, report)
     return report
 
 
@@ -224,7 +232,11 @@ def summarize(rows: list[dict[str, Any]], config: CollectiveBenchConfig) -> dict
     sweep_batch = _sweep_batch(config)
     selector = by.get(("+selector", sweep_batch), {}).get("tokens_per_s")
     acceptance = {
-        str(b): by[("+majority", b)]["acceptance"] for b in config.batch_sizes if ("+majority", b) in by
+        str(b): {
+            **{d: by.get((f"single:{d}", b), {}).get("acceptance", {}).get(d) for d in config.drafts},
+            "voted": by.get(("+majority", b), {}).get("acceptance", {}).get("voted"),
+        }
+        for b in config.batch_sizes
     }
     return {
         "throughput_ratio_vs_plain": ratio,
@@ -236,7 +248,37 @@ def summarize(rows: list[dict[str, Any]], config: CollectiveBenchConfig) -> dict
             "selector_vs_best_fixed": round(selector / best_fixed, 3) if selector and best_fixed else None,
         },
         "acceptance": acceptance,
+        "targets": _targets(by, config, acceptance),
     }
+
+
+def _targets(
+    by: dict[tuple[str, int], dict[str, Any]], config: CollectiveBenchConfig, acceptance: dict[str, Any]
+) -> dict[str, Any]:
+    """The issue's targets, as measured: per batch size the voted engine (``+majority``)
+    against the best single draft and plain decoding, and the pipeline's gain."""
+    out: dict[str, Any] = {}
+    for b in config.batch_sizes:
+        tps = {name: r["tokens_per_s"] for (name, bb), r in by.items() if bb == b}
+        singles = {n: v for n, v in tps.items() if n.startswith("single:")}
+        best_single = max(singles.values(), default=None)
+        single_acc = [a for d, a in acceptance[str(b)].items() if d != "voted" and a is not None]
+        engine = [tps[n] for n in ("+majority", "+selector", "+pipeline") if n in tps]
+        out[str(b)] = {
+            "majority_vs_best_single": _ratio(tps.get("+majority"), best_single),
+            "voted_acceptance_minus_best_single": (
+                round(acceptance[str(b)]["voted"] - max(single_acc), 3)
+                if acceptance[str(b)]["voted"] is not None and single_acc
+                else None
+            ),
+            "worst_engine_stage_vs_plain": _ratio(min(engine, default=None), tps.get("plain")),
+            "pipeline_vs_selector": _ratio(tps.get("+pipeline"), tps.get("+selector")),
+        }
+    return out
+
+
+def _ratio(a: float | None, b: float | None) -> float | None:
+    return round(a / b, 3) if a and b else None
 
 
 def _write(out: Path, report: dict[str, Any]) -> None:

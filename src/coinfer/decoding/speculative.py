@@ -25,6 +25,7 @@ from coinfer.errors import ConfigError
 from coinfer.models.base import Seq, SteerableModel
 
 __all__ = [
+    "ProposalLedger",
     "Round",
     "SpecConfig",
     "SpecStats",
@@ -124,7 +125,7 @@ def speculative_generate(
         first = sample_at(probs_from_logits(logits, config.sampling), draws.uniform(len(prompt)))
         context, produced = list(prompt), 0
         new, drafted, n_acc, draft_s, verify_s = [first], 0, 0, 0.0, time.perf_counter() - t0
-        ledger = _ProposalLedger()
+        ledger = ProposalLedger()
         while True:
             kept, finished = emit_tokens(new, target.eos_ids, config.max_tokens - produced)
             context.extend(kept)
@@ -182,7 +183,7 @@ def accept_deterministic(
     return coupled_accept(draft, probs, [draws.uniform(at + i) for i in range(len(rows))])
 
 
-class _ProposalLedger:
+class ProposalLedger:
     """Proposals being scored, token by token, against what the target goes on to produce.
 
     A proposal made at context length ``at`` is scored at each position as soon as the

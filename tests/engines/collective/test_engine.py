@@ -150,3 +150,26 @@ def test_the_gate_stops_a_source_whose_drafts_never_hold(
     assert [r.tokens for r in run.results] == [generate(target, p, max_tokens=24).tokens for p in prompts]
     assert run.rounds_on == [0] and 0 < run.rounds_explored[0] < run.verifications
     assert sum(r.drafted for r in run.results) < 3 * run.verifications  # never a draft for every request
+
+
+class ThreadCounter:
+    """Records the thread counts a pipeline gives a model."""
+
+    def __init__(self) -> None:
+        self.counts: list[int] = []
+
+    def set_threads(self, n: int) -> int:
+        self.counts.append(n)
+        return 2
+
+
+def test_the_target_keeps_every_core_while_no_draft_model_drafts() -> None:
+    from coinfer.engines.collective.pipeline import _Cores
+
+    target = ThreadCounter()
+    cores = _Cores(target, [0, 1], draft_threads=1)  # type: ignore[arg-type]
+    cores.fit(drafts_compute=False)
+    cores.fit(drafts_compute=True)
+    cores.fit(drafts_compute=True)
+    cores.fit(drafts_compute=False)
+    assert target.counts == [1, 2]  # the drafter's core only while a draft model drafts

@@ -109,7 +109,7 @@ def _learner(sources: Sequence[DraftSource], config: CollectiveConfig) -> Learne
         selector, fixed = None, config.draft_tokens
     with_model = [getattr(src, "model", None) is not None for src in sources] or [False]
     gate = None if config.gate is None else SourceGate(max(1, n_sources), config.gate, with_model)
-    return Learner(weights, selector, fixed, config.sampling, config.max_tokens, gate)
+    return Learner(weights, selector, fixed, config.sampling, config.max_tokens, gate, sources)
 
 
 def _run_sequential(

@@ -104,6 +104,11 @@ class SourceGate:
     def on(self) -> list[bool]:
         return [r.on for r in self._records]
 
+    @property
+    def a_model_is_on(self) -> bool:
+        """Whether any source that drafts with a model drafts for every request now."""
+        return any(r.on and m for r, m in zip(self._records, self._with_model, strict=True))
+
     # ---- deciding -----------------------------------------------------------------------
     def plan(self, keys: Sequence[int], s: int) -> list[list[int]]:
         """For each source, the indexes of ``keys`` it drafts for this round."""

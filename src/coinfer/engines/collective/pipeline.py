@@ -15,10 +15,12 @@ ends; if not, it is thrown away and the request drafted afresh. Pre-drafts cost 
 drafter's otherwise idle time.
 
 On llama.cpp each model computes with its own thread count (``set_threads``): the drafts
-with ``draft_threads`` and the target with the rest of the machine's cores, and each thread
-is pinned to its own cores where the system allows, so draft and target do not compete
-for the same cores. A draft model must not be the target itself (one llama.cpp context
-cannot run on two threads).
+with ``draft_threads``, on the drafter thread pinned to their own cores where the system
+allows, and the target with the rest of the machine's cores while a draft model drafts
+for every request, or with all of them while the source gate has every draft model off:
+then only cheap drafts (n-gram lookup) run beside it and there is nothing to overlap. A
+draft model must not be the target itself (one llama.cpp context cannot run on two
+threads).
 """
 
 from __future__ import annotations
@@ -29,7 +31,7 @@ import time
 from collections import deque
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from coinfer.engines.collective.gate import SourceGate
 from coinfer.engines.collective.rounds import (
@@ -90,7 +92,8 @@ def run_pipelined(
     results: dict[int, RequestResult] = {}
     pending = deque(enumerate(prompts))
     active: dict[int, Request] = {}
-    with _cores(target, sources, config.draft_threads) as pool.pin:
+    with _cores(target, sources, config.draft_threads) as cores:
+        pool.pin = cores.pin_drafter
         drafter_started = False
         try:
             drafter.start()
@@ -99,6 +102,7 @@ def run_pipelined(
                 _admit(pool, target, pending, active, results, config, learner.gate)
                 batch = _take_batch(pool)
                 if batch:
+                    cores.fit(learner.gate is None or learner.gate.a_model_is_on)
                     learner.verify(target, batch, run)
                     _settle(pool, target, batch, active, results, run)
         finally:
@@ -278,24 +282,44 @@ def _remove(todo: deque[Request], key: int) -> bool:
     return False
 
 
+class _Cores:
+    """The split of the machine's cores between the target and the drafts."""
+
+    def __init__(self, target: SteerableModel, cpus: list[int], draft_threads: int) -> None:
+        self.target = target
+        self.cpus = cpus
+        self.draft_cpus = cpus[len(cpus) - draft_threads :] if len(cpus) > draft_threads else []
+        self.split = False
+
+    def pin_drafter(self) -> None:
+        """Pin the calling (drafter) thread to the drafts' cores."""
+        if self.draft_cpus:
+            os.sched_setaffinity(0, self.draft_cpus)
+
+    def fit(self, drafts_compute: bool) -> None:
+        """Give the target every core while no draft model drafts (an n-gram drafter costs
+        next to nothing), and the cores the drafts leave while one does."""
+        split = drafts_compute and bool(self.draft_cpus)
+        if split != self.split:
+            self.split = split
+            self.target.set_threads(len(self.cpus) - len(self.draft_cpus) if split else len(self.cpus))
+
+
 @contextmanager
-def _cores(target: SteerableModel, sources: Sequence[DraftSource], draft_threads: int) -> Iterator[Any]:
-    """Give the drafts ``draft_threads`` threads and the target the other cores, for the
-    run; yield the function that pins the drafter thread to its cores."""
+def _cores(target: SteerableModel, sources: Sequence[DraftSource], draft_threads: int) -> Iterator[_Cores]:
+    """Give the drafts ``draft_threads`` threads, pinned to their own cores, for the run;
+    the target's thread count follows ``_Cores.fit``. Thread counts are restored after."""
     cpus = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else []
-    draft_models = [src.model for src in sources if isinstance(getattr(src, "model", None), SteerableModel)]
-    if len(cpus) <= draft_threads:
-        yield lambda: None
+    cores = _Cores(target, cpus, draft_threads)
+    if not cores.draft_cpus:
+        yield cores
         return
-    target_cpus, draft_cpus = cpus[: len(cpus) - draft_threads], cpus[len(cpus) - draft_threads :]
+    draft_models = [src.model for src in sources if isinstance(getattr(src, "model", None), SteerableModel)]
     before = [(m, m.set_threads(draft_threads)) for m in draft_models]
-    before.append((target, target.set_threads(len(target_cpus))))
-    main_affinity = set(cpus)
-    os.sched_setaffinity(0, target_cpus)
+    before.append((target, target.set_threads(len(cpus))))
     try:
-        yield lambda: os.sched_setaffinity(0, draft_cpus)
+        yield cores
     finally:
-        os.sched_setaffinity(0, main_affinity)
         for model, threads in before:
             if threads is not None:
                 model.set_threads(threads)

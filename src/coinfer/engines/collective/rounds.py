@@ -204,8 +204,10 @@ class Learner:
         sampling: SamplingParams,
         max_tokens: int,
         gate: SourceGate | None = None,
+        sources: Sequence[DraftSource] = (),
     ) -> None:
         self.weights = weights
+        self.sources = sources  # those with an ``observe(drafted, seconds)`` learn the target's cost
         self.selector = selector
         self.fixed_s = fixed_s
         self.sampling = sampling
@@ -240,6 +242,10 @@ class Learner:
         verify_s = time.perf_counter() - t0
         if self.gate is not None:
             self.gate.verified(sum(len(ids) for _, ids in items), verify_s)
+        for src in self.sources:
+            observe = getattr(src, "observe", None)
+            for _, v in batch if observe is not None else ():
+                observe(len(v.draft), verify_s / len(batch))
         gained = []
         for (r, v), logits in zip(batch, rows, strict=True):
             n_acc, nxt = accept_deterministic(v.draft, logits, self.sampling, r.draws, len(r.context))

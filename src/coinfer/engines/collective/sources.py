@@ -21,7 +21,16 @@ from typing import Protocol
 
 import numpy as np
 
-from coinfer.decoding.drafters import Drafter, NgramDrafter, TextDrafter, check_same_vocabulary, rewind_to
+from coinfer.decoding.draft_length import AdaptiveDraftLength
+from coinfer.decoding.drafters import (
+    Draft,
+    Drafter,
+    NgramDrafter,
+    TextDrafter,
+    check_same_vocabulary,
+    rewind_to,
+)
+from coinfer.decoding.speculative import ProposalLedger
 from coinfer.errors import ConfigError
 from coinfer.models.base import Seq, SteerableModel
 
@@ -55,11 +64,10 @@ class PerRequestSource:
         self._drafters: dict[int, Drafter] = {}
 
     def propose_many(self, contexts: Sequence[tuple[int, Sequence[int]]], k: int) -> list[list[int]]:
-        out = []
-        for key, context in contexts:
-            drafter = self._drafters.get(key) or self._drafters.setdefault(key, self._make(key))
-            out.append(drafter.propose(context, k).tokens if k > 0 else [])
-        return out
+        return [self._drafter(key).propose(context, k).tokens if k > 0 else [] for key, context in contexts]
+
+    def _drafter(self, key: int) -> Drafter:
+        return self._drafters.get(key) or self._drafters.setdefault(key, self._make(key))
 
     def forget(self, key: int) -> None:
         drafter = self._drafters.pop(key, None)
@@ -73,10 +81,44 @@ class PerRequestSource:
 
 
 class NgramSource(PerRequestSource):
-    """Prompt lookup per request."""
+    """Prompt lookup per request, each draft cut to the length that pays for its match.
 
-    def __init__(self, name: str = "ngram") -> None:
+    A lookup costs nothing, but verifying its tokens does, and how far a copy holds
+    depends on how long the match it copies from is (``NgramDrafter``'s bucket). One
+    ``AdaptiveDraftLength`` for all requests learns, per bucket, how far drafts hold
+    (every proposal is scored, untrimmed, as the request's context grows) and, from
+    ``observe``, what the target's forward costs per request; each draft of up to ``k``
+    tokens is cut to the best length for its bucket. ``adaptive=False``: uncut drafts.
+    """
+
+    def __init__(self, name: str = "ngram", *, adaptive: bool = True) -> None:
         super().__init__(name, lambda _key: NgramDrafter())
+        self.policy = AdaptiveDraftLength() if adaptive else None
+        self._ledgers: dict[int, ProposalLedger] = {}
+
+    def propose_many(self, contexts: Sequence[tuple[int, Sequence[int]]], k: int) -> list[list[int]]:
+        if self.policy is None:
+            return super().propose_many(contexts, k)
+        out = []
+        for key, context in contexts:
+            ledger = self._ledgers.setdefault(key, ProposalLedger())
+            for bucket, position, kept in ledger.resolve(context):
+                self.policy.learn(bucket=bucket, position=position, kept=kept)
+            draft = self._drafter(key).propose(context, k) if k > 0 else Draft([])
+            ledger.add(len(context), draft.tokens, draft.bucket)
+            keep = self.policy.trim(len(draft.tokens), draft.bucket) if draft.tokens else 0
+            out.append(draft.tokens[:keep])
+        return out
+
+    def observe(self, drafted: int, seconds: float) -> None:
+        """The target verified ``drafted`` draft tokens of one request (and its pending
+        token) in ``seconds``: its batch's time over its requests."""
+        if self.policy is not None:
+            self.policy.observe(drafted=drafted, draft_s=0.0, verify_s=seconds)
+
+    def forget(self, key: int) -> None:
+        self._ledgers.pop(key, None)
+        super().forget(key)
 
 
 class ModelSource:
