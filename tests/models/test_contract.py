@@ -210,6 +210,22 @@ def test_extend_many_equals_separate_extends(subject: Subject) -> None:
     model.release(s2)
 
 
+def test_extend_many_over_caches_of_different_lengths_keeps_each_cache_its_own(subject: Subject) -> None:
+    """A batch of requests at different points (speculative verification): each row as if
+    alone, and each sequence goes on alone as if it had never been batched."""
+    model, prompt = subject.model, _prompt(subject.model)
+    s1, s2 = model.new_sequence(), model.new_sequence()
+    model.extend(s1, prompt)
+    model.extend(s2, prompt[:3])
+    out = model.extend_many([(s1, [41, 42]), (s2, [43])])
+    subject.assert_close(out[0], _fresh(model, [*prompt, 41, 42])[-2:])
+    subject.assert_close(out[1], _fresh(model, [*prompt[:3], 43])[-1:])
+    subject.assert_close(model.extend(s2, [44]), _fresh(model, [*prompt[:3], 43, 44])[-1:])
+    subject.assert_close(model.extend(s1, [45]), _fresh(model, [*prompt, 41, 42, 45])[-1:])
+    model.release(s1)
+    model.release(s2)
+
+
 def test_extend_many_last_only_gives_each_items_last_logits(subject: Subject) -> None:
     """Prefilling several prompts at once keeps one row of logits per prompt."""
     model, prompt = subject.model, _prompt(subject.model)

@@ -1,5 +1,9 @@
 """transformers/PyTorch backend: one ``DynamicCache`` per sequence, CPU or CUDA.
 
+Several sequences' chains (``extend_many``) run as one padded batch: caches left-padded,
+chains right-padded, an attention mask hiding both, and each sequence's new entries cut
+back out into its own cache.
+
 Chains are ordinary cached forwards. A token tree is one forward with explicit
 ``position_ids`` (``len(seq) + depth``) and a 4D additive attention mask in which each
 node sees the whole prefix, its ancestors and itself. ``commit_path`` keeps the kept
@@ -155,6 +159,78 @@ class HFModel(SteerableModel):
             self._truncate(seq, start)
             raise ModelError(f"{self.name} forward failed: {exc}") from exc
         return out.logits[0].float().cpu().numpy()
+
+    def _extend_many(self, items: list[tuple[Seq, list[int]]], last_only: bool) -> list[np.ndarray]:
+        """Several sequences' chains in one padded forward (see ``_batched_forward``)."""
+        if len(items) < 2 or any(not ids for _, ids in items):
+            return [self._extend(seq, ids, None, last_only) for seq, ids in items]
+        return self._batched_forward(items, last_only)
+
+    def _batched_forward(self, items: list[tuple[Seq, list[int]]], last_only: bool) -> list[np.ndarray]:
+        """One forward over a batch: every sequence's cache left-padded to the longest
+        (``P`` entries), every chain right-padded to the longest (``N`` tokens), and a 2D
+        attention mask that hides both paddings. Each sequence's new cache entries are then
+        cut out of the batch's and appended to its own cache."""
+        torch = self._torch
+        past = [len(seq.tokens) for seq, _ in items]
+        top, longest = max(past), max(len(ids) for _, ids in items)
+        cache = self._padded_cache([seq for seq, _ in items], past, top)
+        pad = 0 if self.tok.pad_token_id is None else int(self.tok.pad_token_id)
+        ids = [list(chain) + [pad] * (longest - len(chain)) for _, chain in items]
+        mask = torch.zeros((len(items), top + longest), dtype=torch.long)
+        for i, ((_, chain), p) in enumerate(zip(items, past, strict=True)):
+            mask[i, top - p : top + len(chain)] = 1
+        positions = [[p + j for j in range(longest)] for p in past]
+        try:
+            with torch.inference_mode():
+                out = self.model(
+                    input_ids=torch.tensor(ids, device=self.device),
+                    position_ids=torch.tensor(positions, device=self.device),
+                    attention_mask=mask.to(self.device),
+                    past_key_values=cache,
+                    use_cache=True,
+                )
+        except RuntimeError as exc:
+            raise ModelError(f"{self.name} batched forward failed: {exc}") from exc
+        for i, (seq, chain) in enumerate(items):
+            self._append_entries(seq, cache, i, top, len(chain))
+        logits = out.logits.float().cpu().numpy()
+        rows = [logits[i, : len(chain)] for i, (_, chain) in enumerate(items)]
+        return [r[-1:] for r in rows] if last_only else rows
+
+    def _padded_cache(self, seqs: list[Seq], past: list[int], top: int) -> Any:
+        """A ``DynamicCache`` of the sequences' caches, each left-padded with zeros to ``top``."""
+        from transformers import DynamicCache
+
+        cache = DynamicCache()
+        layers = [self._layers(seq) for seq in seqs]
+        shapes = next((ls for ls in layers if ls), None)
+        if top == 0 or shapes is None:
+            return cache
+        torch = self._torch
+        for index, like in enumerate(shapes):
+            keys, values = [], []
+            for seq_layers, p in zip(layers, past, strict=True):
+                k = seq_layers[index].keys if seq_layers else like.keys[..., :0, :]
+                v = seq_layers[index].values if seq_layers else like.values[..., :0, :]
+                keys.append(torch.nn.functional.pad(k, (0, 0, top - p, 0)))
+                values.append(torch.nn.functional.pad(v, (0, 0, top - p, 0)))
+            cache.update(torch.cat(keys), torch.cat(values), index)
+        return cache
+
+    def _append_entries(self, seq: Seq, cache: Any, row: int, top: int, n: int) -> None:
+        """Append row ``row``'s ``n`` new entries of the batch ``cache`` to ``seq``'s cache."""
+        torch = self._torch
+        own = _hseq(seq).cache
+        for index, layer in enumerate(cache.layers):
+            k = layer.keys[row : row + 1, :, top : top + n].clone()
+            v = layer.values[row : row + 1, :, top : top + n].clone()
+            mine = self._layers(seq)
+            if index < len(mine):
+                mine[index].keys = torch.cat([mine[index].keys, k], dim=-2)
+                mine[index].values = torch.cat([mine[index].values, v], dim=-2)
+            else:
+                own.update(k, v, index)
 
     def _tree_mask(self, start: int, parents: list[int]) -> Any:
         """Additive mask (1, 1, n, start + n): 0 where a node may look, dtype-min elsewhere."""

@@ -73,3 +73,10 @@ def test_bad_gate_settings_are_config_errors() -> None:
         GateConfig(explore_share=0.0)
     with pytest.raises(ConfigError):
         GateConfig(warmup=0)
+
+
+def test_a_source_that_sizes_its_own_drafts_is_always_on(clock: Clock) -> None:
+    gate = SourceGate(2, sizes_own=[False, True])
+    gate.prefilled(1, 0.1)
+    plans = [_round(gate, clock, [0, 1], 4, holds=[0, 0], cost=0.0) for _ in range(20)]
+    assert all(p[1] == [0, 1] for p in plans) and gate.on == [False, True]

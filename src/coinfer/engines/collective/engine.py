@@ -108,7 +108,8 @@ def _learner(sources: Sequence[DraftSource], config: CollectiveConfig) -> Learne
     else:
         selector, fixed = None, config.draft_tokens
     with_model = [getattr(src, "model", None) is not None for src in sources] or [False]
-    gate = None if config.gate is None else SourceGate(max(1, n_sources), config.gate, with_model)
+    sizes_own = [bool(getattr(src, "sizes_own_drafts", False)) for src in sources] or [False]
+    gate = None if config.gate is None else SourceGate(max(1, n_sources), config.gate, with_model, sizes_own)
     return Learner(weights, selector, fixed, config.sampling, config.max_tokens, gate, sources)
 
 

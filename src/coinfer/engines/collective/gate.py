@@ -30,6 +30,10 @@ it has not set up is expected to cost its last set-up, or, before it has made on
 if it drafts with a model (``with_model``), what the target's prefill of a prompt cost (a
 draft model reads the same prompt and is not meant to be bigger than the target).
 Exploring keeps a source's record fresh, so it comes back when the text turns its way.
+
+A source that sizes its own drafts (``sizes_own``: the n-gram source cuts each draft to
+what its match depth has earned, down to nothing) is always on: it already weighs each
+draft's cost per request, more finely than one decision for all requests can.
 """
 
 from __future__ import annotations
@@ -86,12 +90,16 @@ class SourceGate:
         n_sources: int,
         config: GateConfig = GateConfig(),  # noqa: B008 (frozen)
         with_model: Sequence[bool] | None = None,
+        sizes_own: Sequence[bool] | None = None,
     ) -> None:
         self.config = config
         self._records = [_Record() for _ in range(n_sources)]
         self._with_model = list(with_model) if with_model is not None else [False] * n_sources
-        if len(self._with_model) != n_sources:
-            raise ConfigError(f"{n_sources} sources but {len(self._with_model)} with_model flags")
+        self._sizes_own = list(sizes_own) if sizes_own is not None else [False] * n_sources
+        if len(self._with_model) != n_sources or len(self._sizes_own) != n_sources:
+            raise ConfigError(f"need {n_sources} with_model and sizes_own flags, one per source")
+        for rec, own in zip(self._records, self._sizes_own, strict=True):
+            rec.on = own
         self._seen: list[set[int]] = [set() for _ in range(n_sources)]
         self._verify: dict[int, float] = {}  # tokens in the batch -> seconds
         self._lock = threading.Lock()
@@ -115,8 +123,8 @@ class SourceGate:
         with self._lock:
             now = time.perf_counter()
             self._started = self._started or now
-            for rec in self._records:
-                if rec.calls >= self.config.warmup:
+            for rec, own in zip(self._records, self._sizes_own, strict=True):
+                if rec.calls >= self.config.warmup and not own:
                     rec.on = self._pays(rec, len(keys), s)
             out: list[list[int]] = [[] for _ in self._records]
             for i, rec in enumerate(self._records):

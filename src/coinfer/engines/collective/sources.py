@@ -94,6 +94,7 @@ class NgramSource(PerRequestSource):
     def __init__(self, name: str = "ngram", *, adaptive: bool = True) -> None:
         super().__init__(name, lambda _key: NgramDrafter())
         self.policy = AdaptiveDraftLength() if adaptive else None
+        self.sizes_own_drafts = adaptive  # the source gate leaves its drafts' length to it
         self._ledgers: dict[int, ProposalLedger] = {}
 
     def propose_many(self, contexts: Sequence[tuple[int, Sequence[int]]], k: int) -> list[list[int]]:
