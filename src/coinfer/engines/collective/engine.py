@@ -147,7 +147,7 @@ def _run_sequential(
             for r in [r for r in running if r.done]:
                 results[r.key] = r.result
                 target.release(r.seq)
-                learner.forget(sources, r.key)
+                learner.forget(r.key)
             running = [r for r in running if not r.done]
     finally:
         for r in running:

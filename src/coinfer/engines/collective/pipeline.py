@@ -3,9 +3,10 @@
 The draft sources run on a drafter thread, the target on the calling thread; they meet
 in the *intermediate result pool* of drafted requests. The target takes up to ``b``
 requests from the pool per verification (``b``: half the running requests, so that two
-groups alternate, one drafted while the other is verified; 1 for a single request). The
-drafter pauses while the pool holds ``b`` requests and resumes as it drains, so drafts
-never pile up ahead of the target.
+groups alternate, one drafted while the other is verified; 1 for a single request; all
+of them while the source gate has every draft model off). The drafter pauses while the
+pool holds ``b`` requests and resumes as it drains, so drafts never pile up ahead of the
+target.
 
 With few requests there is nothing to draft while the target verifies them all. Then
 the drafter *pre-drafts*: for a request under verification it drafts the next round as if
@@ -104,7 +105,7 @@ def run_pipelined(
                 if batch:
                     cores.fit(learner.gate is None or learner.gate.a_model_is_on)
                     learner.verify(target, batch, run)
-                    _settle(pool, target, batch, active, results, run)
+                    _settle(pool, target, batch, active, results, run, learner.gate)
         finally:
             with pool.cv:
                 pool.stop = True
@@ -114,7 +115,7 @@ def run_pipelined(
             for r in active.values():
                 target.release(r.seq)
             for key in list(active):
-                learner.forget(sources, key)
+                learner.forget(key)
     if pool.error is not None:
         raise pool.error
     return results
@@ -146,8 +147,17 @@ def _admit(
             else:
                 active[r.key] = r
                 pool.todo.append(r)
-        pool.batch = max(1, (len(active) + 1) // 2)
+        pool.batch = _verify_batch(len(active), gate)
         pool.cv.notify_all()
+
+
+def _verify_batch(active: int, gate: SourceGate | None) -> int:
+    """Requests per verification: half the active ones, so that one half is drafted
+    while the other is verified; all of them while the gate has every draft model off
+    (cheap drafts take no time worth overlapping, and a bigger batch verifies cheaper)."""
+    if gate is not None and not gate.a_model_is_on:
+        return max(1, active)
+    return max(1, (active + 1) // 2)
 
 
 def _take_batch(pool: _Pool) -> list[tuple[Request, Voted]]:
@@ -171,6 +181,7 @@ def _settle(
     active: dict[int, Request],
     results: dict[int, RequestResult],
     run: CollectiveRun,
+    gate: SourceGate | None,
 ) -> None:
     """After a verification: finished requests leave; the others get their pre-draft if
     the target did what it assumed, or go back to be drafted."""
@@ -190,7 +201,7 @@ def _settle(
             else:
                 run.predrafts_wasted += guess is not None
                 pool.todo.append(r)
-        pool.batch = max(1, (len(active) + 1) // 2)
+        pool.batch = _verify_batch(len(active), gate)
         pool.cv.notify_all()
 
 
@@ -212,7 +223,7 @@ def _draft_loop(
                 stop = pool.stop
                 weights, s = list(learner.weights.weights), learner.s
             for key in forget:
-                learner.forget(sources, key)
+                learner.forget(key)
             if stop:
                 return
             if job is not None:

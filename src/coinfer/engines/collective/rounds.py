@@ -207,7 +207,9 @@ class Learner:
         sources: Sequence[DraftSource] = (),
     ) -> None:
         self.weights = weights
-        self.sources = sources  # those with an ``observe(drafted, seconds)`` learn the target's cost
+        self.sources = sources
+        # sources that learn the target's cost per request: observe(drafted, seconds)
+        self._observers = [src.observe for src in sources if callable(getattr(src, "observe", None))]
         self.selector = selector
         self.fixed_s = fixed_s
         self.sampling = sampling
@@ -218,9 +220,9 @@ class Learner:
     def s(self) -> int:
         return self.selector.s if self.selector is not None else self.fixed_s
 
-    def forget(self, sources: Sequence[DraftSource], key: int) -> None:
+    def forget(self, key: int) -> None:
         """The request ``key`` is finished: the sources and the gate drop what they kept."""
-        for src in sources:
+        for src in self.sources:
             src.forget(key)
         if self.gate is not None:
             self.gate.forget(key)
@@ -242,9 +244,8 @@ class Learner:
         verify_s = time.perf_counter() - t0
         if self.gate is not None:
             self.gate.verified(sum(len(ids) for _, ids in items), verify_s)
-        for src in self.sources:
-            observe = getattr(src, "observe", None)
-            for _, v in batch if observe is not None else ():
+        for observe in self._observers:
+            for _, v in batch:
                 observe(len(v.draft), verify_s / len(batch))
         gained = []
         for (r, v), logits in zip(batch, rows, strict=True):

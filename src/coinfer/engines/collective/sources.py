@@ -16,6 +16,7 @@ the drafts are chosen among (``verify.coupled_accept``).
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable, Sequence
 from typing import Protocol
 
@@ -96,6 +97,7 @@ class NgramSource(PerRequestSource):
         self.policy = AdaptiveDraftLength() if adaptive else None
         self.sizes_own_drafts = adaptive  # the source gate leaves its drafts' length to it
         self._ledgers: dict[int, ProposalLedger] = {}
+        self._lock = threading.Lock()  # the pipeline drafts and observes on two threads
 
     def propose_many(self, contexts: Sequence[tuple[int, Sequence[int]]], k: int) -> list[list[int]]:
         if self.policy is None:
@@ -103,11 +105,14 @@ class NgramSource(PerRequestSource):
         out = []
         for key, context in contexts:
             ledger = self._ledgers.setdefault(key, ProposalLedger())
-            for bucket, position, kept in ledger.resolve(context):
-                self.policy.learn(bucket=bucket, position=position, kept=kept)
+            events = ledger.resolve(context)
+            with self._lock:
+                for bucket, position, kept in events:
+                    self.policy.learn(bucket=bucket, position=position, kept=kept)
             draft = self._drafter(key).propose(context, k) if k > 0 else Draft([])
             ledger.add(len(context), draft.tokens, draft.bucket)
-            keep = self.policy.trim(len(draft.tokens), draft.bucket) if draft.tokens else 0
+            with self._lock:
+                keep = self.policy.trim(len(draft.tokens), draft.bucket) if draft.tokens else 0
             out.append(draft.tokens[:keep])
         return out
 
@@ -115,7 +120,8 @@ class NgramSource(PerRequestSource):
         """The target verified ``drafted`` draft tokens of one request (and its pending
         token) in ``seconds``: its batch's time over its requests."""
         if self.policy is not None:
-            self.policy.observe(drafted=drafted, draft_s=0.0, verify_s=seconds)
+            with self._lock:
+                self.policy.observe(drafted=drafted, draft_s=0.0, verify_s=seconds)
 
     def forget(self, key: int) -> None:
         self._ledgers.pop(key, None)
