@@ -96,7 +96,10 @@ def generate_collective(args: argparse.Namespace) -> int:
     )
     idle = [name for name, on in zip(run.sources, run.rounds_on, strict=False) if not on]
     if idle and run.verifications:
-        _err(f"[drafts that did not pay for themselves here, so drafted only to measure: {', '.join(idle)}]")
+        _err(
+            f"[left out: {', '.join(idle)} (not shown to pay for itself here, or not measurable "
+            "within 3% of this run); --every-draft makes every draft draft every round]"
+        )
     return 0
 
 
