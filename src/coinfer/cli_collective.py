@@ -41,12 +41,13 @@ def generate_collective(args: argparse.Namespace) -> int:
         temperature=args.temperature, top_k=args.top_k, top_p=args.top_p, seed=args.seed
     )
     draft_tokens = LengthSelectorConfig() if args.draft_tokens == "auto" else args.draft_tokens
+    gate = GateConfig()
     config = CollectiveConfig(
         max_tokens=args.max_tokens,
         sampling=sampling,
         draft_tokens=draft_tokens,
         pipeline=args.pipeline,
-        gate=None if args.every_draft else GateConfig(),
+        gate=None if args.every_draft else gate,
     )
     try:
         run = collective_generate(target, sources, [prompt], config)
@@ -98,7 +99,8 @@ def generate_collective(args: argparse.Namespace) -> int:
     if idle and run.verifications:
         _err(
             f"[left out: {', '.join(idle)} (not shown to pay for itself here, or not measurable "
-            "within 3% of this run); --every-draft makes every draft draft every round]"
+            f"within {gate.explore_share:.0%} of this run); --every-draft makes every draft draft "
+            "every round]"
         )
     return 0
 

@@ -179,9 +179,7 @@ def run_collective_bench(config: CollectiveBenchConfig, log: Callable[[str], Non
                     report["rows"].append({**report["rows"][-1], "config": "default"})
                 log(f"batch {batch} {name}: {run.tokens_per_s:.2f} tok/s")
                 _write(out, report)
-        sweep_batch = (
-            config.sweep_batch if config.sweep_batch in config.batch_sizes else config.batch_sizes[0]
-        )
+        sweep_batch = _sweep_batch(config)
         for s in range(1, 13):
             collective = CollectiveConfig(max_tokens=config.max_tokens, draft_tokens=s, max_batch=sweep_batch)
             run, tokens = _measure(target, models, messages, config.drafts, collective)

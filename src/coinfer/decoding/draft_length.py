@@ -46,13 +46,27 @@ curve around the choice stays fresh.
 from __future__ import annotations
 
 import math
-from collections.abc import Hashable
+from collections.abc import Hashable, Mapping
 from dataclasses import dataclass, field
 from typing import Protocol
 
 from coinfer.errors import ConfigError
 
-__all__ = ["AdaptiveDraftLength", "DraftLength", "FixedDraftLength"]
+__all__ = ["AdaptiveDraftLength", "DraftLength", "FixedDraftLength", "within_measured"]
+
+
+def within_measured(curve: Mapping[int, float], n: int) -> float | None:
+    """A measured cost curve at ``n``: its value there, linear between the nearest measured
+    sizes around ``n``, or None outside the measured range (each caller extrapolates)."""
+    if n in curve:
+        return curve[n]
+    below = [m for m in curve if m < n]
+    above = [m for m in curve if m > n]
+    if not below or not above:
+        return None
+    lo, hi = max(below), min(above)
+    w = (n - lo) / (hi - lo)
+    return (1 - w) * curve[lo] + w * curve[hi]
 
 
 class DraftLength(Protocol):
@@ -206,18 +220,13 @@ class AdaptiveDraftLength:
 
     def _cost(self, n: int) -> float:
         """``verify_cost`` once at least one size is measured."""
-        if n in self._verify:
-            return self._verify[n]
-        sizes = sorted(self._verify)
-        below, above = [s for s in sizes if s < n], [s for s in sizes if s > n]
-        if below and above:
-            lo, hi = below[-1], above[0]
-            w = (n - lo) / (hi - lo)
-            return (1 - w) * self._verify[lo] + w * self._verify[hi]
-        if above:  # below every measurement: no cheaper than the smallest measured size
-            return self._verify[above[0]]
-        top = below[-1]  # past every measurement: CPU curves flatten past kernel tile sizes, so
-        # the local slope overstates; half the average cost per token, never free
+        inside = within_measured(self._verify, n)
+        if inside is not None:
+            return inside
+        if n < min(self._verify):  # below every measurement: no cheaper than the smallest size
+            return self._verify[min(self._verify)]
+        top = max(self._verify)  # past every measurement: CPU curves flatten past kernel tile
+        # sizes, so the local slope overstates; half the average cost per token, never free
         return self._verify[top] * (1 + 0.5 * (n - top) / top)
 
     def expected_tokens(self, k: int, bucket: Hashable | None = None) -> float:

@@ -221,11 +221,10 @@ class HFModel(SteerableModel):
     def _append_entries(self, seq: Seq, cache: Any, row: int, top: int, n: int) -> None:
         """Append row ``row``'s ``n`` new entries of the batch ``cache`` to ``seq``'s cache."""
         torch = self._torch
-        own = _hseq(seq).cache
+        own, mine = _hseq(seq).cache, self._layers(seq)  # none yet for a sequence that was empty
         for index, layer in enumerate(cache.layers):
             k = layer.keys[row : row + 1, :, top : top + n].clone()
             v = layer.values[row : row + 1, :, top : top + n].clone()
-            mine = self._layers(seq)
             if index < len(mine):
                 mine[index].keys = torch.cat([mine[index].keys, k], dim=-2)
                 mine[index].values = torch.cat([mine[index].values, v], dim=-2)

@@ -3,6 +3,7 @@ adapts online, drafting and verifying run as a pipeline over many requests.
 
 ``voting``: the weighted vote over drafts and the weights' rewards and punishments;
 ``selector``: the speculation length chosen online; ``sources``: drafts for many requests;
+``gate``: which sources draft, by whether they pay for themselves;
 ``rounds``: one round's steps; ``engine``: the scheduler and ``collective_generate``;
 ``pipeline``: drafting overlapped with verifying.
 """

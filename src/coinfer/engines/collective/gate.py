@@ -43,6 +43,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from coinfer.decoding.draft_length import within_measured
 from coinfer.errors import ConfigError
 
 __all__ = ["GateConfig", "SourceGate"]
@@ -133,10 +134,12 @@ class SourceGate:
                     out[i] = list(range(len(keys)))
             budget = self.config.explore_share * (now - self._started)
             for i, rec in enumerate(self._records):
+                if rec.on or not keys:
+                    continue
                 known = [j for j, key in enumerate(keys) if key in self._seen[i]]
                 prior = self._prefill_s if self._with_model[i] else 0.0
                 price = rec.cost if known else (rec.setup_s or prior)
-                if not rec.on and keys and rec.explore_s + price <= budget:
+                if rec.explore_s + price <= budget:
                     self.rounds_explored[i] += 1
                     out[i] = known[:1] or [0]
             return out
@@ -155,15 +158,10 @@ class SourceGate:
         """V(n): measured, interpolated between measured sizes, or proportional beyond."""
         if not self._verify:
             return None
-        if n in self._verify:
-            return self._verify[n]
-        sizes = sorted(self._verify)
-        below = [m for m in sizes if m < n]
-        above = [m for m in sizes if m > n]
-        if below and above:
-            lo, hi = below[-1], above[0]
-            return self._verify[lo] + (self._verify[hi] - self._verify[lo]) * (n - lo) / (hi - lo)
-        near = below[-1] if below else above[0]
+        inside = within_measured(self._verify, n)
+        if inside is not None:
+            return inside
+        near = max(self._verify) if n > max(self._verify) else min(self._verify)
         return self._verify[near] * n / near
 
     def _extra_verify(self, n: int) -> float:

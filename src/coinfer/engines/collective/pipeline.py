@@ -103,7 +103,7 @@ def run_pipelined(
                 _admit(pool, target, pending, active, results, config, learner.gate)
                 batch = _take_batch(pool)
                 if batch:
-                    cores.fit(learner.gate is None or learner.gate.a_model_is_on)
+                    cores.fit(_drafts_compute(learner.gate))
                     learner.verify(target, batch, run)
                     _settle(pool, target, batch, active, results, run, learner.gate)
         finally:
@@ -151,13 +151,17 @@ def _admit(
         pool.cv.notify_all()
 
 
+def _drafts_compute(gate: SourceGate | None) -> bool:
+    """Whether drafting takes time worth overlapping: without a gate every draft drafts;
+    with one, only while it has a draft model on (n-gram lookup costs next to nothing)."""
+    return gate is None or gate.a_model_is_on
+
+
 def _verify_batch(active: int, gate: SourceGate | None) -> int:
     """Requests per verification: half the active ones, so that one half is drafted
-    while the other is verified; all of them while the gate has every draft model off
-    (cheap drafts take no time worth overlapping, and a bigger batch verifies cheaper)."""
-    if gate is not None and not gate.a_model_is_on:
-        return max(1, active)
-    return max(1, (active + 1) // 2)
+    while the other is verified; all of them while drafting takes no time worth
+    overlapping (a bigger batch verifies cheaper)."""
+    return max(1, (active + 1) // 2) if _drafts_compute(gate) else max(1, active)
 
 
 def _take_batch(pool: _Pool) -> list[tuple[Request, Voted]]:

@@ -95,9 +95,13 @@ class NgramSource(PerRequestSource):
     def __init__(self, name: str = "ngram", *, adaptive: bool = True) -> None:
         super().__init__(name, lambda _key: NgramDrafter())
         self.policy = AdaptiveDraftLength() if adaptive else None
-        self.sizes_own_drafts = adaptive  # the source gate leaves its drafts' length to it
         self._ledgers: dict[int, ProposalLedger] = {}
         self._lock = threading.Lock()  # the pipeline drafts and observes on two threads
+
+    @property
+    def sizes_own_drafts(self) -> bool:
+        """Whether it cuts its own drafts (the source gate then leaves their length to it)."""
+        return self.policy is not None
 
     def propose_many(self, contexts: Sequence[tuple[int, Sequence[int]]], k: int) -> list[list[int]]:
         if self.policy is None:
