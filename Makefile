@@ -1,4 +1,5 @@
 # The README's two commands: `make demo` and `make test`. Both set up .venv first.
+# `make test` runs ruff, the import contracts (pyproject.toml) and pytest.
 PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
@@ -21,9 +22,13 @@ demo: setup
 	$(BIN)/coinfer generate "$(PROMPT)"
 
 test: setup
+	$(BIN)/ruff check src tests
+	$(BIN)/ruff format --check src tests
+	$(BIN)/lint-imports
 	$(BIN)/python -m pytest -q $(PYTEST_ARGS)
 
 lint: setup
 	$(BIN)/ruff check src tests
 	$(BIN)/ruff format --check src tests
+	$(BIN)/lint-imports
 	$(BIN)/mypy src

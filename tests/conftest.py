@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING
 import pytest
 
 if TYPE_CHECKING:
+    from coinfer.decoding import Response
     from coinfer.models.base import SteerableModel
 
 HAS_TORCH = (
@@ -61,3 +62,11 @@ def tiny_pair(
         load_model(str(tiny_dirs["llama"]), backend="transformers"),
         load_model(str(draft_dir), backend="transformers"),
     )
+
+
+def plain(model: SteerableModel, prompt: list[int], max_tokens: int, sampling: object = None) -> Response:
+    """The target alone: plain decoding (no drafter), the reference every engine must equal."""
+    from coinfer.decoding import SamplingParams, SpecConfig, generate
+
+    config = SpecConfig(max_tokens=max_tokens, sampling=sampling or SamplingParams())  # type: ignore[arg-type]
+    return generate(model, prompt, draft=None, config=config)

@@ -9,7 +9,8 @@ Third-party exceptions are translated where they enter (``raise X(...) from exc`
     │   ├── UnknownModelError     a name that is not in the catalogue and not a path
     │   ├── MissingDependencyError an optional extra is not installed
     │   ├── IntegrityError        an assembled file's sha256 differs from the catalogue's
-    │   └── ContextOverflowError  a prompt longer than the context window
+    │   ├── ContextOverflowError  a prompt longer than the context window
+    │   └── SequenceError         a sequence handle used against its contract
     ├── ProtocolError         a local–remote protocol broke its contract
     ├── TransportError        a message between processes failed
     └── SandboxError          code from a remote model was refused or failed
@@ -26,6 +27,7 @@ __all__ = [
     "ModelError",
     "ProtocolError",
     "SandboxError",
+    "SequenceError",
     "TransportError",
     "UnknownModelError",
 ]
@@ -72,6 +74,12 @@ class IntegrityError(ModelError):
 
 class ContextOverflowError(ModelError):
     """A prompt that does not fit the context window."""
+
+
+class SequenceError(ModelError):
+    """A ``Seq`` used against the steerable-model contract: released, another model's or
+    another backend's, extended while a token tree is pending, rolled back past its start,
+    or committed along a path its tree does not have."""
 
 
 class ProtocolError(CoinferError):

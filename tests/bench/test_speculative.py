@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from coinfer.bench.speculative import _cell, _summary
+from coinfer.bench.speculative import cell, summarize
 from tests.conftest import needs_llama
 
 
@@ -20,7 +20,7 @@ ROWS = [
 
 
 def test_summary_has_geomean_min_categories_identity_and_acceptance() -> None:
-    s = _summary(ROWS, "coinfer")
+    s = summarize(ROWS, "coinfer")
     assert s["geomean_speedup"] == pytest.approx(4.0 ** (1 / 3), abs=1e-3)  # (2 * 4 * 0.5) ** (1/3)
     assert s["min_speedup"] == 0.5
     assert s["per_category"] == {"humaneval": 2.0, "edit": 4.0, "grounded": 0.5}
@@ -29,17 +29,17 @@ def test_summary_has_geomean_min_categories_identity_and_acceptance() -> None:
 
 
 def test_a_peer_that_failed_or_did_not_run_is_left_out_and_counted() -> None:
-    s = _summary(ROWS, "peer")
+    s = summarize(ROWS, "peer")
     assert (s["total_prompts"], s["failed_prompts"], s["geomean_speedup"]) == (1, 1, 1.0)
     assert s["acceptance_rate"] is None  # the peer does not report its drafts
-    assert [_cell(r.get("peer")) for r in ROWS] == ["1.00x", "failed", "–"]
-    assert _cell(ROWS[1]["coinfer"]) == "4.00x ≠"
+    assert [cell(r.get("peer")) for r in ROWS] == ["1.00x", "failed", "–"]
+    assert cell(ROWS[1]["coinfer"]) == "4.00x ≠"
 
 
 @needs_llama
 def test_a_peer_that_raises_is_recorded_and_the_run_goes_on(smollm_llama) -> None:  # type: ignore[no-untyped-def]
     from coinfer.bench.peers import Peer
-    from coinfer.bench.speculative import SpecBenchConfig, _measure
+    from coinfer.bench.speculative import SpecBenchConfig, measure_prompt
 
     def broken(prompt: list[int], max_tokens: int):  # type: ignore[no-untyped-def]
         raise ValueError("could not broadcast")
@@ -47,7 +47,7 @@ def test_a_peer_that_raises_is_recorded_and_the_run_goes_on(smollm_llama) -> Non
     item = {"id": "x", "category": "edit", "messages": [{"role": "user", "content": "Say hi."}]}
     logged: list[str] = []
     config = SpecBenchConfig(out="unused", target="smollm2-135m", max_tokens=4)
-    row = _measure(item, smollm_llama, {"broken": Peer(broken)}, config, logged.append)
+    row = measure_prompt(item, smollm_llama, {"broken": Peer(broken)}, config, logged.append)
     assert row["broken"] == {"error": "ValueError: could not broadcast"}
     assert row["coinfer"]["speedup"] > 0
     assert any("broken failed" in line for line in logged) and "broken failed" in logged[-2]

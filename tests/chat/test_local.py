@@ -33,7 +33,7 @@ def test_a_concurrent_batch_answers_like_one_at_a_time(smollm_llama) -> None:  #
         assert 0 < r.usage.completion_tokens <= 12 and r.usage.calls == 1
         assert r.finish_reasons[0] in ("stop", "length")
     chat.close()
-    assert not smollm_llama._live  # every sequence released
+    assert smollm_llama.live_sequences == 0  # every sequence released
 
 
 def test_samples_are_independent_and_a_seed_repeats_them(smollm_llama) -> None:  # type: ignore[no-untyped-def]
@@ -106,7 +106,7 @@ def test_a_json_schema_is_enforced_greedy_and_sampled(smollm_llama) -> None:  # 
         reply = json.loads(text)
         assert set(reply) == {"name", "age"}
         assert isinstance(reply["name"], str) and isinstance(reply["age"], int)
-    assert not smollm_llama._live
+    assert smollm_llama.live_sequences == 0
 
 
 def test_a_grammar_refuses_a_forbidden_token_instead_of_aborting(smollm_llama) -> None:  # type: ignore[no-untyped-def]

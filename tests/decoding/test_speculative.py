@@ -5,60 +5,18 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from coinfer.decoding import SamplingParams, generate
-from coinfer.decoding.drafters import ModelDrafter, NgramDrafter
-from coinfer.decoding.speculative import SpecConfig, speculative_generate
+from coinfer.decoding import ModelDrafter, NgramDrafter, SamplingParams, SpecConfig, generate_rounds
 from coinfer.errors import ConfigError
 from coinfer.models import SteerableModel, load_model
-from tests.conftest import needs_llama, needs_torch
+from coinfer.testing import FixedDrafter, ScriptedModel, script
+from tests.conftest import needs_llama, needs_torch, plain
 
 
 def _run(
     target: SteerableModel, drafter: object, prompt: list[int], **config: object
 ) -> tuple[list[int], list]:
-    rounds = list(speculative_generate(target, drafter, prompt, SpecConfig(**config)))  # type: ignore[arg-type]
+    rounds = list(generate_rounds(target, prompt, draft=drafter, config=SpecConfig(**config)))  # type: ignore[arg-type]
     return [t for r in rounds for t in r.tokens], rounds
-
-
-def test_ngram_drafter_continues_the_latest_earlier_occurrence() -> None:
-    d = NgramDrafter(min_n=1, max_n=3)
-    ctx = [1, 2, 3, 4, 9, 1, 2, 3, 5, 7, 1, 2, 3]
-    assert d.propose(ctx, 2).tokens == [5, 7]  # latest "1 2 3" continues with 5 7
-    assert d.propose(ctx + [5, 7], 3).tokens == [1, 2, 3]  # "5 7" was followed by "1 2 3"
-    assert d.propose(ctx + [5, 7, 8], 3).tokens == []  # "8" never occurred before
-    assert d.propose([4, 5, 6], 3).tokens == []  # no earlier occurrence
-    assert d.propose(ctx, 0).tokens == []
-    fresh = NgramDrafter(min_n=1, max_n=3)  # the incremental index equals a rebuilt one
-    assert fresh.propose(ctx + [5, 7], 3).tokens == [1, 2, 3]
-    with pytest.raises(ConfigError):
-        NgramDrafter(min_n=0)
-
-
-def test_ngram_drafts_say_how_long_the_match_is_and_whether_the_last_proposal_held() -> None:
-    d = NgramDrafter(min_n=1, max_n=3)
-    copied = list(range(1, 11))  # a 10-token passage, then other text, then the passage again
-    ctx = [90, *copied, 50, 51, *copied]
-    draft = d.propose(ctx, 2)
-    assert draft.tokens == [50, 51]
-    assert draft.bucket == (8, False)  # matched over all 10 tokens (grade 8–15), nothing proposed before
-    assert d.propose(ctx + [50], 2).bucket == (8, True)  # the previous proposal's first token came
-    assert d.propose(ctx + [50, 7], 2).bucket[1] is False  # "51" was proposed, "7" came
-    assert NgramDrafter(max_n=3).propose([5, 6, 5], 1).bucket == (1, False)
-    with pytest.raises(ConfigError):
-        NgramDrafter(max_n=9, horizon=8)
-
-
-def test_only_a_deep_match_proposes_more_than_shallow_tokens() -> None:
-    """A long draft costs many plain forwards on a CPU: only a match of deep_match tokens
-    may propose past shallow_tokens."""
-    passage = list(range(100, 140))  # 40 tokens, then other text, then the passage again
-    d = NgramDrafter(min_n=1, max_n=3, deep_match=8, shallow_tokens=4)
-    deep = d.propose([*passage, 7, *passage[:10]], 20)
-    assert deep.tokens == passage[10:30] and deep.bucket[0] == 8  # matched 10 tokens back
-    shallow = d.propose([*passage, 7, 1, *passage[:3]], 20)
-    assert shallow.tokens == passage[3:7]  # a 3-token match: cut at 4
-    with pytest.raises(ConfigError):
-        NgramDrafter(shallow_tokens=0)
 
 
 @needs_torch
@@ -68,11 +26,11 @@ def test_greedy_speculation_equals_the_target_alone(
 ) -> None:
     target, draft = tiny_pair
     prompt = target.chat_prompt([{"role": "user", "content": "def add(a, b): return a + b; def add(a, b):"}])
-    plain = generate(target, prompt, max_tokens=40).tokens
+    alone = plain(target, prompt, 40).tokens
     drafter = ModelDrafter(draft, target=target)
     for d in (NgramDrafter(), drafter):
         tokens, rounds = _run(target, d, prompt, max_tokens=40, draft_tokens=k)
-        assert tokens == plain
+        assert tokens == alone
         assert sum(r.accepted for r in rounds) <= sum(r.drafted for r in rounds) <= k * len(rounds)
         assert rounds[-1].finished in {"stop", "length"}
     drafter.close()
@@ -83,9 +41,9 @@ def test_a_perfect_drafter_is_fully_accepted(tiny_pair: tuple[SteerableModel, St
     """The target drafting for itself: every draft token is accepted, k + 1 tokens per forward."""
     target, _ = tiny_pair
     prompt = target.text_prompt("for i in range(10):")
-    plain = generate(target, prompt, max_tokens=30).tokens
+    alone = plain(target, prompt, 30).tokens
     tokens, rounds = _run(target, ModelDrafter(target), prompt, max_tokens=30, draft_tokens=4)
-    assert tokens == plain
+    assert tokens == alone
     verify = [r for r in rounds[1:] if r.drafted]
     assert verify and all(r.accepted == r.drafted for r in verify)
 
@@ -116,14 +74,12 @@ def test_seeded_sampling_gives_one_text_whatever_the_draft_length(
 ) -> None:
     """Deterministic drafts are verified with one draw per position: plain decoding, every
     fixed draft length and an adaptive one (whose lengths follow timing) give one text."""
-    from coinfer.decoding.draft_length import AdaptiveDraftLength
-
     target, draft = tiny_pair
     prompt = target.text_prompt("The quick brown fox")
     sampling = SamplingParams(temperature=1.0, seed=3)
 
-    def plain(seed: int) -> list[int]:
-        reply = generate(target, prompt, max_tokens=24, sampling=SamplingParams(temperature=1.0, seed=seed))
+    def alone(seed: int) -> list[int]:
+        reply = plain(target, prompt, 24, SamplingParams(temperature=1.0, seed=seed))
         return [t for t in reply.tokens if t not in target.eos_ids]
 
     def drafted(k: object) -> list[int]:
@@ -136,10 +92,10 @@ def test_seeded_sampling_gives_one_text_whatever_the_draft_length(
             draft_tokens=k,
         )[0]
 
-    texts = [drafted(k) for k in (1, 3, 7, AdaptiveDraftLength())]
+    texts = [drafted(k) for k in (1, 3, 7, "auto")]
     texts.append(_run(target, NgramDrafter(), prompt, max_tokens=24, sampling=sampling)[0])
-    assert all(t == plain(3) for t in texts), (plain(3), texts)
-    assert plain(4) != plain(3)
+    assert all(t == alone(3) for t in texts), (alone(3), texts)
+    assert alone(4) != alone(3)
 
 
 @needs_llama
@@ -165,31 +121,58 @@ def test_ngram_speculation_on_llama_cpp_matches_plain_decoding(smollm_llama: Ste
     """On the real SmolLM2: prompt lookup on an editing task reproduces plain greedy decoding."""
     code = "def add(a, b):\n    return a + b\n\ndef sub(a, b):\n    return a - b\n"
     prompt = smollm_llama.chat_prompt([{"role": "user", "content": f"Repeat this code exactly:\n{code}"}])
-    plain = generate(smollm_llama, prompt, max_tokens=48).tokens
+    alone = plain(smollm_llama, prompt, 48).tokens
     tokens, rounds = _run(smollm_llama, NgramDrafter(), prompt, max_tokens=48, draft_tokens=4)
-    assert tokens == plain
+    assert tokens == alone
     assert sum(r.accepted for r in rounds) > 0  # copying code: lookup drafts are accepted
     assert np.mean([len(r.tokens) for r in rounds[1:]]) > 1.0
 
 
 @needs_torch
-def test_stream_speculative_counts_rounds_and_streams_the_text(
+def test_stream_counts_rounds_and_streams_the_text(
     tiny_pair: tuple[SteerableModel, SteerableModel],
 ) -> None:
-    from coinfer.decoding import stream_speculative
+    from coinfer.decoding import stream
 
     target, draft = tiny_pair
     prompt = target.text_prompt("def add(a, b):")
-    responses = list(
-        stream_speculative(target, ModelDrafter(draft, target=target), prompt, SpecConfig(max_tokens=25))
-    )
+    drafter = ModelDrafter(draft, target=target)
+    responses = list(stream(target, prompt, draft=drafter, config=SpecConfig(max_tokens=25, draft_tokens=4)))
     final = responses[-1]
+    tokens = [t for r in responses for t in r.tokens]
     assert final.finish_reason in {"stop", "length"}
-    assert "".join(r.text for r in responses) == target.detokenize(final.tokens)
-    spec = final.spec
-    assert spec.target_forwards == len(responses) == spec.rounds + 1
-    assert spec.mean_accepted_length == pytest.approx(1 + spec.accepted / spec.rounds)
-    assert final.tokens == generate(target, prompt, max_tokens=25).tokens
+    assert all(r.finish_reason is None for r in responses[:-1])
+    assert "".join(r.text for r in responses) == target.detokenize(tokens)
+    stats = final.stats
+    assert stats.target_forwards == len(responses) == stats.rounds + 1
+    assert stats.n_tokens == len(tokens) and stats.drafted > 0 and stats.drafted >= stats.accepted
+    assert stats.mean_accepted_length == pytest.approx(1 + stats.accepted / stats.rounds)
+    assert final.extras["draft"] == draft.name
+    assert tokens == plain(target, prompt, 25).tokens
+    assert draft.live_sequences == 0  # the drafter's sequence for this request is freed at the end
+
+
+def test_the_drafter_hears_what_the_target_kept_after_each_context() -> None:
+    """A scripted target writes 'abcdefgh'; the drafter proposes 'abXd…' from each context:
+    the feedback is the accepted draft tokens and the target's own next one."""
+    prompt = list(b">")
+    target = ScriptedModel(script(len(prompt), list(b"abcdefgh")), n_ctx=64)
+    drafter = FixedDrafter(lambda context: list(b"abXdefgh")[len(context) - 1 :], name="fixed")
+    tokens, _ = _run(target, drafter, prompt, max_tokens=8, draft_tokens=3)
+    assert bytes(tokens) == b"abcdefgh"
+    key, context, kept = drafter.feedbacks[0]
+    assert (key, context) == (0, [*prompt, ord("a")])
+    assert bytes(kept) == b"bc"  # "b" accepted, "X" rejected: the target's own "c"
+    assert all(
+        ctx + k == fb[1] for (_, ctx, k), fb in zip(drafter.feedbacks, drafter.feedbacks[1:], strict=False)
+    )
+    assert drafter.forgotten == [0]
+
+
+def test_bad_draft_tokens_are_config_errors() -> None:
+    for bad in (-1, "sometimes", 2.5, True):
+        with pytest.raises(ConfigError, match="draft_tokens"):
+            SpecConfig(draft_tokens=bad)  # type: ignore[arg-type]
 
 
 @needs_llama
@@ -202,12 +185,12 @@ def test_a_draft_with_another_tokenizer_drafts_through_text() -> None:
     draft = load_model("gemma-3-270m", backend="llama.cpp", n_ctx=512)
     request = "Write the numbers from one to ten in words, separated by commas."
     prompt = target.chat_prompt([{"role": "user", "content": request}])
-    plain = generate(target, prompt, max_tokens=32).tokens
+    alone = plain(target, prompt, 32).tokens
     drafter = TextDrafter(
-        draft, target, draft_prompt=draft.text_prompt(request + "\n"), target_prompt_len=len(prompt)
+        draft, target, draft_prompts=[draft.text_prompt(request + "\n")], target_prompt_lens=[len(prompt)]
     )
     tokens, rounds = _run(target, drafter, prompt, max_tokens=32, draft_tokens=3)
-    assert tokens == plain
+    assert tokens == alone
     assert sum(r.drafted for r in rounds) > 0
     assert all(r.accepted <= r.drafted <= 3 for r in rounds)
     drafter.close()
@@ -215,7 +198,7 @@ def test_a_draft_with_another_tokenizer_drafts_through_text() -> None:
 
 
 def test_proposals_are_scored_token_by_token_against_what_the_target_produced() -> None:
-    from coinfer.decoding.speculative import ProposalLedger
+    from coinfer.decoding.draft_length import ProposalLedger
 
     ledger = ProposalLedger()
     context = [1, 2, 3]

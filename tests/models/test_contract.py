@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from coinfer.errors import ConfigError, ContextOverflowError, ModelError
+from coinfer.errors import ConfigError, ContextOverflowError, SequenceError
 from coinfer.models import SteerableModel, load_model
 from tests.conftest import HAS_LLAMA, HAS_TORCH
 
@@ -247,14 +247,16 @@ def test_misuse_is_refused_with_a_clear_error(subject: Subject) -> None:
     with pytest.raises(ConfigError, match="parent"):
         model.extend(seq, [1, 2], parents=[-1, 1])
     model.extend(seq, [1, 2], parents=[-1, 0])
-    with pytest.raises(ModelError, match="pending token tree"):
+    with pytest.raises(SequenceError, match="pending token tree"):
         model.extend(seq, [3])
-    with pytest.raises(ConfigError, match="root-to-node path"):
+    with pytest.raises(SequenceError, match="root-to-node path"):
         model.commit_path(seq, [1])
     model.commit_path(seq, [])
     assert seq.tokens == []
     with pytest.raises(ContextOverflowError, match="context window"):
         model.extend(seq, [1] * (model.n_ctx + 1))
     model.release(seq)
-    with pytest.raises(ModelError, match="released"):
+    with pytest.raises(SequenceError, match="released"):
         model.extend(seq, [1])
+    with pytest.raises(SequenceError, match="cannot truncate"):
+        model.truncate(model.new_sequence(), 1)

@@ -1,7 +1,7 @@
 """``coinfer bench collective``: several drafts voting, against plain batched decoding
 and classic speculative decoding with each draft alone (paper 001, Figures 10-12).
 
-Every configuration runs the same prompts through ``collective_generate`` on the same
+Every configuration runs the same prompts through the collective engine on the same
 target, at batch sizes 1, 4 and 8 (requests decoded together):
 
 * ``plain``: no drafts (``s = 0``), batched decoding;
@@ -24,6 +24,7 @@ batch size, ``summary.ablation``), ``results.md`` and PNG plots.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -31,10 +32,9 @@ from typing import Any
 
 from coinfer.bench.report import environment, write_json, write_markdown
 from coinfer.bench.workloads import build_suite, load_prompts
-from coinfer.engines.collective.engine import CollectiveConfig, collective_generate
-from coinfer.engines.collective.rounds import CollectiveRun
-from coinfer.engines.collective.selector import LengthSelectorConfig
-from coinfer.engines.collective.sources import DraftSource, open_sources
+from coinfer.decoding import Drafter, Response, open_drafter
+from coinfer.engines import collective
+from coinfer.engines.collective import CollectiveConfig
 from coinfer.errors import ConfigError
 from coinfer.models import SteerableModel, load_model
 
@@ -68,17 +68,20 @@ def _workload(config: CollectiveBenchConfig) -> list[dict[str, Any]]:
     return build_suite(per_category=2 if config.quick else 4)
 
 
-def _sources(
+def _drafters(
     specs: Sequence[str], target: SteerableModel, models: dict[str, SteerableModel], messages: list[Any]
-) -> list[DraftSource]:
-    """Fresh draft sources over already loaded draft models (one per request set)."""
-    return open_sources(
-        specs,
-        target,
-        load=lambda spec: models[spec],
-        draft_prompts=lambda model: [model.chat_prompt(m) for m in messages],
-        target_prompt_lens=[len(target.chat_prompt(m)) for m in messages],
-    )
+) -> list[Drafter]:
+    """Fresh drafters over already loaded draft models (one set per run)."""
+    return [
+        open_drafter(
+            spec,
+            target,
+            load=lambda spec: models[spec],
+            draft_prompts=lambda model: [model.chat_prompt(m) for m in messages],
+            target_prompt_lens=[len(target.chat_prompt(m)) for m in messages],
+        )
+        for spec in specs
+    ]
 
 
 def _measure(
@@ -86,37 +89,43 @@ def _measure(
     models: dict[str, SteerableModel],
     messages: list[Any],
     specs: Sequence[str],
-    collective: CollectiveConfig,
-) -> tuple[CollectiveRun, list[list[int]]]:
+    config: CollectiveConfig,
+) -> tuple[list[Response], float]:
+    """Every prompt through the engine: the responses and the wall time of the run."""
     prompts = [target.chat_prompt(m) for m in messages]
-    sources = _sources(specs, target, models, messages)
+    drafters = _drafters(specs, target, models, messages)
+    started = time.perf_counter()
     try:
-        run = collective_generate(target, sources, prompts, collective)
+        responses = collective.generate(target, prompts, drafts=drafters, config=config)
     finally:
-        for src in sources:
-            src.close()  # frees the sources' sequences; the draft models stay loaded
-    return run, [r.tokens for r in run.results]
+        for d in drafters:
+            d.close()  # frees the drafters' sequences; the draft models stay loaded
+    return responses, time.perf_counter() - started
 
 
 def _row(
-    name: str, batch: int, run: CollectiveRun, plain: list[list[int]] | None, tokens: list[list[int]]
+    name: str, batch: int, responses: list[Response], wall_s: float, plain: list[list[int]] | None
 ) -> dict[str, Any]:
-    latency = [run.wall_s / max(1, len(r.tokens)) for r in run.results]
+    record = responses[0].extras
+    output = sum(len(r.tokens) for r in responses)
+    latency = [wall_s / max(1, len(r.tokens)) for r in responses]
     return {
         "config": name,
         "batch": batch,
-        "tokens_per_s": round(run.tokens_per_s, 3),
+        "tokens_per_s": round(output / wall_s if wall_s else 0.0, 3),
         "normalized_latency_s": round(sum(latency) / len(latency), 4),
-        "output_tokens": run.output_tokens,
-        "wall_s": round(run.wall_s, 2),
-        "acceptance": {k: None if v is None else round(v, 4) for k, v in run.acceptance().items()},
-        "weights": [round(w, 3) for w in run.weights],
-        "s_history": run.s_history,
-        "rounds": run.verifications,
-        "rounds_drafting": run.rounds_on,  # per draft, gated: rounds it drafted for every request
-        "rounds_exploring": run.rounds_explored,
-        "predrafts_used": run.predrafts_used,
-        "identical": None if plain is None else sum(a == b for a, b in zip(tokens, plain, strict=True)),
+        "output_tokens": output,
+        "wall_s": round(wall_s, 2),
+        "acceptance": record.get("acceptance_by_draft", {}),
+        "weights": list(record.get("weights", {}).values()),
+        "s_history": record.get("s_history", []),
+        "rounds": record.get("verifications", 0),
+        "rounds_drafting": list(record.get("rounds_drafting", {}).values()),  # per draft, gated
+        "rounds_exploring": list(record.get("rounds_exploring", {}).values()),
+        "predrafts_used": record.get("predrafts_used", 0),
+        "identical": None
+        if plain is None
+        else sum(r.tokens == p for r, p in zip(responses, plain, strict=True)),
     }
 
 
@@ -125,14 +134,13 @@ def _configs(config: CollectiveBenchConfig) -> list[tuple[str, Sequence[str], Co
     speculative decoding drafts every round (no gate); ``default`` is the first single."""
     base = CollectiveConfig(max_tokens=config.max_tokens, draft_tokens=FIXED_S)
     classic = _with(base, gate=None)
-    selector = LengthSelectorConfig()
     out: list[tuple[str, Sequence[str], CollectiveConfig]] = [("plain", (), _with(base, draft_tokens=0))]
     out += [(f"single:{d}", (d,), classic) for d in config.drafts]
     out += [
         ("majority-every-draft", config.drafts, classic),
         ("+majority", config.drafts, base),
-        ("+selector", config.drafts, _with(base, draft_tokens=selector)),
-        ("+pipeline", config.drafts, _with(base, draft_tokens=selector, pipeline=True)),
+        ("+selector", config.drafts, _with(base, draft_tokens="auto")),
+        ("+pipeline", config.drafts, _with(base, draft_tokens="auto", pipeline=True)),
     ]
     return out
 
@@ -170,21 +178,22 @@ def run_collective_bench(config: CollectiveBenchConfig, log: Callable[[str], Non
     try:
         for batch in config.batch_sizes:
             plain: list[list[int]] | None = None
-            for name, specs, collective in _configs(config):
-                collective = _with(collective, max_batch=batch)
-                run, tokens = _measure(target, models, messages, specs, collective)
-                plain = tokens if name == "plain" else plain
-                report["rows"].append(_row(name, batch, run, None if name == "plain" else plain, tokens))
+            for name, specs, engine in _configs(config):
+                responses, wall_s = _measure(target, models, messages, specs, _with(engine, max_batch=batch))
+                plain = [r.tokens for r in responses] if name == "plain" else plain
+                report["rows"].append(
+                    _row(name, batch, responses, wall_s, None if name == "plain" else plain)
+                )
                 if name == f"single:{config.drafts[0]}":  # the ablation's Default: the same run
                     report["rows"].append({**report["rows"][-1], "config": "default"})
-                log(f"batch {batch} {name}: {run.tokens_per_s:.2f} tok/s")
+                log(f"batch {batch} {name}: {report['rows'][-1]['tokens_per_s']:.2f} tok/s")
                 _write(out, report)
         sweep_batch = _sweep_batch(config)
         for s in range(1, 13):
-            collective = CollectiveConfig(max_tokens=config.max_tokens, draft_tokens=s, max_batch=sweep_batch)
-            run, tokens = _measure(target, models, messages, config.drafts, collective)
-            report["rows"].append(_row(f"sweep:s={s}", sweep_batch, run, None, tokens))
-            log(f"sweep s={s} at batch {sweep_batch}: {run.tokens_per_s:.2f} tok/s")
+            engine = CollectiveConfig(max_tokens=config.max_tokens, draft_tokens=s, max_batch=sweep_batch)
+            responses, wall_s = _measure(target, models, messages, config.drafts, engine)
+            report["rows"].append(_row(f"sweep:s={s}", sweep_batch, responses, wall_s, None))
+            log(f"sweep s={s} at batch {sweep_batch}: {report['rows'][-1]['tokens_per_s']:.2f} tok/s")
             _write(out, report)
     finally:
         for model in models.values():

@@ -24,7 +24,9 @@ from typing import Any
 
 from coinfer.bench.report import environment, write_json, write_markdown
 from coinfer.chat import ChatModel, LocalChat, OpenAIChat, PriceTable, open_local_chat
+from coinfer.decoding import Response
 from coinfer.engines import minions as m
+from coinfer.engines.minions.report import side_usage
 from coinfer.errors import ConfigError
 
 __all__ = ["PROTOCOLS", "MinionsBenchConfig", "load_questions", "run_minions_bench"]
@@ -46,7 +48,7 @@ class MinionsBenchConfig:
     local_ctx: int = 16384
     remote_ctx: int = 32768
     parallel: int = 8
-    chunk_chars: int = m.MinionsConfig().chunk_chars
+    chunk_chars: int = m.MinionsConfig().chunk_chars  # MinionS
     concurrency: bool = True  # also measure concurrent local jobs against one at a time
 
     def __post_init__(self) -> None:
@@ -92,28 +94,17 @@ def is_correct(answer: str, pattern: str) -> bool:
     return re.search(pattern, answer, flags=re.IGNORECASE) is not None
 
 
-def _protocol(
-    name: str, question: dict[str, Any], retrievers: dict[str, Any], chunk_chars: int
-) -> m.protocol.Protocol:
-    documents = [(question["doc"], question["text"])]
-    if name == "minion":
-        return m.minion(question["question"], documents)
-    if name == "minions":
-        return m.minions(question["question"], documents, m.MinionsConfig(chunk_chars=chunk_chars))
-    if name.startswith("rag-"):
-        return m.rag(question["question"], documents, retrievers[name])
-    return m.direct(question["question"], documents, "remote" if name == "remote-only" else "local")
-
-
-def _retrievers(protocols: tuple[str, ...]) -> dict[str, Any]:
-    from coinfer.retrieval import BM25Retriever, DenseRetriever
-
-    out: dict[str, Any] = {}
-    if "rag-bm25" in protocols:
-        out["rag-bm25"] = BM25Retriever()
-    if "rag-dense" in protocols:
-        out["rag-dense"] = DenseRetriever()
-    return out
+def protocol_config(name: str, chunk_chars: int) -> m.ProtocolConfig:
+    """The engine's config for one of the bench's protocols."""
+    configs: dict[str, m.ProtocolConfig] = {
+        "remote-only": m.DirectConfig(side="remote"),
+        "local-only": m.DirectConfig(side="local"),
+        "minion": m.MinionConfig(),
+        "minions": m.MinionsConfig(chunk_chars=chunk_chars),
+        "rag-bm25": m.RagConfig(retriever="bm25"),
+        "rag-dense": m.RagConfig(retriever="dense"),
+    }
+    return configs[name]
 
 
 @contextmanager
@@ -127,7 +118,7 @@ def _models(config: MinionsBenchConfig, log: Callable[[str], None]) -> Iterator[
         url = config.remote_base_url
         if url is None:
             log(f"starting a loopback server for the remote model {config.remote}…")
-            server = ServerProcess(config.remote, extra_args=["--ctx", str(config.remote_ctx)]).start()
+            server = ServerProcess(config.remote, ctx=config.remote_ctx, max_batch=1).start()
             url = server.url
         yield local, OpenAIChat(config.remote, base_url=url)
     finally:
@@ -181,17 +172,17 @@ def _run_one(
     name: str,
     question: dict[str, Any],
     config: MinionsBenchConfig,
-    retrievers: dict[str, Any],
     local: ChatModel,
     remote: ChatModel,
     price: Any,
 ) -> dict[str, Any]:
     """One protocol on one question: its result row, its trace written under ``config.out``."""
     started = time.perf_counter()
-    protocol = _protocol(name, question, retrievers, config.chunk_chars)
-    run = m.drive(name, protocol, local=local, remote=remote)
-    row = _row(name, question, run, time.perf_counter() - started, price)
-    trace = {"question": question["question"], "answer": run.finished.answer, "trace": run.trace}
+    documents = [(question["doc"], question["text"])]
+    engine = protocol_config(name, config.chunk_chars)
+    answer = m.generate(question["question"], documents, local=local, remote=remote, config=engine)
+    row = _row(name, question, answer, time.perf_counter() - started, price)
+    trace = {"question": question["question"], "answer": answer.text, "trace": answer.extras["trace"]}
     write_json(Path(config.out) / "traces" / f"{question['id'].replace('/', '-')}.{name}.json", trace)
     return row
 
@@ -204,15 +195,15 @@ def _progress(row: dict[str, Any]) -> str:
     )
 
 
-def _row(name: str, question: dict[str, Any], run: m.Run, wall_s: float, price: Any) -> dict[str, Any]:
-    remote, local = run.usage("remote"), run.usage("local")
+def _row(name: str, question: dict[str, Any], answer: Response, wall_s: float, price: Any) -> dict[str, Any]:
+    remote, local = side_usage(answer, "remote"), side_usage(answer, "local")
     return {
         "id": question["id"],
         "protocol": name,
-        "answer": run.finished.answer,
-        "correct": is_correct(run.finished.answer, question["pattern"]),
-        "best_effort": run.finished.best_effort,
-        "rounds": run.finished.rounds,
+        "answer": answer.text,
+        "correct": is_correct(answer.text, question["pattern"]),
+        "best_effort": answer.extras["best_effort"],
+        "rounds": answer.extras["rounds"],
         "remote_prompt_tokens": remote.prompt_tokens,
         "remote_completion_tokens": remote.completion_tokens,
         "remote_calls": remote.calls,
@@ -263,7 +254,6 @@ def run_minions_bench(config: MinionsBenchConfig, log: Callable[[str], None] = p
         "environment": environment(),
     }
     rows: list[dict[str, Any]] = []
-    retrievers = _retrievers(config.protocols)
     with _models(config, log) as (local, remote):
         if config.concurrency:
             log(f"measuring concurrent local jobs ({config.parallel} at once against one at a time)…")
@@ -272,7 +262,7 @@ def run_minions_bench(config: MinionsBenchConfig, log: Callable[[str], None] = p
         for group in by_document(questions):
             for name in config.protocols:
                 for question in group:
-                    rows.append(_run_one(name, question, config, retrievers, local, remote, price))
+                    rows.append(_run_one(name, question, config, local, remote, price))
                     log(f"[{len(rows)}/{total}] {_progress(rows[-1])}")
             report["summary"] = summarize(rows, config.protocols)
             report["results"] = rows

@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from coinfer import catalog
-from coinfer.decoding import GenerationStats
+from coinfer.decoding import DecodeStats
 from coinfer.errors import ConfigError, ModelError
 
 __all__ = [
@@ -43,6 +43,7 @@ __all__ = [
     "draft_for",
     "llama_server_binary",
     "start_peer",
+    "transformers_assisted",
 ]
 
 SERVER_PEERS = {
@@ -68,11 +69,11 @@ class Run:
 
 def timed_run(tokens: Iterator[int], start: float) -> Run:
     """Collect tokens with their arrival times (decode rate: first to last token)."""
-    stats = GenerationStats(start=start)
+    stats = DecodeStats(start=start)
     out = []
     for t in tokens:
         out.append(t)
-        stats.token()
+        stats.emitted(1)
     return Run(out, stats.decode_tokens_per_s, stats.tokens_per_s)
 
 
@@ -116,7 +117,7 @@ def start_peer(
     if name == "llama-cpp-python-prompt-lookup":
         return _prompt_lookup(model_path, n_threads, eos)
     if name == "transformers-assisted":
-        return _transformers_assisted(target, str(draft_for(target)), n_threads, eos)
+        return transformers_assisted(target, str(draft_for(target)), n_threads, eos)
     binary = llama_server_binary()
     if binary is None:
         raise ModelError(
@@ -210,13 +211,14 @@ def _llama_server(
     return Peer(run, close)
 
 
-def _transformers_assisted(target: str, draft: str, n_threads: int | None, eos: frozenset[int]) -> Peer:
+def transformers_assisted(target: str, draft: str, n_threads: int | None, eos: frozenset[int]) -> Peer:
     from coinfer.models import load_model
     from coinfer.models.hf import HFModel, import_torch
 
     big = load_model(target, backend="transformers", n_threads=n_threads)
     small = load_model(draft, backend="transformers", n_threads=n_threads)
-    assert isinstance(big, HFModel) and isinstance(small, HFModel)
+    if not (isinstance(big, HFModel) and isinstance(small, HFModel)):  # pragma: no cover
+        raise ModelError(f"{target} and {draft} did not load on transformers")
     torch = import_torch()
 
     def run(prompt: list[int], max_tokens: int) -> Run:
@@ -246,7 +248,7 @@ class _TokenTimer:
     """A transformers streamer that times each new token (the first ``put`` is the prompt)."""
 
     def __init__(self) -> None:
-        self.stats = GenerationStats(start=time.perf_counter())
+        self.stats = DecodeStats(start=time.perf_counter())
         self.tokens: list[int] = []
         self._prompt_seen = False
 
@@ -257,7 +259,7 @@ class _TokenTimer:
             return
         for t in ids:
             self.tokens.append(t)
-            self.stats.token()
+            self.stats.emitted(1)
 
     def end(self) -> None:
         return None

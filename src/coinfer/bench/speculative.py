@@ -30,13 +30,12 @@ from coinfer.bench.peers import (
 )
 from coinfer.bench.report import environment, write_json, write_markdown
 from coinfer.bench.workloads import CATEGORIES, build_suite, load_prompts
-from coinfer.decoding import GenerationStats, NgramDrafter, SpecConfig, stream_generate, stream_speculative
-from coinfer.decoding.draft_length import AdaptiveDraftLength
-from coinfer.errors import ConfigError
+from coinfer.decoding import NgramDrafter, SpecConfig, stream
+from coinfer.errors import ConfigError, ModelError
 from coinfer.models import SteerableModel, load_model
 from coinfer.models.llamacpp import LlamaCppModel
 
-__all__ = ["PEERS", "SpecBenchConfig", "run_speculative_bench"]
+__all__ = ["PEERS", "SpecBenchConfig", "cell", "measure_prompt", "run_speculative_bench", "summarize"]
 
 
 @dataclass(frozen=True)
@@ -60,20 +59,17 @@ class SpecBenchConfig:
 
 def _plain(target: SteerableModel, prompt: list[int], max_tokens: int) -> Run:
     start = time.perf_counter()
-    stream = stream_generate(target, prompt, max_tokens=max_tokens)
-    return timed_run((r.token for r in stream if r.token is not None), start)
+    responses = stream(target, prompt, draft=None, config=SpecConfig(max_tokens=max_tokens))
+    return timed_run((t for r in responses for t in r.tokens), start)
 
 
 def _ours(target: SteerableModel, prompt: list[int], max_tokens: int) -> Run:
-    start = time.perf_counter()
-    config = SpecConfig(max_tokens=max_tokens, draft_tokens=AdaptiveDraftLength())
-    stats = GenerationStats(start=start)
+    config = SpecConfig(max_tokens=max_tokens, draft_tokens="auto")
     tokens: list[int] = []
-    spec = None
-    for r in stream_speculative(target, NgramDrafter(), prompt, config):
-        tokens, stats, spec = r.tokens, r.stats, r.spec
-    drafted, accepted = (spec.drafted, spec.accepted) if spec else (None, None)
-    return Run(list(tokens), stats.decode_tokens_per_s, stats.tokens_per_s, drafted, accepted)
+    for r in stream(target, prompt, draft=NgramDrafter(), config=config):
+        tokens += r.tokens
+    s = r.stats
+    return Run(tokens, s.decode_tokens_per_s, s.tokens_per_s, s.drafted, s.accepted)
 
 
 def _start_peers(
@@ -112,7 +108,7 @@ def _geomean(xs: list[float]) -> float:
     return math.exp(sum(map(math.log, xs)) / len(xs)) if xs else 0.0
 
 
-def _summary(rows: list[dict[str, Any]], system: str) -> dict[str, Any]:
+def summarize(rows: list[dict[str, Any]], system: str) -> dict[str, Any]:
     failed = sum(1 for r in rows if "error" in r.get(system, {}))
     rows = [r for r in rows if system in r and "error" not in r[system]]  # slow peers: a few prompts only
     ratios = [r[system]["speedup"] for r in rows]
@@ -135,7 +131,7 @@ def _acceptance(rows: list[dict[str, Any]], system: str) -> float | None:
     return round(sum(run["accepted"] for run in runs) / drafted, 3) if drafted else None
 
 
-def _measure(
+def measure_prompt(
     item: dict[str, Any],
     target: LlamaCppModel,
     peers: dict[str, Peer],
@@ -169,14 +165,15 @@ def _measure(
             "drafted": run.drafted,
             "accepted": run.accepted,
         }
-    log(f"  {item['id']}: " + ", ".join(f"{n} {_cell(row[n])}" for n in systems))
+    log(f"  {item['id']}: " + ", ".join(f"{n} {cell(row[n])}" for n in systems))
     return row
 
 
 def run_speculative_bench(config: SpecBenchConfig, log: Callable[[str], None] = print) -> dict[str, Any]:
     prompts = load_prompts(config.prompts) if config.prompts else build_suite(2 if config.quick else 8)
     target = load_model(config.target, backend="llama.cpp", n_threads=config.n_threads)
-    assert isinstance(target, LlamaCppModel)
+    if not isinstance(target, LlamaCppModel):  # pragma: no cover - load_model's llama.cpp backend
+        raise ModelError(f"{config.target} did not load on llama.cpp")
     peers = _start_peers(config, target, log)
     try:
         seen: set[str] = set()
@@ -184,7 +181,7 @@ def run_speculative_bench(config: SpecBenchConfig, log: Callable[[str], None] = 
         report: dict[str, Any] = {}
         where = environment()
         for item in prompts:
-            rows.append(_measure(item, target, peers, config, log, item["category"] not in seen))
+            rows.append(measure_prompt(item, target, peers, config, log, item["category"] not in seen))
             seen.add(item["category"])
             report = _write_report(config, where, rows, list(peers))  # a long run keeps what it measured
     finally:  # never leave llama-server processes behind
@@ -200,8 +197,8 @@ def _write_report(
     report = {
         "config": asdict(config),
         "environment": where,
-        "summary": _summary(rows, "coinfer"),
-        "peers": {name: _summary(rows, name) for name in peers},
+        "summary": summarize(rows, "coinfer"),
+        "peers": {name: summarize(rows, name) for name in peers},
         "results": rows,
     }
     out = Path(config.out)
@@ -239,7 +236,7 @@ def _markdown(report: dict[str, Any], peers: list[str]) -> str:
         "|---|---|---|" + "---|" * len(systems),
     ]
     for r in report["results"]:
-        cells = " | ".join(_cell(r.get(n)) for n in systems)
+        cells = " | ".join(cell(r.get(n)) for n in systems)
         lines.append(f"| {r['id']} | {r['tokens']} | {r['baseline']['decode_tps']:.1f} | {cells} |")
     lines += [
         "",
@@ -251,7 +248,7 @@ def _markdown(report: dict[str, Any], peers: list[str]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _cell(run: dict[str, Any] | None) -> str:
+def cell(run: dict[str, Any] | None) -> str:
     if run is None:
         return "–"
     if "error" in run:

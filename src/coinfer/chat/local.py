@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from coinfer.chat.base import ChatModel, ChatRequest, ChatResult, Usage
+from coinfer.decoding.drafters import common_prefix
 from coinfer.decoding.sampling import SamplingParams, probs_from_logits, sample
 from coinfer.errors import ConfigError, ContextOverflowError
 from coinfer.models.base import Seq, SteerableModel, TokenConstraint
@@ -134,9 +135,9 @@ class LocalChat(ChatModel):
     def _admit(self, waiting: deque[_Job], running: list[_Job]) -> list[tuple[_Job, list[int]]]:
         """Start waiting jobs while slots and (on a shared cache) cells allow; their prompts to feed."""
         feed: list[tuple[_Job, list[int]]] = []
-        shared = getattr(self.model, "kv_cells_shared", False)
+        shared = self.model.kv_cells_shared
         used = sum(j.reserve for j in running)
-        slots = getattr(self.model, "max_sequences", None)
+        slots = self.model.max_sequences
         while waiting and len(running) < self.max_concurrent:
             job = waiting[0]
             seq, common = self._reusable(job.prompt)
@@ -164,7 +165,7 @@ class LocalChat(ChatModel):
         ones) and how many tokens of it to keep, when that is at least ``min_reuse``."""
         best, common = None, 0
         for seq in self._kept:
-            n = _common_prefix(seq.tokens, prompt)
+            n = common_prefix(seq.tokens, prompt)
             if n > common:
                 best, common = seq, n
         common = min(common, len(prompt) - 1)  # feed at least one token, for fresh logits
@@ -219,15 +220,6 @@ class LocalChat(ChatModel):
             calls=1,
         )
         return ChatResult(texts, [j.finish or "length" for j in jobs], usage)
-
-
-def _common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
-    n = 0
-    for x, y in zip(a, b, strict=False):
-        if x != y:
-            break
-        n += 1
-    return n
 
 
 def _seq(job: _Job) -> Seq:

@@ -46,13 +46,24 @@ curve around the choice stays fresh.
 from __future__ import annotations
 
 import math
-from collections.abc import Hashable, Mapping
+import threading
+from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from coinfer.errors import ConfigError
 
-__all__ = ["AdaptiveDraftLength", "DraftLength", "FixedDraftLength", "within_measured"]
+if TYPE_CHECKING:
+    from coinfer.decoding.drafters import Draft
+
+__all__ = [
+    "AdaptiveDraftLength",
+    "DraftLength",
+    "DraftSizer",
+    "FixedDraftLength",
+    "ProposalLedger",
+    "within_measured",
+]
 
 
 def within_measured(curve: Mapping[int, float], n: int) -> float | None:
@@ -331,3 +342,85 @@ class AdaptiveDraftLength:
         # recent proposals count more: n-gram drafts come in bursts (copied code, then prose)
         self._overall.add(position, kept, self.memory)
         self._buckets.setdefault(bucket, _Survival(self.k_max)).add(position, kept, self.memory)
+
+
+class ProposalLedger:
+    """Proposals being scored, token by token, against what the target goes on to produce.
+
+    A proposal made at context length ``at`` is scored at each position as soon as the
+    target's token there is known, until it first differs or ends; the part trimmed off
+    before verification is scored too, at no cost. Scoring as tokens arrive (rather
+    than once a proposal is decided) keeps long proposals from being learned late.
+    """
+
+    def __init__(self) -> None:
+        self._open: list[_Proposal] = []
+
+    def add(self, at: int, tokens: list[int], bucket: Hashable) -> None:
+        if tokens:
+            self._open.append(_Proposal(at, list(tokens), bucket))
+
+    def resolve(self, context: Sequence[int]) -> list[tuple[Hashable, int, bool]]:
+        """(bucket, position, kept) for every proposal position the context now decides."""
+        events: list[tuple[Hashable, int, bool]] = []
+        still = []
+        for p in self._open:
+            known = min(len(p.tokens), len(context) - p.at)
+            missed = False
+            while p.scored < known and not missed:
+                missed = context[p.at + p.scored] != p.tokens[p.scored]
+                p.scored += 1
+                events.append((p.bucket, p.scored, not missed))
+            if not missed and p.scored < len(p.tokens):
+                still.append(p)
+        self._open = still
+        return events
+
+
+@dataclass
+class _Proposal:
+    at: int  # context length when it was proposed
+    tokens: list[int]
+    bucket: Hashable
+    scored: int = 0  # positions compared so far
+
+
+class DraftSizer:
+    """A draft-length policy fed by a ``ProposalLedger`` per request (key).
+
+    Before a request's drafter proposes, ``learn`` scores that request's earlier proposals
+    against its context as it now stands; ``cut`` records the new proposal, untrimmed,
+    and cuts it to the length its bucket has earned (``DraftLength.trim``). The speculative
+    loop sizes its one drafter this way; the collective engine each drafter that calls
+    no model. Safe to use from a drafting and a verifying thread at once.
+    """
+
+    def __init__(self, policy: DraftLength) -> None:
+        self.policy = policy
+        self._ledgers: dict[int, ProposalLedger] = {}
+        self._lock = threading.Lock()
+
+    def learn(self, key: int, context: Sequence[int]) -> None:
+        ledger = self._ledgers.setdefault(key, ProposalLedger())
+        with self._lock:
+            for bucket, position, kept in ledger.resolve(context):
+                self.policy.learn(bucket=bucket, position=position, kept=kept)
+
+    def cut(self, key: int, at: int, draft: Draft) -> Draft:
+        """``draft`` (proposed at context length ``at``) cut to what its bucket has earned."""
+        self._ledgers.setdefault(key, ProposalLedger()).add(at, draft.tokens, draft.bucket)
+        if not draft.tokens:
+            return draft
+        with self._lock:
+            return draft.head(self.policy.trim(len(draft.tokens), draft.bucket))
+
+    def next_k(self) -> int:
+        with self._lock:
+            return self.policy.next_k()
+
+    def observe(self, *, drafted: int, draft_s: float, verify_s: float, proposed: int = 0) -> None:
+        with self._lock:
+            self.policy.observe(drafted=drafted, draft_s=draft_s, verify_s=verify_s, proposed=proposed)
+
+    def forget(self, key: int) -> None:
+        self._ledgers.pop(key, None)

@@ -28,11 +28,16 @@ class SamplingParams:
 
     def __post_init__(self) -> None:
         if not (math.isfinite(self.temperature) and self.temperature >= 0):
-            raise ConfigError(f"temperature must be a finite number >= 0, got {self.temperature}")
+            raise ConfigError(
+                f"temperature must be a finite number >= 0, got {self.temperature}",
+                hint="pass --temperature 0 for greedy decoding, or a positive number to sample",
+            )
         if self.top_k < 0:
-            raise ConfigError(f"top_k must be >= 0, got {self.top_k}")
+            raise ConfigError(f"top_k must be >= 0, got {self.top_k}", hint="pass --top-k 0 (off) or a count")
         if not 0.0 < self.top_p <= 1.0:
-            raise ConfigError(f"top_p must be in (0, 1], got {self.top_p}")
+            raise ConfigError(
+                f"top_p must be in (0, 1], got {self.top_p}", hint="pass --top-p 1 (off) or less"
+            )
 
     @property
     def greedy(self) -> bool:

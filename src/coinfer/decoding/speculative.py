@@ -1,98 +1,87 @@
-"""The speculative loop: a drafter proposes, the target verifies in one forward.
+"""The speculative engine: a drafter proposes, the target verifies in one forward.
 
-Each round sends ``[pending] + draft`` to the target, where ``pending`` is the last
-token the target chose and is not yet in its cache. Row i of the returned logits is the
+Three layers, as mlx-lm has them: ``generate_rounds`` yields one ``Round`` per target
+forward, ``stream`` turns rounds into ``Response`` objects (text deltas, ``DecodeStats``),
+``generate`` blocks and returns the whole text. With no drafter it is plain decoding.
+
+Each round sends ``[pending] + draft`` to the target, where ``pending`` is the last token
+the target chose and is not yet in its cache. Row i of the returned logits is the
 target's distribution after the first i draft tokens, so one forward over k + 1 tokens
 verifies k drafts and yields one more token (the correction or the bonus). Rejected
-tokens are rolled back with ``truncate``. With ``k = 0`` a round is plain decoding.
+tokens are rolled back with ``truncate``; the drafter hears what the target kept. With
+``draft_tokens="auto"`` the draft length is chosen each round from the target's measured
+verification cost and how far drafts of each kind have held (``AdaptiveDraftLength``).
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Generator, Hashable, Iterator, Sequence
+from collections.abc import Generator, Iterator, Sequence
 from dataclasses import dataclass, field
+from typing import Literal
 
 import numpy as np
 
 from coinfer.decoding.detok import IncrementalDetokenizer
-from coinfer.decoding.draft_length import DraftLength, FixedDraftLength
+from coinfer.decoding.draft_length import AdaptiveDraftLength, DraftLength, DraftSizer, FixedDraftLength
 from coinfer.decoding.drafters import Draft, Drafter
-from coinfer.decoding.generate import GenerationStats, Response, check_prompt
+from coinfer.decoding.ngram import NgramDrafter
+from coinfer.decoding.prompting import as_prompt, check_prompt
+from coinfer.decoding.response import DecodeStats, Response
 from coinfer.decoding.sampling import PositionDraws, SamplingParams, probs_from_logits, sample_at
-from coinfer.decoding.verify import coupled_accept, greedy_accept, speculative_accept
+from coinfer.decoding.verify import accept_deterministic, speculative_accept
 from coinfer.errors import ConfigError
 from coinfer.models.base import Seq, SteerableModel
 
 __all__ = [
-    "ProposalLedger",
     "Round",
     "SpecConfig",
-    "SpecStats",
-    "accept_deterministic",
     "emit_tokens",
-    "speculative_generate",
-    "stream_speculative",
+    "generate",
+    "generate_rounds",
+    "stream",
+    "window_full",
+    "window_room",
 ]
 
+DraftSpec = Drafter | Literal["auto"] | None
 
-@dataclass(frozen=True)
+
+@dataclass(frozen=True, kw_only=True)
 class SpecConfig:
-    """Knobs of the loop; ``draft_tokens`` is a fixed k or a policy that chooses k each round."""
+    """``draft_tokens``: a fixed k, or ``"auto"`` to choose k each round from measured costs
+    and acceptance (0, plain decoding, when drafts do not pay)."""
 
     max_tokens: int = 256
     sampling: SamplingParams = field(default_factory=SamplingParams)
-    draft_tokens: int | DraftLength = 4
+    draft_tokens: int | Literal["auto"] = "auto"
 
     def __post_init__(self) -> None:
-        if self.max_tokens < 1:
-            raise ConfigError(f"max_tokens must be at least 1, got {self.max_tokens}")
-        if isinstance(self.draft_tokens, int):
-            FixedDraftLength(self.draft_tokens)  # validates
-
-    def policy(self) -> DraftLength:
-        k = self.draft_tokens
-        return FixedDraftLength(k) if isinstance(k, int) else k
+        check_budget(self.max_tokens)
+        check_draft_tokens(self.draft_tokens)
 
 
-@dataclass
-class SpecStats:
-    """The metrics every engine reports."""
+def check_budget(max_tokens: int) -> None:
+    if not isinstance(max_tokens, int) or max_tokens < 1:
+        raise ConfigError(
+            f"max_tokens must be at least 1, got {max_tokens}", hint="pass --max-tokens N with N >= 1"
+        )
 
-    rounds: int = 0
-    drafted: int = 0
-    accepted: int = 0
-    target_forwards: int = 0
 
-    @property
-    def mean_accepted_length(self) -> float:
-        """Tokens per target forward: 1 + accepted / rounds (the bonus token included)."""
-        return 1.0 + self.accepted / self.rounds if self.rounds else 0.0
-
-    @property
-    def acceptance_rate(self) -> float:
-        return self.accepted / self.drafted if self.drafted else 0.0
-
-    def add(self, r: Round) -> None:
-        self.target_forwards += 1
-        if self.target_forwards > 1:  # the first forward is the prefill, not a verification
-            self.rounds += 1
-            self.drafted += r.drafted
-            self.accepted += r.accepted
-
-    def as_dict(self) -> dict[str, float | int]:
-        return {
-            "mean_accepted_length": round(self.mean_accepted_length, 3),
-            "acceptance_rate": round(self.acceptance_rate, 3),
-            "target_forwards": self.target_forwards,
-            "drafted": self.drafted,
-            "accepted": self.accepted,
-        }
+def check_draft_tokens(value: object) -> None:
+    """``draft_tokens`` means the same in every engine: a whole number >= 0, or ``"auto"``."""
+    if value == "auto":
+        return
+    if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+        raise ConfigError(
+            f"draft_tokens must be a whole number >= 0 or 'auto', got {value!r}",
+            hint="pass --draft-tokens K or --draft-tokens auto",
+        )
 
 
 @dataclass(frozen=True)
 class Round:
-    """One verification round: the tokens it added and what it cost."""
+    """One target forward (the first is the prefill): the tokens it added and what it cost."""
 
     tokens: list[int]
     drafted: int
@@ -102,55 +91,76 @@ class Round:
     finished: str | None = None  # "stop" or "length" on the last round
 
 
-def speculative_generate(
+def _length_policy(config: SpecConfig) -> DraftLength:
+    k = config.draft_tokens
+    return AdaptiveDraftLength() if k == "auto" else FixedDraftLength(int(k))
+
+
+def generate_rounds(
     target: SteerableModel,
-    drafter: Drafter,
     prompt: Sequence[int],
+    *,
+    draft: Drafter | None,
     config: SpecConfig = SpecConfig(),  # noqa: B008  (frozen, so a shared default is safe)
 ) -> Iterator[Round]:
     """Yield rounds until an end-of-generation token or ``max_tokens``.
 
     The output follows the target's distribution exactly (greedy: equals the target
-    alone); end-of-generation tokens are not included in ``Round.tokens``. The first
-    round is the prefill and carries the first token.
+    alone); end-of-generation tokens are not included in ``Round.tokens``.
     """
     check_prompt(target, prompt)
     draws = PositionDraws(config.sampling.seed)
     rng = np.random.default_rng(draws.seed)  # for sampled drafts, whose rejection rule draws afresh
-    policy = config.policy()
+    sizer = DraftSizer(_length_policy(config) if draft is not None else FixedDraftLength(0))
     seq = target.new_sequence()
     try:
         t0 = time.perf_counter()
         logits = target.extend(seq, list(prompt), last_only=True)[-1]
         first = sample_at(probs_from_logits(logits, config.sampling), draws.uniform(len(prompt)))
         context, produced = list(prompt), 0
-        new, drafted, n_acc, draft_s, verify_s = [first], 0, 0, 0.0, time.perf_counter() - t0
-        ledger = ProposalLedger()
+        r = Round([first], 0, 0, 0.0, time.perf_counter() - t0)
         while True:
-            kept, finished = emit_tokens(new, target.eos_ids, config.max_tokens - produced)
+            kept, finished = emit_tokens(r.tokens, target.eos_ids, config.max_tokens - produced)
             context.extend(kept)
             produced += len(kept)
-            for bucket, position, held in ledger.resolve(context):
-                policy.learn(bucket=bucket, position=position, kept=held)
-            if not finished and len(context) + 1 >= target.n_ctx:
+            if not finished and window_full(len(context), target.n_ctx):
                 finished = "length"
-            yield Round(kept, drafted, n_acc, draft_s, verify_s, finished)
+            yield Round(kept, r.drafted, r.accepted, r.draft_s, r.verify_s, finished)
             if finished:
                 return
-            room = min(config.max_tokens - produced - 1, target.n_ctx - len(context))
-            t0 = time.perf_counter()
-            proposal = drafter.propose(context, max(0, min(policy.next_k(), room)))
-            ledger.add(len(context), proposal.tokens, proposal.bucket)
-            draft = proposal.head(policy.trim(len(proposal.tokens), proposal.bucket))
-            t1 = time.perf_counter()
-            n_acc, nxt = _verify(target, seq, context, draft, config.sampling, draws, rng)
-            target.truncate(seq, len(context) + n_acc)  # keep pending + accepted drafts
-            drafter.feedback(n_acc)
-            drafted, draft_s, verify_s = len(draft.tokens), t1 - t0, time.perf_counter() - t1
-            policy.observe(drafted=drafted, draft_s=draft_s, verify_s=verify_s, proposed=len(proposal.tokens))
-            new = [*draft.tokens[:n_acc], nxt]
+            room = min(config.max_tokens - produced - 1, window_room(len(context), target.n_ctx))
+            r = _round(target, seq, draft, sizer, context, room, config.sampling, draws, rng)
     finally:
         target.release(seq)
+        if draft is not None:
+            draft.forget(0)
+
+
+def _round(
+    target: SteerableModel,
+    seq: Seq,
+    draft: Drafter | None,
+    sizer: DraftSizer,
+    context: list[int],
+    room: int,
+    sampling: SamplingParams,
+    draws: PositionDraws,
+    rng: np.random.Generator,
+) -> Round:
+    """Draft (cut to what pays), verify, roll back, tell the drafter: the round's new tokens."""
+    sizer.learn(0, context)
+    t0 = time.perf_counter()
+    proposal = Draft([]) if draft is None else draft.propose(context, max(0, min(sizer.next_k(), room)))
+    d = sizer.cut(0, len(context), proposal)
+    t1 = time.perf_counter()
+    n_acc, nxt = _verify(target, seq, context, d, sampling, draws, rng)
+    target.truncate(seq, len(context) + n_acc)  # keep pending + accepted drafts
+    new = [*d.tokens[:n_acc], nxt]
+    if draft is not None:
+        draft.feedback(0, context, new)
+    draft_s, verify_s = t1 - t0, time.perf_counter() - t1
+    sizer.observe(drafted=len(d.tokens), draft_s=draft_s, verify_s=verify_s, proposed=len(proposal.tokens))
+    return Round(new, len(d.tokens), n_acc, draft_s, verify_s)
 
 
 def _verify(
@@ -171,57 +181,16 @@ def _verify(
     return speculative_accept(draft.tokens, draft.probs, probs, rng)  # seeded text follows draft lengths
 
 
-def accept_deterministic(
-    draft: Sequence[int], rows: np.ndarray, sampling: SamplingParams, draws: PositionDraws, at: int
-) -> tuple[int, int]:
-    """(accepted count, next token) for a draft that carries no distributions, verified by
-    the target's logits ``rows`` (k + 1, vocab), row 0 predicting position ``at``: greedy,
-    or coupled to the per-position draws, so the output is the target's own text."""
-    if sampling.greedy:
-        return greedy_accept(draft, rows)  # the argmax of the logits is the greedy choice
-    probs = np.stack([probs_from_logits(r, sampling) for r in rows])
-    return coupled_accept(draft, probs, [draws.uniform(at + i) for i in range(len(rows))])
+def window_full(context_len: int, n_ctx: int) -> bool:
+    """Whether a context (its last token pending, not yet in the cache) fills the window:
+    a text is at most ``n_ctx`` tokens, prompt included."""
+    return context_len >= n_ctx
 
 
-class ProposalLedger:
-    """Proposals being scored, token by token, against what the target goes on to produce.
-
-    A proposal made at context length ``at`` is scored at each position as soon as the
-    target's token there is known, until it first differs or ends; the part trimmed off
-    before verification is scored too, at no cost. Scoring as tokens arrive (rather
-    than once a proposal is decided) keeps long proposals from being learned late.
-    """
-
-    def __init__(self) -> None:
-        self._open: list[_Proposal] = []
-
-    def add(self, at: int, tokens: list[int], bucket: Hashable) -> None:
-        if tokens:
-            self._open.append(_Proposal(at, list(tokens), bucket))
-
-    def resolve(self, context: Sequence[int]) -> list[tuple[Hashable, int, bool]]:
-        """(bucket, position, kept) for every proposal position the context now decides."""
-        events: list[tuple[Hashable, int, bool]] = []
-        still = []
-        for p in self._open:
-            known = min(len(p.tokens), len(context) - p.at)
-            missed = False
-            while p.scored < known and not missed:
-                missed = context[p.at + p.scored] != p.tokens[p.scored]
-                p.scored += 1
-                events.append((p.bucket, p.scored, not missed))
-            if not missed and p.scored < len(p.tokens):
-                still.append(p)
-        self._open = still
-        return events
-
-
-@dataclass
-class _Proposal:
-    at: int  # context length when it was proposed
-    tokens: list[int]
-    bucket: Hashable
-    scored: int = 0  # positions compared so far
+def window_room(context_len: int, n_ctx: int) -> int:
+    """How many draft tokens one verification may carry: the pending token and k drafts
+    join the cache, and the target's own token after them must still fit the window."""
+    return max(0, n_ctx - context_len - 1)
 
 
 def emit_tokens(new: list[int], eos_ids: frozenset[int], budget: int) -> tuple[list[int], str | None]:
@@ -234,24 +203,51 @@ def emit_tokens(new: list[int], eos_ids: frozenset[int], budget: int) -> tuple[l
     return new, None
 
 
-def stream_speculative(
+def stream(
     target: SteerableModel,
-    drafter: Drafter,
-    prompt: Sequence[int],
+    prompt: str | Sequence[int],
+    *,
+    draft: DraftSpec = "auto",
     config: SpecConfig = SpecConfig(),  # noqa: B008
 ) -> Generator[Response, None, None]:
-    """``stream_generate``'s responses, one per round, with ``spec`` stats attached."""
-    stats, spec = GenerationStats(prompt_tokens=len(prompt)), SpecStats()
+    """One ``Response`` per round: the text it adds and the stats so far.
+
+    ``prompt``: token ids, or a user's message (the model's chat template is applied).
+    ``draft``: a drafter, ``"auto"`` (n-gram prompt lookup: what pays on CPUs), or None
+    for plain decoding. A drafter passed in stays the caller's (this request is
+    forgotten at the end); an ``"auto"`` one is closed here.
+    """
+    ids = as_prompt(target, prompt)
+    drafter = NgramDrafter() if draft == "auto" else draft
+    stats = DecodeStats(prompt_tokens=len(ids))
     detok = IncrementalDetokenizer(target.detokenize)
+    extras = {"draft": None if drafter is None else drafter.name}
+    try:
+        for r in generate_rounds(target, ids, draft=drafter, config=config):
+            if stats.target_forwards:
+                stats.verified(r.drafted, r.accepted)
+            else:
+                stats.prefilled()
+            stats.emitted(len(r.tokens))
+            text = "".join(detok.push(t) for t in r.tokens) + (detok.flush() if r.finished else "")
+            yield Response(text, list(r.tokens), stats.snapshot(), r.finished, extras=dict(extras))
+    finally:
+        if draft == "auto" and drafter is not None:
+            drafter.close()
+
+
+def generate(
+    target: SteerableModel,
+    prompt: str | Sequence[int],
+    *,
+    draft: DraftSpec = "auto",
+    config: SpecConfig = SpecConfig(),  # noqa: B008
+) -> Response:
+    """Generate to the end: one ``Response`` with the whole text and every token."""
     tokens: list[int] = []
-    for r in speculative_generate(target, drafter, prompt, config):
-        spec.add(r)
-        text = ""
-        for token in r.tokens:
-            tokens.append(token)
-            stats.token()
-            text += detok.push(token)
-        if r.finished:
-            yield Response(text + detok.flush(), None, tokens, stats, r.finished, spec)
-            return
-        yield Response(text, r.tokens[-1] if r.tokens else None, tokens, stats, None, spec)
+    last = None
+    for last in stream(target, prompt, draft=draft, config=config):
+        tokens += last.tokens
+    if last is None:  # pragma: no cover - a stream always ends with a finished response
+        raise ConfigError("the stream ended without a response")
+    return Response(target.detokenize(tokens), tokens, last.stats, last.finish_reason, extras=last.extras)

@@ -22,9 +22,9 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from coinfer.decoding.sampling import sample_at
+from coinfer.decoding.sampling import PositionDraws, SamplingParams, probs_from_logits, sample_at
 
-__all__ = ["coupled_accept", "greedy_accept", "speculative_accept"]
+__all__ = ["accept_deterministic", "coupled_accept", "greedy_accept", "speculative_accept"]
 
 
 def greedy_accept(draft: Sequence[int], target_probs: np.ndarray) -> tuple[int, int]:
@@ -51,6 +51,18 @@ def coupled_accept(
         if chosen != token:
             return i, chosen
     return len(draft), sample_at(target_probs[len(draft)], uniforms[len(draft)])
+
+
+def accept_deterministic(
+    draft: Sequence[int], rows: np.ndarray, sampling: SamplingParams, draws: PositionDraws, at: int
+) -> tuple[int, int]:
+    """(accepted count, next token) for a draft that carries no distributions, verified by
+    the target's logits ``rows`` (k + 1, vocab), row 0 predicting position ``at``: greedy,
+    or coupled to the per-position draws, so the output is the target's own text."""
+    if sampling.greedy:
+        return greedy_accept(draft, rows)  # the argmax of the logits is the greedy choice
+    probs = np.stack([probs_from_logits(r, sampling) for r in rows])
+    return coupled_accept(draft, probs, [draws.uniform(at + i) for i in range(len(rows))])
 
 
 def speculative_accept(

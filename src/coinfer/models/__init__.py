@@ -4,6 +4,7 @@ from coinfer.models.base import Seq, SteerableModel
 from coinfer.models.chat_template import ChatTemplate, Message
 from coinfer.models.load import BACKENDS, load_model
 from coinfer.models.resolve import ModelSource, resolve
+from coinfer.models.tree import TokenTree
 
 __all__ = [
     "BACKENDS",
@@ -12,6 +13,7 @@ __all__ = [
     "ModelSource",
     "Seq",
     "SteerableModel",
+    "TokenTree",
     "load_model",
     "resolve",
 ]

@@ -2,10 +2,11 @@
 
 A ``SteerableModel`` holds any number of independent ``Seq`` handles (llama.cpp: a seq_id
 in one shared context; transformers: one ``DynamicCache`` each). ``extend`` appends
-tokens and returns their logits; with ``parents`` the tokens form a token tree whose
+tokens and returns their logits; with ``parents`` the tokens form a ``TokenTree`` whose
 nodes see only their ancestors, and the tree stays *pending* until ``commit_path`` keeps
 one root-to-node path of it or ``truncate`` drops it. The validation and bookkeeping
-live here once; a backend only implements the ``_``-prefixed hooks.
+live here once; a backend only implements the ``_``-prefixed hooks. Every misuse of a
+sequence handle is a ``SequenceError``.
 """
 
 from __future__ import annotations
@@ -13,14 +14,17 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 import numpy as np
 
-from coinfer.errors import ConfigError, ContextOverflowError, ModelError
+from coinfer.errors import ConfigError, ContextOverflowError, SequenceError
 from coinfer.models.chat_template import ChatTemplate, Message
+from coinfer.models.tree import TokenTree
 
-__all__ = ["Seq", "SteerableModel", "tree_depths", "check_parents"]
+__all__ = ["Seq", "SteerableModel", "TokenConstraint", "backend_seq"]
+
+S = TypeVar("S", bound="Seq")
 
 
 @dataclass(eq=False)
@@ -29,33 +33,18 @@ class Seq:
 
     id: int
     tokens: list[int] = field(default_factory=list)
-    pending: list[int] | None = None  # ids of the last tree ``extend``, not yet committed
-    pending_parents: list[int] | None = None
+    pending: TokenTree | None = None  # the last tree ``extend``, not yet committed
     released: bool = False
 
     def __len__(self) -> int:
         return len(self.tokens)
 
 
-def check_parents(parents: Sequence[int], n: int) -> list[int]:
-    """Validate a tree's parent list: ``parents[i]`` is -1 (child of the sequence end) or < i."""
-    if len(parents) != n:
-        raise ConfigError(f"parents has {len(parents)} entries for {n} tokens; give one per token")
-    out = [int(p) for p in parents]
-    for i, p in enumerate(out):
-        if not -1 <= p < i:
-            raise ConfigError(
-                f"parents[{i}] = {p}: a parent must be -1 or an earlier token's index (0..{i - 1})"
-            )
-    return out
-
-
-def tree_depths(parents: Sequence[int]) -> list[int]:
-    """Depth of each tree node (0 for children of the sequence end); parents are topological."""
-    depths: list[int] = []
-    for p in parents:
-        depths.append(0 if p < 0 else depths[p] + 1)
-    return depths
+def backend_seq(seq: Seq, kind: type[S]) -> S:
+    """``seq`` as the backend's own sequence type; another backend's is a ``SequenceError``."""
+    if not isinstance(seq, kind):
+        raise SequenceError(f"sequence {seq.id} belongs to another backend's model")
+    return seq
 
 
 class TokenConstraint(Protocol):
@@ -77,6 +66,7 @@ class SteerableModel(ABC):
     eos_ids: frozenset[int]
     template: ChatTemplate
     kv_cells_shared: bool = False  # all sequences share the n_ctx cache cells (llama.cpp)
+    max_sequences: int | None = None  # how many sequences may be live at once (None: no limit)
 
     def __init__(self) -> None:
         self._next_seq_id = 0
@@ -107,6 +97,14 @@ class SteerableModel(ABC):
         """A raw prompt (no chat template), with BOS when the model asks for one."""
         return self.tokenize(text, add_bos=self.template.add_bos)
 
+    def user_prompt(self, text: str, *, system: str | None = None) -> list[int]:
+        """``text`` as a user's message in the model's chat template (after ``system``, if
+        given); plain text, as ``text_prompt``, when the model has no chat template."""
+        if not self.template.source:
+            return self.text_prompt(text)
+        messages: list[Message] = [{"role": "system", "content": system}] if system else []
+        return self.chat_prompt([*messages, {"role": "user", "content": text}])
+
     # ---- sequences --------------------------------------------------------------------
     def new_sequence(self) -> Seq:
         """A fresh, empty, independent sequence."""
@@ -135,9 +133,9 @@ class SteerableModel(ABC):
             return logits
         if last_only:
             raise ConfigError("last_only applies to a chain, not to a token tree")
-        plist = check_parents(parents, len(ids))
-        logits = self._extend(seq, ids, plist, False)
-        seq.pending, seq.pending_parents = ids, plist
+        tree = TokenTree.of(ids, parents)
+        logits = self._extend(seq, ids, tree, False)
+        seq.pending = tree
         return logits
 
     def extend_many(
@@ -150,7 +148,7 @@ class SteerableModel(ABC):
         """
         checked = [(seq, self._check_extend(seq, ids)) for seq, ids in items]
         if len({s.id for s, _ in checked}) != len(checked):
-            raise ConfigError("extend_many got the same sequence twice; merge its tokens")
+            raise SequenceError("extend_many got the same sequence twice; merge its tokens")
         out = self._extend_many(checked, last_only)
         for seq, ids in checked:
             seq.tokens.extend(ids)
@@ -159,26 +157,24 @@ class SteerableModel(ABC):
     def commit_path(self, seq: Seq, nodes: Sequence[int]) -> None:
         """Keep the pending tree's root-to-node path ``nodes`` (indexes into its ids)."""
         self._check_live(seq)
-        if seq.pending is None or seq.pending_parents is None:
-            raise ModelError("commit_path needs a pending tree: call extend(..., parents=...) first")
+        tree = seq.pending
+        if tree is None:
+            raise SequenceError("commit_path needs a pending tree: call extend(..., parents=...) first")
         path = [int(n) for n in nodes]
-        expected_parent = -1
-        for n in path:
-            if not 0 <= n < len(seq.pending) or seq.pending_parents[n] != expected_parent:
-                raise ConfigError(f"nodes {path} is not a root-to-node path of the pending tree")
-            expected_parent = n
+        if not tree.is_path(path):
+            raise SequenceError(f"nodes {path} is not a root-to-node path of the pending tree")
         self._commit_path(seq, path)
-        seq.tokens.extend(seq.pending[n] for n in path)
-        seq.pending = seq.pending_parents = None
+        seq.tokens.extend(tree.tokens[n] for n in path)
+        seq.pending = None
 
     def truncate(self, seq: Seq, length: int) -> None:
         """Roll the sequence back to its first ``length`` tokens (drops any pending tree)."""
         self._check_live(seq)
         if not 0 <= length <= len(seq.tokens):
-            raise ConfigError(f"cannot truncate a sequence of {len(seq.tokens)} tokens to {length}")
+            raise SequenceError(f"cannot truncate a sequence of {len(seq.tokens)} tokens to {length}")
         self._truncate(seq, length)
         del seq.tokens[length:]
-        seq.pending = seq.pending_parents = None
+        seq.pending = None
 
     def release(self, seq: Seq) -> None:
         """Free the sequence's cache; the handle may not be used again."""
@@ -187,6 +183,11 @@ class SteerableModel(ABC):
         self._release(seq)
         seq.released = True
         self._live.pop(seq.id, None)
+
+    @property
+    def live_sequences(self) -> int:
+        """How many sequences are live (made and not yet released)."""
+        return len(self._live)
 
     def set_threads(self, n: int) -> int | None:
         """Compute with ``n`` CPU threads from now on; the previous count, or None where the
@@ -212,12 +213,14 @@ class SteerableModel(ABC):
     # ---- checks -----------------------------------------------------------------------
     def _check_live(self, seq: Seq) -> None:
         if seq.released or self._live.get(seq.id) is not seq:
-            raise ModelError(f"sequence {seq.id} was released or belongs to another model")
+            raise SequenceError(f"sequence {seq.id} was released or belongs to another model")
 
     def _check_extend(self, seq: Seq, ids: Sequence[int]) -> list[int]:
         self._check_live(seq)
         if seq.pending is not None:
-            raise ModelError("the sequence has a pending token tree: call commit_path() or truncate() first")
+            raise SequenceError(
+                "the sequence has a pending token tree: call commit_path() or truncate() first"
+            )
         out = [int(t) for t in ids]
         if not out:
             raise ConfigError("extend needs at least one token")
@@ -236,7 +239,7 @@ class SteerableModel(ABC):
         return Seq(seq_id)
 
     @abstractmethod
-    def _extend(self, seq: Seq, ids: list[int], parents: list[int] | None, last_only: bool) -> np.ndarray: ...
+    def _extend(self, seq: Seq, ids: list[int], tree: TokenTree | None, last_only: bool) -> np.ndarray: ...
 
     def _extend_many(self, items: list[tuple[Seq, list[int]]], last_only: bool) -> list[np.ndarray]:
         return [self._extend(seq, ids, None, last_only) for seq, ids in items]

@@ -21,8 +21,9 @@ from typing import Any
 import numpy as np
 
 from coinfer.errors import MissingDependencyError, ModelError
-from coinfer.models.base import Seq, SteerableModel, tree_depths
+from coinfer.models.base import Seq, SteerableModel, backend_seq
 from coinfer.models.chat_template import ChatTemplate
+from coinfer.models.tree import TokenTree
 
 __all__ = ["HFModel", "import_torch"]
 
@@ -52,8 +53,7 @@ class HFSeq(Seq):
 
 
 def _hseq(seq: Seq) -> HFSeq:
-    assert isinstance(seq, HFSeq), "a sequence of another backend"
-    return seq
+    return backend_seq(seq, HFSeq)
 
 
 class HFModel(SteerableModel):
@@ -138,18 +138,18 @@ class HFModel(SteerableModel):
             layer.values = layer.values.index_select(-2, keep)
 
     # ---- forward ----------------------------------------------------------------------
-    def _extend(self, seq: Seq, ids: list[int], parents: list[int] | None, last_only: bool) -> np.ndarray:
+    def _extend(self, seq: Seq, ids: list[int], tree: TokenTree | None, last_only: bool) -> np.ndarray:
         torch = self._torch
         start = len(seq.tokens)
-        offsets = list(range(len(ids))) if parents is None else tree_depths(parents)
+        offsets = list(range(len(ids))) if tree is None else tree.depths()
         kwargs: dict[str, Any] = {
             "input_ids": torch.tensor([ids], device=self.device),
             "position_ids": torch.tensor([[start + d for d in offsets]], device=self.device),
             "past_key_values": _hseq(seq).cache,
             "use_cache": True,
         }
-        if parents is not None:
-            kwargs["attention_mask"] = self._tree_mask(start, parents)
+        if tree is not None:
+            kwargs["attention_mask"] = self._tree_mask(start, tree)
         if last_only:
             kwargs["logits_to_keep"] = 1
         try:
@@ -231,16 +231,14 @@ class HFModel(SteerableModel):
             else:
                 own.update(k, v, index)
 
-    def _tree_mask(self, start: int, parents: list[int]) -> Any:
-        """Additive mask (1, 1, n, start + n): 0 where a node may look, dtype-min elsewhere."""
+    def _tree_mask(self, start: int, tree: TokenTree) -> Any:
+        """Additive mask (1, 1, n, start + n): 0 where a node may look (the prefix, its
+        ancestors and itself), dtype-min elsewhere."""
         torch = self._torch
-        n = len(parents)
+        n = len(tree)
         allowed = torch.zeros((n, start + n), dtype=torch.bool)
         allowed[:, :start] = True
-        for i, p in enumerate(parents):
-            allowed[i, start + i] = True
-            if p >= 0:
-                allowed[i, start : start + n] |= allowed[p, start : start + n]
+        allowed[:, start:] = torch.from_numpy(tree.attention_mask())
         dtype = self.model.dtype
         mask = torch.zeros((n, start + n), dtype=dtype)
         mask.masked_fill_(~allowed, torch.finfo(dtype).min)

@@ -13,6 +13,7 @@ from __future__ import annotations
 import ctypes
 import hashlib
 import json
+import logging
 import os
 import subprocess
 import sys
@@ -25,10 +26,13 @@ import numpy as np
 
 from coinfer import catalog
 from coinfer.errors import ConfigError, ContextOverflowError, MissingDependencyError, ModelError
-from coinfer.models.base import Seq, SteerableModel, TokenConstraint, tree_depths
+from coinfer.models.base import Seq, SteerableModel, TokenConstraint, backend_seq
 from coinfer.models.chat_template import ChatTemplate
+from coinfer.models.tree import TokenTree
 
 __all__ = ["LlamaCppModel"]
+
+log = logging.getLogger(__name__)
 
 
 def _import_llama() -> Any:
@@ -37,23 +41,33 @@ def _import_llama() -> Any:
         import llama_cpp._internals  # noqa: F401  (LlamaModel/LlamaContext wrappers)
     except ImportError as exc:
         raise MissingDependencyError("llama-cpp-python", "llama") from exc
-    _silence_logs(llama_cpp)
+    _route_logs(llama_cpp)
     return llama_cpp
 
 
 _LOG_CALLBACK: Any = None
+_LLAMA_LOG = logging.getLogger("coinfer.llama_cpp")
+# ggml's levels (debug 1, info 2, warn 3, error 4) in Python's: its warnings, mostly about
+# settings chosen on purpose (a context shorter than training), are INFO, shown on request
+_LEVELS = {4: logging.ERROR, 3: logging.INFO, 2: logging.DEBUG, 1: logging.DEBUG}
 
 
-def _silence_logs(llama_cpp: Any) -> None:
-    """llama.cpp logs to stderr by default; keep it quiet unless COINFER_LLAMA_LOG is set."""
+def _route_logs(llama_cpp: Any) -> None:
+    """llama.cpp logs to stderr by default; send its lines to the ``coinfer.llama_cpp``
+    logger instead (llama.cpp's own printing with COINFER_LLAMA_LOG set)."""
     global _LOG_CALLBACK
     if _LOG_CALLBACK is not None or os.environ.get("COINFER_LLAMA_LOG"):
         return
 
-    def drop(level: int, text: bytes, user_data: ctypes.c_void_p) -> None:
-        return None
+    def forward(level: int, text: bytes, user_data: ctypes.c_void_p) -> None:
+        try:
+            python_level = _LEVELS.get(level, logging.DEBUG)
+            if _LLAMA_LOG.isEnabledFor(python_level):
+                _LLAMA_LOG.log(python_level, "%s", text.decode("utf-8", "replace").rstrip())
+        except Exception:  # noqa: BLE001, S110 - a log line must never raise into llama.cpp (C)
+            pass
 
-    _LOG_CALLBACK = llama_cpp.llama_log_callback(drop)
+    _LOG_CALLBACK = llama_cpp.llama_log_callback(forward)
     llama_cpp.llama_log_set(_LOG_CALLBACK, ctypes.c_void_p(0))
 
 
@@ -100,11 +114,10 @@ def cpu_extra_buffers_work(path: Path) -> bool:
     record.parent.mkdir(parents=True, exist_ok=True)
     record.write_text("ok" if ok else f"crashed: signal {-proc.returncode}")
     if not ok:
-        print(
-            "coinfer: warning: this llama.cpp build crashes in its extra CPU kernels (AMX) on this "
-            "machine; running without them, which is several times slower.\n"
-            "hint: rebuild llama-cpp-python with scripts/build-llama-wheel.sh (AMX off)",
-            file=sys.stderr,
+        log.warning(
+            "this llama.cpp build crashes in its extra CPU kernels (AMX) on this machine; running "
+            "without them, which is several times slower (rebuild llama-cpp-python with "
+            "scripts/build-llama-wheel.sh, AMX off)"
         )
     return ok
 
@@ -115,11 +128,6 @@ class LlamaSeq(Seq):
 
     llama_id: int = -1
     leaf_of: list[int] = field(default_factory=list)
-
-
-def _lseq(seq: Seq) -> LlamaSeq:
-    assert isinstance(seq, LlamaSeq), "a sequence of another backend"
-    return seq
 
 
 class LlamaCppModel(SteerableModel):
@@ -272,14 +280,14 @@ class LlamaCppModel(SteerableModel):
         return LlamaSeq(seq_id, llama_id=self._take_id())
 
     def _release(self, seq: Seq) -> None:
-        assert isinstance(seq, LlamaSeq)
+        seq = backend_seq(seq, LlamaSeq)
         self._drop_tree(seq)
         lid = seq.llama_id
         self._lc.llama_memory_seq_rm(self._mem, lid, -1, -1)
         self._free_ids.append(lid)
 
     def _truncate(self, seq: Seq, length: int) -> None:
-        assert isinstance(seq, LlamaSeq)
+        seq = backend_seq(seq, LlamaSeq)
         self._drop_tree(seq)
         if not self._lc.llama_memory_seq_rm(self._mem, seq.llama_id, length, -1):
             raise ModelError(f"llama.cpp could not roll {self.name} back to {length} tokens")
@@ -290,7 +298,7 @@ class LlamaCppModel(SteerableModel):
             self._free_ids.append(tid)
 
     def _commit_path(self, seq: Seq, path: list[int]) -> None:
-        assert isinstance(seq, LlamaSeq)
+        seq = backend_seq(seq, LlamaSeq)
         leaves = self._tree_ids[seq.id]
         if path:
             start = len(seq.tokens)
@@ -305,10 +313,10 @@ class LlamaCppModel(SteerableModel):
         self._drop_tree(seq)
 
     # ---- forward ----------------------------------------------------------------------
-    def _extend(self, seq: Seq, ids: list[int], parents: list[int] | None, last_only: bool) -> np.ndarray:
-        assert isinstance(seq, LlamaSeq)
+    def _extend(self, seq: Seq, ids: list[int], tree: TokenTree | None, last_only: bool) -> np.ndarray:
+        seq = backend_seq(seq, LlamaSeq)
         start = len(seq.tokens)
-        if parents is None:
+        if tree is None:
             rows: list[tuple[int, int, tuple[int, ...]]] = [
                 (t, start + i, (seq.llama_id,)) for i, t in enumerate(ids)
             ]
@@ -318,8 +326,8 @@ class LlamaCppModel(SteerableModel):
                 "token trees need a unified KV cache",
                 hint="load the model with kv_unified=True (the default)",
             )
-        depths = tree_depths(parents)
-        leaf_sets = self._leaf_sets(parents)
+        depths = tree.depths()
+        leaf_sets = tree.leaves_below()
         leaves = sorted({leaf for s in leaf_sets for leaf in s})
         if len(leaves) > len(self._free_ids):
             raise ModelError(
@@ -343,25 +351,12 @@ class LlamaCppModel(SteerableModel):
             self._drop_tree(seq)
             raise
 
-    @staticmethod
-    def _leaf_sets(parents: list[int]) -> list[set[int]]:
-        """For each node, the leaves of its subtree (a leaf is a node with no children)."""
-        children = [0] * len(parents)
-        for p in parents:
-            if p >= 0:
-                children[p] += 1
-        sets: list[set[int]] = [{i} if children[i] == 0 else set() for i in range(len(parents))]
-        for i in range(len(parents) - 1, -1, -1):
-            if parents[i] >= 0:
-                sets[parents[i]] |= sets[i]
-        return sets
-
     def _extend_many(self, items: list[tuple[Seq, list[int]]], last_only: bool) -> list[np.ndarray]:
         rows: list[tuple[int, int, tuple[int, ...]]] = []
         ends: list[int] = []  # index of each item's last row
         for seq, ids in items:
             start = len(seq.tokens)
-            lid = _lseq(seq).llama_id
+            lid = backend_seq(seq, LlamaSeq).llama_id
             rows.extend((t, start + i, (lid,)) for i, t in enumerate(ids))
             ends.append(len(rows) - 1)
         if last_only:

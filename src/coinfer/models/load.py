@@ -51,8 +51,7 @@ def gguf_path(source: ModelSource) -> Path:
     if source.kind == "catalog":
         return catalog.prepare(source.spec)
     if source.kind == "gguf":
-        assert source.path is not None
-        return source.path
+        return source.local_path
     if source.kind == "hub":
         repo, _, filename = source.spec.partition(":")
         folder = hub_snapshot(repo, allow_patterns=[filename or "*.gguf"])
@@ -105,8 +104,7 @@ def _load_transformers(
     dev = device or ("cuda" if torch.cuda.is_available() else "cpu")
     torch_dtype = _torch_dtype(torch, dtype, dev)
     if source.kind == "hf_dir":
-        assert source.path is not None
-        folder = source.path
+        folder = source.local_path
     elif source.kind == "hub" and ":" not in source.spec:
         folder = hub_snapshot(source.spec)
     else:
@@ -168,7 +166,16 @@ def _detach_gguf_quantizer(model: Any) -> None:
         if hasattr(obj, "quantization_config"):
             delattr(obj, "quantization_config")
     model.is_quantized = False
-    assert all(p.dtype in (torch.float32, torch.float16, torch.bfloat16) for p in model.parameters())
+    odd = {str(p.dtype) for p in model.parameters()} - {
+        str(torch.float32),
+        str(torch.float16),
+        str(torch.bfloat16),
+    }
+    if odd:
+        raise ModelError(
+            f"transformers de-quantized the GGUF into {sorted(odd)} weights, which coinfer cannot cache",
+            hint="use --backend llama.cpp",
+        )
 
 
 def convert_gguf(gguf: Path, key: str) -> Path:

@@ -29,8 +29,14 @@ class ModelSource:
     def name(self) -> str:
         if self.kind in ("catalog", "hub"):
             return self.spec
-        assert self.path is not None
-        return self.path.stem if self.kind == "gguf" else self.path.name
+        return self.local_path.stem if self.kind == "gguf" else self.local_path.name
+
+    @property
+    def local_path(self) -> Path:
+        """The file or directory of a local spec (a GGUF file or a model directory)."""
+        if self.path is None:
+            raise ModelError(f"{self.spec} names a {self.kind} model, not a local file or directory")
+        return self.path
 
     @property
     def catalog_model(self) -> catalog.CatalogModel | None:

@@ -8,6 +8,7 @@ without importing it (its import pulls sentence-transformers' machinery).
 
 from __future__ import annotations
 
+import functools
 import importlib.util
 from collections.abc import Sequence
 from pathlib import Path
@@ -29,19 +30,24 @@ def minilm_dir() -> Path:
     return Path(next(iter(spec.submodule_search_locations))) / "model"
 
 
+@functools.lru_cache(maxsize=2)
+def _load(path: Path) -> tuple[Any, Any, Any]:
+    """torch, the tokenizer and the model at ``path``: loaded once per process."""
+    try:
+        import torch
+        from transformers import AutoModel, AutoTokenizer
+    except ImportError as exc:
+        raise MissingDependencyError("torch and transformers", "torch") from exc
+    return torch, AutoTokenizer.from_pretrained(path), AutoModel.from_pretrained(path).eval()
+
+
 class DenseRetriever:
-    """Semantic retrieval: chunks whose meaning is close to the query's."""
+    """Semantic retrieval: chunks whose meaning is close to the query's. The embedding
+    model is loaded once per process, however many retrievers use it."""
 
     def __init__(self, model_dir: str | Path | None = None, *, batch_size: int = 32) -> None:
-        try:
-            import torch
-            from transformers import AutoModel, AutoTokenizer
-        except ImportError as exc:
-            raise MissingDependencyError("torch and transformers", "torch") from exc
         path = Path(model_dir) if model_dir else minilm_dir()
-        self._torch: Any = torch
-        self._tokenizer = AutoTokenizer.from_pretrained(path)
-        self._model = AutoModel.from_pretrained(path).eval()
+        self._torch, self._tokenizer, self._model = _load(path)
         self.batch_size = batch_size
         self._chunks: list[Chunk] = []
         self._vectors: np.ndarray | None = None

@@ -21,11 +21,37 @@ READY_PREFIX = "coinfer serve: "
 
 
 class ServerProcess:
-    """Start ``coinfer serve MODEL`` on a free loopback port; ``url`` once started."""
+    """Start ``coinfer serve --model MODEL`` on a free loopback port; ``url`` once started.
 
-    def __init__(self, model: str, *, extra_args: Sequence[str] = (), startup_s: float = 300.0) -> None:
+    ``ctx``: each conversation's window; ``max_batch``: conversations decoded together (a
+    local–remote protocol sends its remote one request at a time: 1)."""
+
+    def __init__(
+        self,
+        model: str,
+        *,
+        ctx: int | None = None,
+        max_batch: int | None = None,
+        extra_args: Sequence[str] = (),
+        startup_s: float = 300.0,
+    ) -> None:
         self.model = model
-        self.args = [sys.executable, "-m", "coinfer", "serve", model, "--port", "0", *extra_args]
+        sized = [
+            *(["--ctx", str(ctx)] if ctx else []),
+            *(["--max-batch", str(max_batch)] if max_batch else []),
+        ]
+        self.args = [
+            sys.executable,
+            "-m",
+            "coinfer",
+            "serve",
+            "--model",
+            model,
+            "--port",
+            "0",
+            *sized,
+            *extra_args,
+        ]
         self.startup_s = startup_s
         self.url = ""
         self._proc: subprocess.Popen[str] | None = None

@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 import pytest
-from tests.conftest import needs_llama
+from tests.conftest import needs_llama, plain
 
-from coinfer.decoding import generate
-from coinfer.engines.collective.engine import CollectiveConfig, collective_generate
-from coinfer.engines.collective.sources import ModelSource, NgramSource
+from coinfer.decoding import ModelDrafter, NgramDrafter
+from coinfer.engines.collective import CollectiveConfig, generate
 from coinfer.models import load_model
 from coinfer.models.base import SteerableModel
 
@@ -26,12 +25,13 @@ def test_a_second_copy_drafting_on_its_own_thread_is_kept_and_the_text_is_the_ta
     draft = load_model("smollm2-135m", backend="llama.cpp", n_ctx=1024, n_seq_max=8)
     try:
         prompt = smollm_llama.chat_prompt([{"role": "user", "content": f"Repeat this code exactly:\n{CODE}"}])
-        plain = generate(smollm_llama, prompt, max_tokens=12).tokens
+        alone = plain(smollm_llama, prompt, 12).tokens
         config = CollectiveConfig(max_tokens=12, draft_tokens=3, pipeline=pipeline, gate=None)
-        run = collective_generate(smollm_llama, [ModelSource(draft), NgramSource()], [prompt], config)
-        assert run.results[0].tokens == plain
-        assert run.acceptance()["voted"] is not None and run.acceptance()["voted"] > 0.5  # type: ignore[operator]
+        [out] = generate(smollm_llama, [prompt], drafts=[ModelDrafter(draft), NgramDrafter()], config=config)
+        assert out.tokens == alone
+        voted = out.extras["acceptance_by_draft"]["voted"]
+        assert voted is not None and voted > 0.5
         if pipeline:
-            assert run.predrafts_used > 0
+            assert out.extras["predrafts_used"] > 0
     finally:
         draft.close()

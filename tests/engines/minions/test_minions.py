@@ -33,11 +33,11 @@ def prepare_jobs(documents, last_jobs, last_outputs):
 ```"""
 
 
-def _final(answer: str) -> str:
+def final_reply(answer: str) -> str:
     return json.dumps({"decision": "final", "answer": answer})
 
 
-def _local_reader(request: ChatRequest) -> str:
+def local_reader(request: ChatRequest) -> str:
     """A local model that answers when its excerpt has the port and abstains otherwise."""
     text = request.messages[-1]["content"]
     if "8080" in text:
@@ -54,7 +54,7 @@ def _contents(model: ScriptedChat) -> str:
 
 
 def test_one_round_decomposes_executes_in_one_batch_and_aggregates() -> None:
-    remote, local = _remote(GOOD_CODE, _final("8080")), ScriptedChat(_local_reader)
+    remote, local = _remote(GOOD_CODE, final_reply("8080")), ScriptedChat(local_reader)
     run = drive("minions", minions(QUESTION, [("config.md", DOC)]), local=local, remote=remote)
     assert run.finished.answer == "8080" and run.finished.rounds == 1 and not run.finished.best_effort
     assert local.batches == [4]  # the four paragraph jobs went to the local model together
@@ -76,8 +76,8 @@ def test_one_round_decomposes_executes_in_one_batch_and_aggregates() -> None:
 
 def test_code_that_raises_goes_back_to_the_remote_with_the_error() -> None:
     broken = "```python\ndef prepare_jobs(documents, last_jobs, last_outputs):\n    return 1 / 0\n```"
-    remote = _remote(broken, GOOD_CODE, _final("8080"))
-    run = drive("minions", minions(QUESTION, [("d", DOC)]), local=ScriptedChat(_local_reader), remote=remote)
+    remote = _remote(broken, GOOD_CODE, final_reply("8080"))
+    run = drive("minions", minions(QUESTION, [("d", DOC)]), local=ScriptedChat(local_reader), remote=remote)
     assert run.finished.answer == "8080" and not run.finished.best_effort
     fix = remote.requests[1].messages[-1]["content"]
     assert "ZeroDivisionError" in fix and "line 2" in fix
@@ -92,8 +92,8 @@ def test_decorations_the_sandbox_lacks_are_tidied_away_not_paid_for_with_retries
         "        for d in documents for c in chunk_by_paragraphs(d.text, 3000)]\n"
         "    return jobs\n```"
     )
-    remote = _remote(decorated, _final("8080"))
-    run = drive("minions", minions(QUESTION, [("d", DOC)]), local=ScriptedChat(_local_reader), remote=remote)
+    remote = _remote(decorated, final_reply("8080"))
+    run = drive("minions", minions(QUESTION, [("d", DOC)]), local=ScriptedChat(local_reader), remote=remote)
     assert run.finished.answer == "8080" and not run.finished.best_effort
     assert [r.messages[-1]["content"][:8] for r in remote.requests][1].startswith("Question")  # no fix asked
     tidied = next(e["data"]["changes"] for e in run.trace if e["event"] == "code tidied")
@@ -101,8 +101,10 @@ def test_decorations_the_sandbox_lacks_are_tidied_away_not_paid_for_with_retries
 
 
 def test_code_without_prepare_jobs_goes_back_saying_so() -> None:
-    remote = _remote("```python\nclass CookieError(Exception):\n    pass\n```", GOOD_CODE, _final("8080"))
-    run = drive("minions", minions(QUESTION, [("d", DOC)]), local=ScriptedChat(_local_reader), remote=remote)
+    remote = _remote(
+        "```python\nclass CookieError(Exception):\n    pass\n```", GOOD_CODE, final_reply("8080")
+    )
+    run = drive("minions", minions(QUESTION, [("d", DOC)]), local=ScriptedChat(local_reader), remote=remote)
     assert run.finished.answer == "8080" and not run.finished.best_effort
     assert "does not define prepare_jobs" in remote.requests[1].messages[-1]["content"]
 
@@ -110,9 +112,9 @@ def test_code_without_prepare_jobs_goes_back_saying_so() -> None:
 def test_code_that_keeps_failing_falls_back_to_default_jobs_marked_best_effort() -> None:
     hostile = "```python\nimport os\ndef prepare_jobs(documents, *_):\n    os.system('true')\n```"
     config = MinionsConfig(code_retries=1)
-    remote = _remote(hostile, "no code, sorry", _final("8080"))
+    remote = _remote(hostile, "no code, sorry", final_reply("8080"))
     run = drive(
-        "minions", minions(QUESTION, [("d", DOC)], config), local=ScriptedChat(_local_reader), remote=remote
+        "minions", minions(QUESTION, [("d", DOC)], config), local=ScriptedChat(local_reader), remote=remote
     )
     assert run.finished.answer == "8080" and run.finished.best_effort
     assert "default jobs" in run.finished.problems[0] and "no ```python block" in run.finished.problems[0]
@@ -129,9 +131,9 @@ def test_invalid_local_json_is_retried_once_then_counted_as_an_abstention() -> N
             return "still prose"
         if "8080" in request.messages[-1]["content"]:
             return "Sure! The port is 8080."  # prose, not JSON
-        return _local_reader(request)
+        return local_reader(request)
 
-    remote = _remote(GOOD_CODE, _final("unknown"))
+    remote = _remote(GOOD_CODE, final_reply("unknown"))
     run = drive("minions", minions(QUESTION, [("d", DOC)]), local=ScriptedChat(sloppy), remote=remote)
     assert run.finished.answer == "unknown"
     note = next(e["data"] for e in run.trace if e["event"] == "abstentions")
@@ -141,7 +143,7 @@ def test_invalid_local_json_is_retried_once_then_counted_as_an_abstention() -> N
 
 def test_remote_prose_instead_of_a_decision_is_retried_then_taken_as_a_best_effort() -> None:
     remote = _remote(GOOD_CODE, "I think it is 8080.", "It is 8080, as I said.")
-    run = drive("minions", minions(QUESTION, [("d", DOC)]), local=ScriptedChat(_local_reader), remote=remote)
+    run = drive("minions", minions(QUESTION, [("d", DOC)]), local=ScriptedChat(local_reader), remote=remote)
     assert run.finished.answer == "It is 8080, as I said." and run.finished.best_effort
     assert "prose" in run.finished.problems[0]
 
@@ -154,8 +156,8 @@ def prepare_jobs(documents, last_jobs, last_outputs):
     return [JobManifest(chunk=job.chunk, task="Which variable overrides the port?") for job in hits]
 ```"""
     more = json.dumps({"decision": "more", "missing": "the override variable", "notes": "port is 8080"})
-    remote = _remote(GOOD_CODE, more, zoom, _final("8080, or PORT"))
-    local = ScriptedChat(_local_reader)
+    remote = _remote(GOOD_CODE, more, zoom, final_reply("8080, or PORT"))
+    local = ScriptedChat(local_reader)
     config = MinionsConfig(max_rounds=2, round_context=mode)  # type: ignore[arg-type]
     run = drive("minions", minions(QUESTION, [("d", DOC)], config), local=local, remote=remote)
     assert run.finished.answer == "8080, or PORT" and run.finished.rounds == 2
@@ -198,7 +200,7 @@ def test_an_answer_without_a_real_quote_from_its_chunk_is_marked_for_the_remote(
             return json.dumps({"explanation": "x", "citation": "default port is 8080", "answer": "8080"})
         return json.dumps({"explanation": "x", "citation": "config.md", "answer": "10"})
 
-    remote = _remote(GOOD_CODE, _final("8080"))
+    remote = _remote(GOOD_CODE, final_reply("8080"))
     run = drive(
         "minions", minions(QUESTION, [("config.md", DOC)]), local=ScriptedChat(inventive), remote=remote
     )
@@ -223,7 +225,7 @@ def test_an_answer_no_quoted_local_answer_backs_is_flagged_not_silent() -> None:
         "minions",
         minions(QUESTION, [("config.md", DOC)]),
         local=ScriptedChat(inventive),
-        remote=_remote(GOOD_CODE, _final("10")),
+        remote=_remote(GOOD_CODE, final_reply("10")),
     )
     assert run.finished.answer == "10" and run.finished.best_effort
     assert any("no local answer that quoted its excerpt" in p for p in run.finished.problems)
@@ -262,7 +264,7 @@ def test_a_real_quote_that_does_not_hold_the_answer_backs_nothing() -> None:
             return json.dumps({"explanation": "x", "citation": "The default port", "answer": "80"})
         return json.dumps({"explanation": "x", "citation": None, "answer": None})
 
-    remote = _remote(GOOD_CODE, _final("80"))
+    remote = _remote(GOOD_CODE, final_reply("80"))
     run = drive("minions", minions(QUESTION, [("d", DOC)]), local=ScriptedChat(evasive), remote=remote)
     assert "80 (chunk 1) | no quote; in the text of 1 of its 1" in remote.requests[1].messages[-1]["content"]
     assert run.finished.best_effort  # no quote holds "80"

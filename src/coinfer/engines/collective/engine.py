@@ -1,128 +1,187 @@
-"""The collective engine: many requests, several draft sources, one target (paper 001).
+"""The collective engine: many requests, several drafters, one target (paper 001).
 
 Requests wait in a pending pool and run, up to ``max_batch`` at a time, in a running
 pool. Each round:
 
-1. every source drafts ``s`` tokens for every running request (a model source in one
-   batch per step);
+1. every drafter drafts ``s`` tokens for every running request (a model drafter in one
+   batch per step; a drafter that calls no model has each draft cut to the length its
+   kind of draft has earned);
 2. per request, the drafts are merged by the weighted majority vote (``voting``);
 3. the target verifies every request's voted draft in one batched forward
    (``extend_many``): greedy, or sampled with one uniform per position so that any
    choice of drafts gives the target's own text (``verify.coupled_accept``);
-4. every draft is scored against what the target produced, the sources' weights are
-   rewarded or punished, and ``s`` for the next round comes from the speculation length
-   selector (or stays fixed).
+4. every draft is scored against what the target produced, the drafters' weights are
+   rewarded or punished and the drafters hear what was kept; ``s`` for the next round
+   comes from the speculation length selector (or stays fixed).
 
 A request leaves the running pool at its end-of-generation token, its token budget or
 the context's end; a pending one takes its place, prefilled in one batch with the others
 joining. ``s = 0`` is plain batched decoding. With ``pipeline=True`` drafting and
 verifying run at the same time (``pipeline``).
+
+``stream`` yields a ``Response`` per request and step (its ``request`` is the prompt's
+index); a request's last response carries the run's record so far in ``extras``;
+``generate`` returns one ``Response`` per prompt, in order, each with the whole run's
+record.
 """
 
 from __future__ import annotations
 
 import time
 from collections import deque
-from collections.abc import Sequence
-from dataclasses import dataclass, field
+from collections.abc import Generator, Iterator, Sequence
 
-from coinfer.decoding.generate import check_prompt
-from coinfer.decoding.sampling import SamplingParams
-from coinfer.engines.collective.gate import GateConfig, SourceGate
+from coinfer.decoding.detok import IncrementalDetokenizer
+from coinfer.decoding.draft_length import AdaptiveDraftLength, DraftSizer
+from coinfer.decoding.drafters import Drafter
+from coinfer.decoding.prompting import as_prompt, check_prompt
+from coinfer.decoding.response import Response
+from coinfer.engines.collective.config import CollectiveConfig
+from coinfer.engines.collective.gate import SourceGate
+from coinfer.engines.collective.pipeline import run_pipelined
 from coinfer.engines.collective.rounds import (
-    CollectiveRun,
     Learner,
     Request,
-    RequestResult,
+    RunRecord,
     draft_and_vote,
     new_request,
     prefill,
 )
-from coinfer.engines.collective.selector import LengthSelectorConfig, SpeculationLengthSelector
-from coinfer.engines.collective.sources import DraftSource
-from coinfer.engines.collective.voting import VoteConfig, VoteWeights
+from coinfer.engines.collective.selector import SpeculationLengthSelector
+from coinfer.engines.collective.voting import VoteWeights
 from coinfer.errors import ConfigError
 from coinfer.models.base import SteerableModel
 
-__all__ = ["CollectiveConfig", "collective_generate"]
+__all__ = ["generate", "stream"]
 
 
-@dataclass(frozen=True)
-class CollectiveConfig:
-    """``draft_tokens``: a fixed s, or the selector's settings to choose s online;
-    ``gate``: draft only with the sources that pay for themselves (``gate``), or None for
-    every source every round (classic speculative decoding);
-    ``pipeline``: draft on another thread while the target verifies."""
-
-    max_tokens: int = 128
-    sampling: SamplingParams = field(default_factory=SamplingParams)
-    draft_tokens: int | LengthSelectorConfig = field(default_factory=LengthSelectorConfig)
-    vote: VoteConfig = field(default_factory=VoteConfig)
-    gate: GateConfig | None = field(default_factory=GateConfig)
-    max_batch: int = 8
-    pipeline: bool = False
-    draft_threads: int = 1  # pipelined: CPU threads (and cores) for the drafts; the target gets the rest
-
-    def __post_init__(self) -> None:
-        if self.max_tokens < 1 or self.max_batch < 1 or self.draft_threads < 1:
-            raise ConfigError("need max_tokens, max_batch and draft_threads >= 1")
-        if isinstance(self.draft_tokens, int) and self.draft_tokens < 0:
-            raise ConfigError(f"draft_tokens must be >= 0, got {self.draft_tokens}")
-
-
-def collective_generate(
+def stream(
     target: SteerableModel,
-    sources: Sequence[DraftSource],
-    prompts: Sequence[Sequence[int]],
+    prompts: Sequence[str | Sequence[int]],
+    *,
+    drafts: Sequence[Drafter] = (),
     config: CollectiveConfig = CollectiveConfig(),  # noqa: B008 (frozen)
-) -> CollectiveRun:
-    """Generate for every prompt; results in the prompts' order."""
-    if not sources and config.draft_tokens != 0:
-        raise ConfigError("collective speculation needs at least one draft source (or draft_tokens=0)")
-    for prompt in prompts:
+) -> Generator[Response, None, None]:
+    """Responses as the requests advance (see the module). ``prompts``: token ids, or a
+    user's messages (the model's chat template is applied). The drafters stay the
+    caller's; each request is forgotten by them when it finishes."""
+    ids = [as_prompt(target, p) for p in prompts]
+    if not drafts and config.draft_tokens != 0:
+        raise ConfigError(
+            "collective speculation needs at least one drafter",
+            hint="pass drafts=[NgramDrafter(), …] or draft_tokens=0 (plain batched decoding)",
+        )
+    for prompt in ids:
         check_prompt(target, prompt)
-    run = CollectiveRun([], [s.name for s in sources], source_rates=[[] for _ in sources])
-    learner = _learner(sources, config)
-    started = time.perf_counter()
-    if config.pipeline and sources:
-        from coinfer.engines.collective.pipeline import run_pipelined
-
-        results = run_pipelined(target, sources, prompts, config, learner, run)
+    run = RunRecord(_unique_names(drafts))
+    learner = _learner(drafts, config)
+    detoks: dict[int, IncrementalDetokenizer] = {}
+    start = time.perf_counter()
+    if config.pipeline and drafts:
+        steps = run_pipelined(target, drafts, ids, config, learner, run, start)
     else:
-        results = _run_sequential(target, sources, prompts, config, learner, run)
-    run.results = [results[k] for k in range(len(prompts))]
+        steps = _run_sequential(target, drafts, ids, config, learner, run, start)
+    for touched in steps:
+        for r in touched:
+            response = _response(target, r, detoks, run, learner)
+            if response is not None:
+                yield response
+
+
+def generate(
+    target: SteerableModel,
+    prompts: Sequence[str | Sequence[int]],
+    *,
+    drafts: Sequence[Drafter] = (),
+    config: CollectiveConfig = CollectiveConfig(),  # noqa: B008 (frozen)
+) -> list[Response]:
+    """Generate for every prompt: one ``Response`` per prompt, in order, with the whole
+    text, every token and the run's record in ``extras``."""
+    tokens: list[list[int]] = [[] for _ in prompts]
+    last: dict[int, Response] = {}
+    final: Response | None = None
+    for final in stream(target, prompts, drafts=drafts, config=config):
+        tokens[final.request] += final.tokens
+        last[final.request] = final
+    record = final.extras if final is not None else {}
+    return [
+        Response(
+            target.detokenize(tokens[i]), tokens[i], last[i].stats, last[i].finish_reason, i, dict(record)
+        )
+        for i in range(len(prompts))
+    ]
+
+
+def _unique_names(drafts: Sequence[Drafter]) -> list[str]:
+    """The drafters' names, numbered where two share one."""
+    names: list[str] = []
+    for d in drafts:
+        name, n = d.name, 2
+        while name in names:
+            name, n = f"{d.name}#{n}", n + 1
+        names.append(name)
+    return names
+
+
+def _learner(drafts: Sequence[Drafter], config: CollectiveConfig) -> Learner:
+    n = len(drafts)
+    weights = VoteWeights(max(1, n), config.vote)
+    if config.draft_tokens == "auto":
+        selector, fixed = SpeculationLengthSelector(config.selector), 0
+    else:
+        selector, fixed = None, int(config.draft_tokens)
+    cut = [config.cut_cheap_drafts and d.model is None for d in drafts]
+    sizers = [DraftSizer(AdaptiveDraftLength()) if c else None for c in cut]
+    gate = None
+    if config.gate is not None:
+        with_model = [d.model is not None for d in drafts] or [False]
+        gate = SourceGate(max(1, n), config.gate, with_model, cut or [False])
+    return Learner(weights, selector, fixed, config.sampling, config.max_tokens, gate, drafts, sizers)
+
+
+def _response(
+    target: SteerableModel,
+    r: Request,
+    detoks: dict[int, IncrementalDetokenizer],
+    run: RunRecord,
+    learner: Learner,
+) -> Response | None:
+    """The response for what ``r`` gained since its last one (None if nothing, unfinished)."""
+    new = r.tokens[r.reported :]
+    r.reported = len(r.tokens)
+    if not new and not r.done:
+        return None
+    detok = detoks.setdefault(r.key, IncrementalDetokenizer(target.detokenize))
+    text = "".join(detok.push(t) for t in new)
+    extras = {}
+    if r.done:
+        text += detok.flush()
+        del detoks[r.key]
+        _sync(run, learner)
+        extras = run.as_extras()
+    return Response(text, new, r.stats.snapshot(), r.finish_reason, r.key, extras)
+
+
+def _sync(run: RunRecord, learner: Learner) -> None:
+    """Copy the learners' state into the run's record."""
     run.weights = list(learner.weights.weights)
     if learner.gate is not None:
         run.rounds_on, run.rounds_explored = list(learner.gate.rounds_on), list(learner.gate.rounds_explored)
     if learner.selector is not None:
         run.s_history = list(learner.selector.history)
-    run.wall_s = time.perf_counter() - started
-    return run
-
-
-def _learner(sources: Sequence[DraftSource], config: CollectiveConfig) -> Learner:
-    n_sources = len(sources)
-    weights = VoteWeights(max(1, n_sources), config.vote)
-    if isinstance(config.draft_tokens, LengthSelectorConfig):
-        selector, fixed = SpeculationLengthSelector(config.draft_tokens), 0
-    else:
-        selector, fixed = None, config.draft_tokens
-    with_model = [getattr(src, "model", None) is not None for src in sources] or [False]
-    sizes_own = [bool(getattr(src, "sizes_own_drafts", False)) for src in sources] or [False]
-    gate = None if config.gate is None else SourceGate(max(1, n_sources), config.gate, with_model, sizes_own)
-    return Learner(weights, selector, fixed, config.sampling, config.max_tokens, gate, sources)
 
 
 def _run_sequential(
     target: SteerableModel,
-    sources: Sequence[DraftSource],
-    prompts: Sequence[Sequence[int]],
+    drafts: Sequence[Drafter],
+    prompts: Sequence[list[int]],
     config: CollectiveConfig,
     learner: Learner,
-    run: CollectiveRun,
-) -> dict[int, RequestResult]:
-    """Draft, vote and verify in turn, every running request in each batch."""
-    results: dict[int, RequestResult] = {}
+    run: RunRecord,
+    start: float,
+) -> Iterator[list[Request]]:
+    """Draft, vote and verify in turn, every running request in each batch; yield the
+    requests each step advanced."""
     pending = deque(enumerate(prompts))
     running: list[Request] = []
     try:
@@ -130,26 +189,32 @@ def _run_sequential(
             joining = []
             while pending and len(running) + len(joining) < config.max_batch:
                 key, prompt = pending.popleft()
-                joining.append(new_request(target, key, prompt, config.sampling))
+                joining.append(new_request(target, key, prompt, config.sampling, start))
             if joining:
                 prefill(target, joining, config.sampling, config.max_tokens, learner.gate)
                 running += joining
+                yield joining
             live = [r for r in running if not r.done]
             if live:
                 t0 = time.perf_counter()
                 contexts = [(r.key, r.context) for r in live]
                 votes = draft_and_vote(
-                    target, sources, contexts, learner.s, learner.weights.weights, gate=learner.gate
+                    target,
+                    drafts,
+                    learner.sizers,
+                    contexts,
+                    learner.s,
+                    learner.weights.weights,
+                    gate=learner.gate,
                 )
                 draft_s = time.perf_counter() - t0
                 run.draft_s += draft_s
-                learner.verify(target, list(zip(live, votes, strict=True)), run, draft_s)
+                learner.feed(learner.verify(target, list(zip(live, votes, strict=True)), run, draft_s))
+                yield live
             for r in [r for r in running if r.done]:
-                results[r.key] = r.result
                 target.release(r.seq)
                 learner.forget(r.key)
             running = [r for r in running if not r.done]
     finally:
         for r in running:
             target.release(r.seq)
-    return results

@@ -1,6 +1,6 @@
 """The speculative generation pipeline (paper 001, §3.4): drafting and verifying at once.
 
-The draft sources run on a drafter thread, the target on the calling thread; they meet
+The drafters run on a drafter thread, the target on the calling thread; they meet
 in the *intermediate result pool* of drafted requests. The target takes up to ``b``
 requests from the pool per verification (``b``: half the running requests, so that two
 groups alternate, one drafted while the other is verified; 1 for a single request; all
@@ -32,27 +32,24 @@ import time
 from collections import deque
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from typing import TYPE_CHECKING
 
+from coinfer.decoding.drafters import Drafter
+from coinfer.engines.collective.config import CollectiveConfig
 from coinfer.engines.collective.gate import SourceGate
 from coinfer.engines.collective.rounds import (
-    CollectiveRun,
+    Feedback,
     Learner,
     Request,
-    RequestResult,
+    RunRecord,
     Voted,
     draft_and_vote,
     new_request,
     prefill,
 )
-from coinfer.engines.collective.sources import DraftSource
 from coinfer.errors import ConfigError
 from coinfer.models.base import SteerableModel
 
-if TYPE_CHECKING:
-    from coinfer.engines.collective.engine import CollectiveConfig
-
-__all__ = ["run_pipelined"]
+__all__ = ["CoreSplit", "run_pipelined"]
 
 
 class _Pool:
@@ -66,6 +63,7 @@ class _Pool:
         self.drafting: set[int] = set()  # keys the drafter is drafting or pre-drafting for
         self.predrafts: dict[int, tuple[list[int], Voted]] = {}  # key -> (assumed context, draft)
         self.forget: list[int] = []
+        self.feedback: list[Feedback] = []  # for the drafters, delivered on the drafter thread
         self.batch = 1  # b: requests per verification
         self.stop = False
         self.error: BaseException | None = None
@@ -74,38 +72,42 @@ class _Pool:
 
 def run_pipelined(
     target: SteerableModel,
-    sources: Sequence[DraftSource],
+    drafts: Sequence[Drafter],
     prompts: Sequence[Sequence[int]],
     config: CollectiveConfig,
     learner: Learner,
-    run: CollectiveRun,
-) -> dict[int, RequestResult]:
-    """Generate for every prompt with drafting and verifying overlapped."""
-    if any(getattr(src, "model", None) is target for src in sources):
+    run: RunRecord,
+    start: float,
+) -> Iterator[list[Request]]:
+    """Generate for every prompt with drafting and verifying overlapped; yield the
+    requests each step advanced."""
+    if any(d.model is target for d in drafts):
         raise ConfigError(
             "a pipelined draft cannot be the target model itself",
             hint="load the draft separately, or run without the pipeline",
         )
     pool = _Pool()
     drafter = threading.Thread(
-        target=_draft_loop, args=(pool, target, sources, learner, run), name="coinfer-drafter", daemon=True
+        target=_draft_loop, args=(pool, target, drafts, learner, run), name="coinfer-drafter", daemon=True
     )
-    results: dict[int, RequestResult] = {}
     pending = deque(enumerate(prompts))
     active: dict[int, Request] = {}
-    with _cores(target, sources, config.draft_threads) as cores:
+    with _cores(target, drafts, config.draft_threads) as cores:
         pool.pin = cores.pin_drafter
         drafter_started = False
         try:
             drafter.start()
             drafter_started = True
             while pending or active:
-                _admit(pool, target, pending, active, results, config, learner.gate)
+                joined = _admit(pool, target, pending, active, config, learner.gate, start)
+                if joined:
+                    yield joined
                 batch = _take_batch(pool)
                 if batch:
                     cores.fit(_drafts_compute(learner.gate))
-                    learner.verify(target, batch, run)
-                    _settle(pool, target, batch, active, results, run, learner.gate)
+                    events = learner.verify(target, batch, run)
+                    _settle(pool, target, batch, active, run, learner.gate, events)
+                    yield [r for r, _ in batch]
         finally:
             with pool.cv:
                 pool.stop = True
@@ -118,7 +120,6 @@ def run_pipelined(
                 learner.forget(key)
     if pool.error is not None:
         raise pool.error
-    return results
 
 
 def _admit(
@@ -126,29 +127,29 @@ def _admit(
     target: SteerableModel,
     pending: deque[tuple[int, Sequence[int]]],
     active: dict[int, Request],
-    results: dict[int, RequestResult],
     config: CollectiveConfig,
     gate: SourceGate | None,
-) -> None:
+    start: float,
+) -> list[Request]:
     """Prefill pending requests while there is room, and hand them to the drafter (one
-    that ends at its first token is done at once)."""
+    that ends at its first token is done at once); the requests prefilled."""
     joining = []
     while pending and len(active) + len(joining) < config.max_batch:
         key, prompt = pending.popleft()
-        joining.append(new_request(target, key, prompt, config.sampling))
+        joining.append(new_request(target, key, prompt, config.sampling, start))
     if not joining:
-        return
+        return joining
     prefill(target, joining, config.sampling, config.max_tokens, gate)
     with pool.cv:
         for r in joining:
             if r.done:
-                results[r.key] = r.result
                 target.release(r.seq)
             else:
                 active[r.key] = r
                 pool.todo.append(r)
         pool.batch = _verify_batch(len(active), gate)
         pool.cv.notify_all()
+    return joining
 
 
 def _drafts_compute(gate: SourceGate | None) -> bool:
@@ -183,18 +184,19 @@ def _settle(
     target: SteerableModel,
     batch: list[tuple[Request, Voted]],
     active: dict[int, Request],
-    results: dict[int, RequestResult],
-    run: CollectiveRun,
+    run: RunRecord,
     gate: SourceGate | None,
+    events: list[Feedback],
 ) -> None:
     """After a verification: finished requests leave; the others get their pre-draft if
-    the target did what it assumed, or go back to be drafted."""
+    the target did what it assumed, or go back to be drafted; the drafters' feedback is
+    handed to the drafter thread."""
     with pool.cv:
+        pool.feedback += events
         for r, _ in batch:
             pool.in_flight.pop(r.key, None)
             guess = pool.predrafts.pop(r.key, None)
             if r.done:
-                results[r.key] = r.result
                 del active[r.key]
                 target.release(r.seq)
                 pool.forget.append(r.key)
@@ -210,28 +212,31 @@ def _settle(
 
 
 def _draft_loop(
-    pool: _Pool, target: SteerableModel, sources: Sequence[DraftSource], learner: Learner, run: CollectiveRun
+    pool: _Pool, target: SteerableModel, drafts: Sequence[Drafter], learner: Learner, run: RunRecord
 ) -> None:
-    """The drafter thread: draft what waits, else pre-draft what is being verified."""
+    """The drafter thread: deliver feedback, then draft what waits, else pre-draft what is
+    being verified."""
     try:
         pool.pin()
         while True:
             with pool.cv:
                 job = None
-                while not (pool.stop or pool.forget):
+                while not (pool.stop or pool.forget or pool.feedback):
                     job = _next_job(pool)
                     if job is not None:
                         break
                     pool.cv.wait()
                 forget, pool.forget = pool.forget, []
+                feedback, pool.feedback = pool.feedback, []
                 stop = pool.stop
                 weights, s = list(learner.weights.weights), learner.s
+            learner.feed(feedback)
             for key in forget:
                 learner.forget(key)
             if stop:
                 return
             if job is not None:
-                _do_job(pool, target, sources, learner, weights, s, job, run)
+                _do_job(pool, target, drafts, learner, weights, s, job, run)
     except BaseException as exc:  # noqa: BLE001 - handed to the verifying thread
         with pool.cv:
             pool.error = exc
@@ -261,17 +266,19 @@ def _next_job(pool: _Pool) -> tuple[str, list[tuple[Request, list[int]]]] | None
 def _do_job(
     pool: _Pool,
     target: SteerableModel,
-    sources: Sequence[DraftSource],
+    drafts: Sequence[Drafter],
     learner: Learner,
     weights: list[float],
     s: int,
     job: tuple[str, list[tuple[Request, list[int]]]],
-    run: CollectiveRun,
+    run: RunRecord,
 ) -> None:
     kind, items = job
     t0 = time.perf_counter()
     contexts = [(r.key, c) for r, c in items]
-    votes = draft_and_vote(target, sources, contexts, s, weights, guess=True, gate=learner.gate)
+    votes = draft_and_vote(
+        target, drafts, learner.sizers, contexts, s, weights, guess=True, gate=learner.gate
+    )
     run.draft_s += time.perf_counter() - t0
     with pool.cv:
         for (r, context), v in zip(items, votes, strict=True):
@@ -297,7 +304,7 @@ def _remove(todo: deque[Request], key: int) -> bool:
     return False
 
 
-class _Cores:
+class CoreSplit:
     """The split of the machine's cores between the target and the drafts."""
 
     def __init__(self, target: SteerableModel, cpus: list[int], draft_threads: int) -> None:
@@ -321,15 +328,15 @@ class _Cores:
 
 
 @contextmanager
-def _cores(target: SteerableModel, sources: Sequence[DraftSource], draft_threads: int) -> Iterator[_Cores]:
+def _cores(target: SteerableModel, drafts: Sequence[Drafter], draft_threads: int) -> Iterator[CoreSplit]:
     """Give the drafts ``draft_threads`` threads, pinned to their own cores, for the run;
-    the target's thread count follows ``_Cores.fit``. Thread counts are restored after."""
+    the target's thread count follows ``CoreSplit.fit``. Thread counts are restored after."""
     cpus = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else []
-    cores = _Cores(target, cpus, draft_threads)
+    cores = CoreSplit(target, cpus, draft_threads)
     if not cores.draft_cpus:
         yield cores
         return
-    draft_models = [src.model for src in sources if isinstance(getattr(src, "model", None), SteerableModel)]
+    draft_models = [d.model for d in drafts if d.model is not None]
     before = [(m, m.set_threads(draft_threads)) for m in draft_models]
     before.append((target, target.set_threads(len(cpus))))
     try:

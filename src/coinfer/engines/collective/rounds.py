@@ -11,77 +11,76 @@ from __future__ import annotations
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
+from coinfer.decoding.draft_length import DraftSizer
+from coinfer.decoding.drafters import Drafter
+from coinfer.decoding.response import DecodeStats
 from coinfer.decoding.sampling import PositionDraws, SamplingParams, probs_from_logits, sample_at
-from coinfer.decoding.speculative import accept_deterministic, emit_tokens
+from coinfer.decoding.speculative import emit_tokens, window_full, window_room
+from coinfer.decoding.verify import accept_deterministic
 from coinfer.engines.collective.gate import SourceGate
 from coinfer.engines.collective.selector import SpeculationLengthSelector
-from coinfer.engines.collective.sources import DraftSource
 from coinfer.engines.collective.voting import VoteWeights, held_prefix, majority_vote
 from coinfer.models.base import Seq, SteerableModel
 
-__all__ = ["CollectiveRun", "Learner", "Request", "RequestResult", "Voted"]
+__all__ = ["Feedback", "Learner", "Request", "RunRecord", "Voted", "draft_and_vote", "new_request", "prefill"]
 
 
 @dataclass
-class RequestResult:
-    """One request's output and what its rounds did."""
+class RunRecord:
+    """The engine's own record of a run, every request together (``extras`` of responses)."""
 
-    tokens: list[int]
-    text: str
-    finish_reason: str
-    prompt_tokens: int
-    rounds: int = 0
-    drafted: int = 0
-    accepted: int = 0
-
-    @property
-    def acceptance_rate(self) -> float:
-        return self.accepted / self.drafted if self.drafted else 0.0
-
-    @property
-    def mean_accepted_length(self) -> float:
-        """Tokens per verification: 1 + accepted / rounds."""
-        return 1.0 + self.accepted / self.rounds if self.rounds else 0.0
-
-
-@dataclass
-class CollectiveRun:
-    """All requests' results and the engine's own record."""
-
-    results: list[RequestResult]
-    sources: list[str]
-    wall_s: float = 0.0
+    drafts: list[str]
     draft_s: float = 0.0  # drafting and voting (overlapped with verifying when pipelined)
     verify_s: float = 0.0
     verifications: int = 0  # batched target forwards after the prefills
     longest_draft: list[int] = field(default_factory=list)  # per verification: its longest voted draft
     s_history: list[int] = field(default_factory=list)  # the selector's s after each of its decisions
     weights: list[float] = field(default_factory=list)
-    source_rates: list[list[float]] = field(default_factory=list)  # per source, per draft it made
+    source_rates: list[list[float]] = field(default_factory=list)  # per draft, per draft it made
     voted_rates: list[float] = field(default_factory=list)  # per verified non-empty voted draft
-    voted_from: list[int] = field(default_factory=list)  # per verified voted draft: its source
-    rounds_on: list[int] = field(default_factory=list)  # per source: rounds it drafted for all (gated)
-    rounds_explored: list[int] = field(default_factory=list)  # per source: rounds it drafted for one
+    voted_from: list[int] = field(default_factory=list)  # per verified voted draft: its drafter
+    rounds_on: list[int] = field(default_factory=list)  # per draft: rounds it drafted for all (gated)
+    rounds_explored: list[int] = field(default_factory=list)  # per draft: rounds it drafted for one
     predrafts_used: int = 0  # pipelined: drafts made during the verification they assumed
     predrafts_wasted: int = 0
 
-    @property
-    def output_tokens(self) -> int:
-        return sum(len(r.tokens) for r in self.results)
-
-    @property
-    def tokens_per_s(self) -> float:
-        return self.output_tokens / self.wall_s if self.wall_s else 0.0
+    def __post_init__(self) -> None:
+        self.source_rates = self.source_rates or [[] for _ in self.drafts]
 
     def acceptance(self) -> dict[str, float | None]:
-        """Mean acceptance rate of each source's drafts and of the voted drafts."""
+        """Mean acceptance rate of each draft's drafts and of the voted drafts."""
         out: dict[str, float | None] = {
             name: (sum(r) / len(r) if r else None)
-            for name, r in zip(self.sources, self.source_rates, strict=True)
+            for name, r in zip(self.drafts, self.source_rates, strict=True)
         }
         out["voted"] = sum(self.voted_rates) / len(self.voted_rates) if self.voted_rates else None
         return out
+
+    def as_extras(self) -> dict[str, Any]:
+        """JSON data for a response's ``extras``."""
+
+        def by_draft(values: Sequence[Any]) -> dict[str, Any]:
+            return dict(zip(self.drafts, values, strict=False))
+
+        return {
+            "drafts": list(self.drafts),
+            "acceptance_by_draft": {
+                k: None if v is None else round(v, 4) for k, v in self.acceptance().items()
+            },
+            "weights": by_draft([round(w, 3) for w in self.weights]),
+            "s_history": list(self.s_history),
+            "verifications": self.verifications,
+            "rounds_drafting": by_draft(self.rounds_on),
+            "rounds_exploring": by_draft(self.rounds_explored),
+            "predrafts_used": self.predrafts_used,
+            "predrafts_wasted": self.predrafts_wasted,
+            "draft_s": round(self.draft_s, 4),
+            "verify_s": round(self.verify_s, 4),
+            "longest_draft": list(self.longest_draft),
+            "voted_from": list(self.voted_from),
+        }
 
 
 @dataclass
@@ -90,18 +89,21 @@ class Request:
     prompt: list[int]
     seq: Seq
     draws: PositionDraws
-    result: RequestResult
+    stats: DecodeStats
     context: list[int] = field(default_factory=list)  # prompt + output; its last is pending
+    tokens: list[int] = field(default_factory=list)  # the output so far
+    finish_reason: str | None = None
+    reported: int = 0  # output tokens already streamed
 
     @property
     def done(self) -> bool:
-        return bool(self.result.finish_reason)
+        return self.finish_reason is not None
 
 
 @dataclass(frozen=True)
 class Voted:
-    """A round's drafts for one request: one per source, the voted one, its source (-1:
-    none), and the voted source's next token after it (the pipeline's guess of the
+    """A round's drafts for one request: one per drafter, the voted one, its drafter (-1:
+    none), and the voted drafter's next token after it (the pipeline's guess of the
     target's bonus token, or None)."""
 
     drafts: list[list[int]]
@@ -113,10 +115,22 @@ class Voted:
 NO_DRAFT = Voted([], [], -1)
 
 
-def new_request(target: SteerableModel, key: int, prompt: Sequence[int], sampling: SamplingParams) -> Request:
+@dataclass(frozen=True)
+class Feedback:
+    """What the target produced after a request's context, for the drafters that drafted."""
+
+    key: int
+    context: list[int]
+    produced: list[int]
+    drafters: list[int]
+
+
+def new_request(
+    target: SteerableModel, key: int, prompt: Sequence[int], sampling: SamplingParams, start: float
+) -> Request:
     seed = None if sampling.seed is None else sampling.seed + key
-    result = RequestResult([], "", "", len(prompt))
-    return Request(key, list(prompt), target.new_sequence(), PositionDraws(seed), result)
+    stats = DecodeStats(prompt_tokens=len(prompt), start=start)
+    return Request(key, list(prompt), target.new_sequence(), PositionDraws(seed), stats)
 
 
 def prefill(
@@ -134,12 +148,14 @@ def prefill(
     for r, logits in zip(joining, rows, strict=True):
         first = sample_at(probs_from_logits(logits[-1], sampling), r.draws.uniform(len(r.prompt)))
         r.context = [*r.prompt]
+        r.stats.prefilled()
         take(target, r, [first], max_tokens)
 
 
 def draft_and_vote(
     target: SteerableModel,
-    sources: Sequence[DraftSource],
+    drafts: Sequence[Drafter],
+    sizers: Sequence[DraftSizer | None],
     contexts: list[tuple[int, list[int]]],
     s: int,
     weights: Sequence[float],
@@ -147,19 +163,21 @@ def draft_and_vote(
     guess: bool = False,
     gate: SourceGate | None = None,
 ) -> list[Voted]:
-    """The sources' drafts after every (key, context): at most ``s`` tokens, fewer near
-    the end of the window; the vote among them per request. With a ``gate``, each source
+    """The drafters' drafts after every (key, context): at most ``s`` tokens, fewer near
+    the end of the window; the vote among them per request. With a ``gate``, each drafter
     drafts only for the requests the gate plans for it (the others get none). With
-    ``guess``, sources draft one token more, kept as the voted draft's guess of the
+    ``guess``, drafters draft one token more, kept as the voted draft's guess of the
     target's next token."""
-    room = [max(0, min(s, target.n_ctx - len(c) - 2)) for _, c in contexts]
+    room = [min(s, window_room(len(c), target.n_ctx)) for _, c in contexts]
     k = max(room, default=0)
     if k == 0:
         return [NO_DRAFT for _ in contexts]
     keys = [key for key, _ in contexts]
-    plans = gate.plan(keys, k) if gate is not None else [list(range(len(contexts)))] * len(sources)
-    pairs = enumerate(zip(sources, plans, strict=True))
-    drafted = [_propose(src, i, contexts, plan, k + guess, gate) for i, (src, plan) in pairs]
+    plans = gate.plan(keys, k) if gate is not None else [list(range(len(contexts)))] * len(drafts)
+    drafted = [
+        _propose(d, sizer, i, contexts, plan, k + guess, gate)
+        for i, (d, sizer, plan) in enumerate(zip(drafts, sizers, plans, strict=True))
+    ]
     out = []
     for j in range(len(contexts)):
         own = [d[j][: room[j]] for d in drafted]
@@ -170,21 +188,25 @@ def draft_and_vote(
 
 
 def _propose(
-    src: DraftSource,
+    drafter: Drafter,
+    sizer: DraftSizer | None,
     index: int,
     contexts: list[tuple[int, list[int]]],
     plan: list[int],
     k: int,
     gate: SourceGate | None,
 ) -> list[list[int]]:
-    """Source ``index``'s drafts for the planned contexts (the others get none); the gate
-    learns what they cost."""
+    """Drafter ``index``'s drafts for the planned contexts (the others get none), each cut
+    by its ``sizer`` if it has one; the gate learns what they cost."""
     out: list[list[int]] = [[] for _ in contexts]
     chosen = [contexts[j] for j in plan]
     if not chosen:
         return out
     t0 = time.perf_counter()
-    drafts = src.propose_many(chosen, k)
+    if sizer is None:
+        drafts = [d.tokens for d in drafter.propose_many(chosen, k)]
+    else:
+        drafts = [_sized(drafter, sizer, key, context, k) for key, context in chosen]
     if gate is not None:
         gate.drafted(index, [key for key, _ in chosen], time.perf_counter() - t0, drafts)
     for j, d in zip(plan, drafts, strict=True):
@@ -192,9 +214,15 @@ def _propose(
     return out
 
 
+def _sized(drafter: Drafter, sizer: DraftSizer, key: int, context: list[int], k: int) -> list[int]:
+    """One request's draft, cut to the length its kind of draft has earned."""
+    sizer.learn(key, context)
+    return sizer.cut(key, len(context), drafter.propose_many([(key, context)], k)[0]).tokens
+
+
 class Learner:
-    """What every verification teaches: the sources' weights, the selector's s, and the
-    run's record of acceptance."""
+    """What every verification teaches: the drafts' weights, the selector's s, the sizers'
+    costs, the gate's record and the run's record of acceptance."""
 
     def __init__(
         self,
@@ -203,73 +231,86 @@ class Learner:
         fixed_s: int,
         sampling: SamplingParams,
         max_tokens: int,
-        gate: SourceGate | None = None,
-        sources: Sequence[DraftSource] = (),
+        gate: SourceGate | None,
+        drafts: Sequence[Drafter],
+        sizers: Sequence[DraftSizer | None],
     ) -> None:
         self.weights = weights
-        self.sources = sources
-        # sources that learn the target's cost per request: observe(drafted, seconds)
-        self._observers = [src.observe for src in sources if callable(getattr(src, "observe", None))]
         self.selector = selector
         self.fixed_s = fixed_s
         self.sampling = sampling
         self.max_tokens = max_tokens
         self.gate = gate
+        self.drafts = drafts
+        self.sizers = sizers
 
     @property
     def s(self) -> int:
         return self.selector.s if self.selector is not None else self.fixed_s
 
     def forget(self, key: int) -> None:
-        """The request ``key`` is finished: the sources and the gate drop what they kept."""
-        for src in self.sources:
-            src.forget(key)
+        """The request ``key`` is finished: the drafters, sizers and gate drop what they kept."""
+        for d, sizer in zip(self.drafts, self.sizers, strict=True):
+            d.forget(key)
+            if sizer is not None:
+                sizer.forget(key)
         if self.gate is not None:
             self.gate.forget(key)
+
+    def feed(self, events: Sequence[Feedback]) -> None:
+        """Tell each drafter what the target produced after the contexts it drafted for."""
+        for e in events:
+            for i in e.drafters:
+                self.drafts[i].feedback(e.key, e.context, e.produced)
 
     def verify(
         self,
         target: SteerableModel,
         batch: list[tuple[Request, Voted]],
-        run: CollectiveRun,
+        run: RunRecord,
         draft_s: float = 0.0,
-    ) -> list[list[int]]:
+    ) -> list[Feedback]:
         """One batched target forward over every request's pending token and voted draft;
-        the tokens each request gained (its accepted drafts and the target's next).
-        ``draft_s``: the drafting time on the round's critical path (0 when drafting ran
-        beside the target), which the selector counts with the verification's."""
+        what each request gained, for the drafters (``feed``). ``draft_s``: the drafting
+        time on the round's critical path (0 when drafting ran beside the target), which
+        the selector counts with the verification's."""
         t0 = time.perf_counter()
         items = [(r.seq, [r.context[-1], *v.draft]) for r, v in batch]
         rows = target.extend_many(items)
         verify_s = time.perf_counter() - t0
-        if self.gate is not None:
-            self.gate.verified(sum(len(ids) for _, ids in items), verify_s)
-        for observe in self._observers:
-            for _, v in batch:
-                observe(len(v.draft), verify_s / len(batch))
-        gained = []
+        self._observe(batch, sum(len(ids) for _, ids in items), verify_s)
+        events = []
         for (r, v), logits in zip(batch, rows, strict=True):
             n_acc, nxt = accept_deterministic(v.draft, logits, self.sampling, r.draws, len(r.context))
             target.truncate(r.seq, len(r.context) + n_acc)
             produced = [*v.draft[:n_acc], nxt]
             self.weights.record(v.drafts, v.voter, produced)
             _score(run, v, produced, n_acc, self.gate)
-            r.result.rounds += 1
-            r.result.drafted += len(v.draft)
-            r.result.accepted += n_acc
-            gained.append(produced)
+            r.stats.verified(len(v.draft), n_acc)
+            drafters = [i for i, d in enumerate(v.drafts) if d]
+            events.append(Feedback(r.key, list(r.context), produced, drafters))
             take(target, r, produced, self.max_tokens)
         self.weights.update()
         run.verifications += 1
         run.verify_s += verify_s
         run.longest_draft.append(max((len(v.draft) for _, v in batch), default=0))
         if self.selector is not None:
-            self.selector.observe(draft_s + verify_s, sum(map(len, gained)) / len(gained))
-        return gained
+            gained = sum(len(e.produced) for e in events) / len(events)
+            self.selector.observe(draft_s + verify_s, gained)
+        return events
+
+    def _observe(self, batch: list[tuple[Request, Voted]], n_tokens: int, verify_s: float) -> None:
+        """The verification's cost, for the gate (per batch) and the sizers (per request)."""
+        if self.gate is not None:
+            self.gate.verified(n_tokens, verify_s)
+        for sizer in self.sizers:
+            if sizer is not None:
+                for _, v in batch:
+                    sizer.observe(drafted=len(v.draft), draft_s=0.0, verify_s=verify_s / len(batch))
 
 
-def _score(run: CollectiveRun, v: Voted, produced: list[int], n_acc: int, gate: SourceGate | None) -> None:
-    """Every source's draft, and the voted one, against what the target produced."""
+def _score(run: RunRecord, v: Voted, produced: list[int], n_acc: int, gate: SourceGate | None) -> None:
+    """Every drafter's draft, and the voted one, against what the target produced."""
     for i, d in enumerate(v.drafts):
         if d:
             held = held_prefix(d, produced)
@@ -283,11 +324,10 @@ def _score(run: CollectiveRun, v: Voted, produced: list[int], n_acc: int, gate: 
 
 def take(target: SteerableModel, r: Request, new: list[int], max_tokens: int) -> None:
     """Append the decided tokens; finish the request at an end, its budget or the window."""
-    kept, finished = emit_tokens(new, target.eos_ids, max_tokens - len(r.result.tokens))
+    kept, finished = emit_tokens(new, target.eos_ids, max_tokens - len(r.tokens))
     r.context.extend(kept)
-    r.result.tokens.extend(kept)
-    if not finished and len(r.context) + 1 >= target.n_ctx:
+    r.tokens.extend(kept)
+    r.stats.emitted(len(kept))
+    if not finished and window_full(len(r.context), target.n_ctx):
         finished = "length"
-    if finished:
-        r.result.finish_reason = finished
-        r.result.text = target.detokenize(r.result.tokens)
+    r.finish_reason = finished

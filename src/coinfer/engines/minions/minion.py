@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import ClassVar
 
 from coinfer.chat.base import ChatRequest
 from coinfer.engines.minions import prompts
@@ -25,15 +26,24 @@ from coinfer.errors import ConfigError
 __all__ = ["MinionConfig", "minion"]
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class MinionConfig:
+    """Minion's knobs: rounds of chat before the remote must answer, and reply budgets."""
+
+    name: ClassVar[str] = "minion"
     max_rounds: int = 4
     remote_max_tokens: int = 256
     local_max_tokens: int = 256
 
     def __post_init__(self) -> None:
         if self.max_rounds < 1 or self.remote_max_tokens < 1 or self.local_max_tokens < 1:
-            raise ConfigError("Minion needs max_rounds, remote_max_tokens and local_max_tokens >= 1")
+            raise ConfigError(
+                "Minion needs max_rounds, remote_max_tokens and local_max_tokens >= 1",
+                hint="pass --max-rounds N with N >= 1",
+            )
+
+    def protocol(self, question: str, documents: Sequence[tuple[str, str]]) -> Protocol:
+        return minion(question, documents, self)
 
 
 def minion(

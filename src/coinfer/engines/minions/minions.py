@@ -34,7 +34,7 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 from coinfer.engines.minions import job_api, prompts
 from coinfer.engines.minions.code_tidy import tidy_job_code
@@ -59,10 +59,11 @@ JOB_CODE_MODULES = (*DEFAULT_MODULES, "minions")  # what the job code may import
 ABSTAIN_WORDS = {"", "none", "null", "n/a", "na", "unknown", "not found", "not mentioned", "not specified"}
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class MinionsConfig:
     """The paper's knobs: tasks per round, samples per task, chunk size, rounds, round context."""
 
+    name: ClassVar[str] = "minions"
     max_rounds: int = 2
     tasks_per_round: int = 3
     samples_per_task: int = 1
@@ -75,12 +76,20 @@ class MinionsConfig:
     def __post_init__(self) -> None:
         if min(self.max_rounds, self.tasks_per_round, self.samples_per_task, self.job_max_tokens) < 1:
             raise ConfigError(
-                "MinionS needs max_rounds, tasks_per_round, samples_per_task, job_max_tokens >= 1"
+                "MinionS needs max_rounds, tasks_per_round, samples_per_task, job_max_tokens >= 1",
+                hint="pass --max-rounds, --tasks-per-round and --samples-per-task of at least 1",
             )
         if self.chunk_chars < 200 or self.code_retries < 0:
-            raise ConfigError("MinionS needs chunk_chars >= 200 and code_retries >= 0")
+            raise ConfigError(
+                f"MinionS needs chunk_chars >= 200 and code_retries >= 0, got {self.chunk_chars}, "
+                f"{self.code_retries}",
+                hint="pass --chunk-chars N with N >= 200",
+            )
         if self.round_context not in ("scratchpad", "retry"):
             raise ConfigError(f"round_context must be 'scratchpad' or 'retry', got {self.round_context!r}")
+
+    def protocol(self, question: str, documents: Sequence[tuple[str, str]]) -> Protocol:
+        return minions(question, documents, self)
 
 
 def minions(

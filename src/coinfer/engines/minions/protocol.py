@@ -6,13 +6,14 @@ and receives the reply: a ``ChatCall`` (a batch of requests to the ``local`` or 
 gets the ``SandboxResult`` or the ``SandboxError``; a ``Note`` (something for the trace:
 jobs made, abstentions) gets None. It returns a ``Finished``. The protocol holds no
 sockets, threads or models, so the same flow runs against real models or scripted fakes
-(this is how httpx writes its auth flows). ``drive`` runs one against two chat models,
-counts every call's usage per side and round in a ``UsageLedger``, and keeps the trace.
+(this is how httpx writes its auth flows). ``run_protocol`` runs one against two chat
+models, counts every call's usage per side and round in a ``UsageLedger``, and yields
+each trace entry as it happens; ``drive`` runs it to its end.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Generator, Mapping
+from collections.abc import Callable, Generator, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -22,7 +23,7 @@ from coinfer.chat.base import ChatModel, ChatRequest, ChatResult, Usage
 from coinfer.chat.pricing import UsageLedger
 from coinfer.errors import ConfigError, SandboxError
 
-__all__ = ["ChatCall", "CodeRun", "Finished", "Note", "Run", "drive"]
+__all__ = ["ChatCall", "CodeRun", "Finished", "Note", "Run", "drive", "run_protocol"]
 
 Side = Literal["local", "remote"]
 JOB_API = Path(__file__).with_name("job_api.py")
@@ -84,7 +85,7 @@ class Run:
         return self.ledger.total(side)
 
 
-def drive(
+def run_protocol(
     name: str,
     protocol: Protocol,
     *,
@@ -92,16 +93,9 @@ def drive(
     remote: ChatModel | None,
     sandbox_timeout_s: float = 10.0,
     sandbox_memory_mb: int = 512,
-    on_event: Callable[[dict[str, Any]], None] | None = None,
-) -> Run:
-    """Run ``protocol`` to its end; ``on_event`` sees each trace entry as it happens."""
-    ledger, trace = UsageLedger(), []
-
-    def record(entry: dict[str, Any]) -> None:
-        trace.append(entry)
-        if on_event is not None:
-            on_event(entry)
-
+) -> Generator[dict[str, Any], None, Run]:
+    """Run ``protocol`` to its end, yielding each trace entry as it happens; the ``Run``."""
+    ledger, trace = UsageLedger(), list[dict[str, Any]]()
     reply: Any = None
     while True:
         try:
@@ -109,12 +103,33 @@ def drive(
         except StopIteration as stop:
             return Run(name, stop.value, ledger, trace)
         if isinstance(step, ChatCall):
-            reply = _chat(step, local if step.side == "local" else remote, ledger, record)
+            reply = _chat(step, local if step.side == "local" else remote, ledger, trace.append)
         elif isinstance(step, CodeRun):
-            reply = _run_code(step, sandbox_timeout_s, sandbox_memory_mb, record)
+            reply = _run_code(step, sandbox_timeout_s, sandbox_memory_mb, trace.append)
         else:
-            record({"round": step.round, "event": step.kind, "data": step.data})
+            trace.append({"round": step.round, "event": step.kind, "data": step.data})
             reply = None
+        yield trace[-1]
+
+
+def drive(
+    name: str,
+    protocol: Protocol,
+    *,
+    local: ChatModel | None,
+    remote: ChatModel | None,
+    on_event: Callable[[dict[str, Any]], None] | None = None,
+) -> Run:
+    """Run ``protocol`` to its end (default sandbox limits); ``on_event`` sees each trace
+    entry as it happens."""
+    steps: Iterator[dict[str, Any]] = run_protocol(name, protocol, local=local, remote=remote)
+    while True:
+        try:
+            entry = next(steps)
+        except StopIteration as stop:
+            return stop.value  # type: ignore[no-any-return]
+        if on_event is not None:
+            on_event(entry)
 
 
 def _chat(

@@ -1,30 +1,33 @@
-"""What a run tells the user: the JSON summary, a round-by-round trace and a cost table."""
+"""What an answer tells the user: the JSON summary, a round-by-round trace and a cost
+table, all read from the answer's ``Response`` (its ``extras``)."""
 
 from __future__ import annotations
 
 from typing import Any
 
+from coinfer.chat.base import Usage
 from coinfer.chat.pricing import Price
-from coinfer.engines.minions.protocol import Run
+from coinfer.decoding.response import Response
 
-__all__ = ["cost_table", "summary", "trace_line"]
+__all__ = ["cost_table", "side_usage", "summary", "trace_line"]
 
 
-def summary(run: Run, *, price: Price | None, priced_as: str | None) -> dict[str, Any]:
+def side_usage(answer: Response, side: str) -> Usage:
+    """What one side (``remote`` or ``local``) read and wrote for this answer."""
+    return Usage(**answer.extras["usage"][side])
+
+
+def summary(answer: Response, *, price: Price | None, priced_as: str | None) -> dict[str, Any]:
     """The ``--json`` object: answer, protocol, rounds, usage per side (and per round), dollars."""
-    usage = {side: run.usage(side).as_dict() for side in ("remote", "local")}  # type: ignore[arg-type]
-    by_round = {
-        side: {str(r): u.as_dict() for r, u in sorted(run.ledger.by_round(side).items())}
-        for side in ("remote", "local")
-    }
+    extras = answer.extras
     return {
-        "answer": run.finished.answer,
-        "protocol": run.protocol,
-        "rounds": run.finished.rounds,
-        "best_effort": run.finished.best_effort,
-        "problems": run.finished.problems,
-        "usage": {**usage, "by_round": by_round},
-        "cost_usd": round(run.ledger.cost("remote", price), 6),
+        "answer": answer.text,
+        "protocol": extras["protocol"],
+        "rounds": extras["rounds"],
+        "best_effort": extras["best_effort"],
+        "problems": extras["problems"],
+        "usage": extras["usage"],
+        "cost_usd": round(price.cost(side_usage(answer, "remote")), 6) if price else 0.0,
         "priced_as": priced_as if price else None,
     }
 
@@ -57,11 +60,11 @@ def trace_line(e: dict[str, Any]) -> list[str]:
     return [f"{head}{e['event']}: {d}"]
 
 
-def cost_table(run: Run, *, price: Price | None, priced_as: str | None) -> str:
+def cost_table(answer: Response, *, price: Price | None, priced_as: str | None) -> str:
     """Calls, tokens and dollars per side."""
     rows = [f"{'side':<7}{'calls':>7}{'input tokens':>15}{'output tokens':>15}  cost"]
     for side in ("remote", "local"):
-        u = run.usage(side)  # type: ignore[arg-type]
+        u = side_usage(answer, side)
         if side == "remote":
             cost = (
                 f"${price.cost(u):.4f} (priced as {priced_as})"

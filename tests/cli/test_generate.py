@@ -1,9 +1,8 @@
-"""The ``coinfer`` command as a user runs it: a real subprocess, real models."""
+"""``coinfer generate`` as a user runs it: a real subprocess, real models."""
 
 from __future__ import annotations
 
 import json
-import os
 import re
 import signal
 import subprocess
@@ -13,51 +12,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.cli.run import assert_user_error, coinfer
 from tests.conftest import needs_llama, needs_torch
-
-CATALOGUE = {"smollm2-135m", "qwen2.5-coder-0.5b", "qwen2.5-coder-1.5b", "gemma-3-270m"}
-
-
-def coinfer(
-    *args: str, env: dict[str, str] | None = None, timeout: float = 300
-) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "coinfer", *args],
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        env={**os.environ, **(env or {})},
-    )
-
-
-def assert_user_error(proc: subprocess.CompletedProcess[str], *needles: str) -> None:
-    """A user mistake: exit 2, a one-line error plus a hint, never a traceback."""
-    assert proc.returncode == 2, proc.stderr
-    assert "Traceback" not in proc.stderr
-    lines = proc.stderr.strip().splitlines()
-    errors = [ln for ln in lines if ln.startswith("coinfer: error:")]
-    assert len(errors) == 1, proc.stderr
-    assert any(ln.startswith("hint:") for ln in lines), proc.stderr
-    for needle in needles:
-        assert needle in proc.stderr, proc.stderr
-
-
-def test_models_list_json_shows_the_catalogue() -> None:
-    proc = coinfer("models", "list", "--json")
-    assert proc.returncode == 0, proc.stderr
-    rows = json.loads(proc.stdout)
-    assert {r["name"] for r in rows} == CATALOGUE
-    for r in rows:
-        assert {"name", "path", "params", "vocab_size", "backend"} <= r.keys()
-        assert r["path"] is None or Path(r["path"]).is_file()
-    assert {r["name"]: r["vocab_size"] for r in rows}["qwen2.5-coder-1.5b"] == 151936
-
-
-def test_models_info_verifies_the_file(smollm_path: Path) -> None:
-    proc = coinfer("models", "info", "smollm2-135m", "--verify", "--json")
-    assert proc.returncode == 0, proc.stderr
-    info = json.loads(proc.stdout)
-    assert info["path"] == str(smollm_path) and info["sha256_ok"] is True
 
 
 @needs_llama
@@ -212,7 +168,7 @@ def test_generate_with_an_ngram_draft_reports_speculation_stats(smollm_path: Pat
     assert stats["target_forwards"] >= 1 and stats["mean_accepted_length"] >= 1.0
     assert 0.0 <= stats["acceptance_rate"] <= 1.0
     assert out["n_tokens"] >= 1 and len(out["text"]) > 0
-    assert "mean_accepted_length" not in plain["stats"]
+    assert plain["draft"] == "none" and plain["stats"]["drafted"] == 0  # plain decoding drafts nothing
 
 
 @needs_llama
@@ -249,8 +205,28 @@ def test_collective_generate_is_the_plain_greedy_text_with_each_drafts_acceptanc
     assert proc.returncode == 0, proc.stderr
     out = json.loads(proc.stdout)
     assert out["text"] == plain["text"] and out["engine"] == "collective"
-    assert set(out["stats"]["acceptance_by_draft"]) == {"ngram", "smollm2-135m", "voted"}
-    assert out["stats"]["acceptance_by_draft"]["smollm2-135m"] > 0.5  # the target's own weights draft
+    assert set(out["extras"]["acceptance_by_draft"]) == {"ngram", "smollm2-135m", "voted"}
+    assert out["extras"]["acceptance_by_draft"]["smollm2-135m"] > 0.5  # the target's own weights draft
+    assert (
+        out["stats"]["drafted"] >= out["stats"]["accepted"] > 0
+        and out["stats"]["n_tokens"] == out["n_tokens"]
+    )
     # gated (the default), a draft as big as the target costs more than it saves: unused
     gated = json.loads(coinfer(*collective).stdout)
-    assert gated["text"] == plain["text"] and gated["stats"]["rounds_drafting"]["smollm2-135m"] == 0
+    assert gated["text"] == plain["text"] and gated["extras"]["rounds_drafting"]["smollm2-135m"] == 0
+
+
+@pytest.mark.parametrize(
+    ("flags", "needle"),
+    [
+        (["--max-tokens", "-5"], "max_tokens must be at least 1"),
+        (["--temperature", "-1"], "temperature"),
+        (["--draft-tokens", "-2"], "draft_tokens"),
+        (["--engine", "collective", "--drafts", " , "], "--drafts names no drafter"),
+        (["--draft-tokens", "lots"], "expected a whole number or 'auto'"),
+        (["--engine", "fast"], "invalid choice"),
+    ],
+)
+def test_a_bad_flag_is_one_line_and_a_hint_before_any_model_loads(flags: list[str], needle: str) -> None:
+    """The model named does not exist: the flag's error comes first, so nothing was loaded."""
+    assert_user_error(coinfer("generate", "hi", "-m", "no-such-model", *flags, timeout=60), needle)

@@ -1,13 +1,17 @@
-"""Token trees: several drafted continuations verified by the target in one forward.
+"""The one token tree: several drafted continuations, decoded and verified in one forward.
 
 A tree is a list of nodes in topological order (every parent before its children); node
-i holds ``tokens[i]`` and ``parents[i]``, the index of its parent or -1 for a root (a
-first drafted token). Each node sees the context, then its ancestors, then itself: that
-is the attention mask, and ``len(context) + depth`` is its position. Verification runs
-the target once over ``[pending, *tokens]`` (``verify_inputs``); row 0 of the result is
-the target's choice for the roots and row i + 1 its choice after node i. The accepted
-path is the longest root-to-node path whose every token is the target's choice after
-its parent (``greedy_path``), found depth first.
+i holds ``tokens[i]`` and ``parents[i]``, the index of its parent or -1 for a root. Roots
+are at depth 0 and hang off the end of the sequence the tree extends, so node i sits at
+position ``len(sequence) + depth`` and sees the sequence, its ancestors and itself (the
+attention mask). The backends decode a tree in one forward (``SteerableModel.extend``
+with ``parents``); engines build trees from drafts and verify them.
+
+Verification runs the target once over ``verify_inputs(pending)``: the pending token (the
+last one chosen, not yet in the cache) as the one root, the tree under it. Row 0 of the
+result is the target's choice after the context, row i + 1 its choice after node i. The
+accepted path is the longest root-to-node path whose every token is the target's choice
+after its parent (``greedy_path``), found depth first.
 """
 
 from __future__ import annotations
@@ -24,22 +28,29 @@ __all__ = ["TokenTree"]
 
 @dataclass(frozen=True)
 class TokenTree:
-    """Drafted tokens and the parent of each (-1: a root)."""
+    """Tokens and the parent of each (-1: a root, at depth 0)."""
 
     tokens: tuple[int, ...]
     parents: tuple[int, ...]
 
     def __post_init__(self) -> None:
         if len(self.tokens) != len(self.parents):
-            raise ConfigError(f"{len(self.tokens)} tokens but {len(self.parents)} parents")
+            raise ConfigError(f"{len(self.tokens)} tokens need as many parents, got {len(self.parents)}")
         for i, p in enumerate(self.parents):
             if not -1 <= p < i:
-                raise ConfigError(f"node {i} has parent {p}: parents must come before their children")
+                raise ConfigError(
+                    f"node {i} has parent {p}: a parent must be -1 (a root) or an earlier node (0..{i - 1})"
+                )
+
+    @classmethod
+    def of(cls, tokens: Sequence[int], parents: Sequence[int]) -> TokenTree:
+        """A tree from any sequences of ints (numpy arrays included)."""
+        return cls(tuple(int(t) for t in tokens), tuple(int(p) for p in parents))
 
     @classmethod
     def chain(cls, tokens: Sequence[int]) -> TokenTree:
-        """A single drafted continuation."""
-        return cls(tuple(tokens), tuple(range(-1, len(tokens) - 1)))
+        """A single continuation: each token the child of the one before."""
+        return cls.of(tokens, range(-1, len(tokens) - 1))
 
     @classmethod
     def from_paths(cls, paths: Sequence[Sequence[int]]) -> TokenTree:
@@ -62,10 +73,10 @@ class TokenTree:
         return len(self.tokens)
 
     def depths(self) -> list[int]:
-        """Depth of each node; roots have depth 1 (the pending token is depth 0)."""
+        """Depth of each node; roots have depth 0."""
         out: list[int] = []
         for p in self.parents:
-            out.append(1 if p < 0 else out[p] + 1)
+            out.append(0 if p < 0 else out[p] + 1)
         return out
 
     def children(self) -> list[list[int]]:
@@ -75,6 +86,15 @@ class TokenTree:
                 out[p].append(i)
         return out
 
+    def leaves_below(self) -> list[set[int]]:
+        """For each node, the leaves of its subtree (a leaf is a node with no children)."""
+        has_children = {p for p in self.parents if p >= 0}
+        sets: list[set[int]] = [set() if i in has_children else {i} for i in range(len(self))]
+        for i in range(len(self) - 1, -1, -1):
+            if self.parents[i] >= 0:
+                sets[self.parents[i]] |= sets[i]
+        return sets
+
     def path_to(self, node: int) -> list[int]:
         """Node indices from a root down to ``node``."""
         path = []
@@ -82,6 +102,15 @@ class TokenTree:
             path.append(node)
             node = self.parents[node]
         return path[::-1]
+
+    def is_path(self, nodes: Sequence[int]) -> bool:
+        """Whether ``nodes`` is a root-to-node path of this tree."""
+        expected_parent = -1
+        for n in nodes:
+            if not 0 <= n < len(self) or self.parents[n] != expected_parent:
+                return False
+            expected_parent = n
+        return True
 
     def attention_mask(self) -> np.ndarray:
         """(n, n) bool: node i attends to node j iff j is i or one of its ancestors."""

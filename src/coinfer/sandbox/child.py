@@ -1,6 +1,6 @@
 """The sandbox's child process: run untrusted code under limits, answer with one JSON line.
 
-Started by ``coinfer.sandbox.run`` as ``python -I -S _sandbox_child.py`` (no site
+Started by ``coinfer.sandbox.run`` as ``python -I -S child.py`` (no site
 packages, no environment, no script directory on the path); standard library only, and
 it never imports coinfer. It reads one JSON request from stdin:
 ``{"code", "inputs", "modules", "allowed", "cpu_s", "memory_mb", "output_limit"}``

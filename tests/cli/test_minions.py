@@ -14,8 +14,8 @@ from coinfer.chat import ChatRequest
 from coinfer.engines.minions.job_api import chunk_by_paragraphs
 from coinfer.serve import ChatServer
 from coinfer.testing import ScriptedChat
+from tests.cli.run import assert_user_error, coinfer
 from tests.conftest import needs_llama
-from tests.test_cli import assert_user_error, coinfer
 
 DOC = "\n\n".join(
     ["The service section.", "The default port is 8080 unless PORT is set.", "Logs go to stderr."] * 4
@@ -137,3 +137,25 @@ def test_work_the_local_window_cannot_hold_is_refused_before_the_remote_is_paid(
     proc = coinfer("minions", *args, "-q", "Which port?", "--protocol", "minion")
     assert_user_error(proc, "the documents and question have", "--protocol minions")
     assert remote.model.requests == []  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize(
+    ("flags", "needle"),
+    [
+        (["--max-rounds", "0"], "max_rounds"),
+        (["--protocol", "minion", "--max-rounds", "0"], "max_rounds"),
+        (["--chunk-chars", "10"], "chunk_chars >= 200"),
+        (["--protocol", "rag", "--rag-chunks", "0"], "top_k >= 1"),
+        (["--trace", "/no/such/folder/trace.json"], "cannot write the trace"),
+        (["--top-k", "3"], "unrecognized arguments"),
+    ],
+)
+def test_a_bad_flag_is_one_line_and_a_hint_before_any_model_loads(
+    doc: Path, flags: list[str], needle: str
+) -> None:
+    """The models named do not exist: the flag's error comes first, so nothing was loaded."""
+    proc = coinfer(
+        "minions", "--doc", str(doc), "-q", "port?", "--local", "no-such-model", "--remote", "no-such-model",
+        *flags, timeout=60,
+    )  # fmt: skip
+    assert_user_error(proc, needle)

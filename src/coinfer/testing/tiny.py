@@ -1,23 +1,13 @@
-"""Test helpers users can reuse: tiny randomly-initialised transformers models and a
-scripted chat model.
-
-``ScriptedChat(reply)`` answers every request with ``reply(request)`` (or the next of a
-list of replies) and records what it was asked: the fake of the ``ChatModel`` contract.
-``tiny_hf_model_dir(folder, arch=...)`` writes a complete model directory (config,
-safetensors weights, a byte-level BPE tokenizer trained on a few sentences, and a
-ChatML template), so the real loading path runs in tests with no download.
-"""
+"""Tiny randomly-initialised transformers models, written to disk with their tokenizer, so
+the real loading path runs in tests with no download."""
 
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Literal
 
-from coinfer.chat.base import ChatModel, ChatRequest, ChatResult, Usage
-
-__all__ = ["CHATML_TEMPLATE", "ScriptedChat", "tiny_hf_model_dir"]
+__all__ = ["CHATML_TEMPLATE", "tiny_hf_model_dir"]
 
 CHATML_TEMPLATE = (
     "{% for message in messages %}{{'<|im_start|>' + message['role'] + '\\n' + message['content']"
@@ -100,36 +90,3 @@ def tiny_hf_model_dir(
     model.save_pretrained(folder)
     tok.save_pretrained(folder)
     return folder
-
-
-class ScriptedChat(ChatModel):
-    """A ``ChatModel`` whose replies come from a function of the request or a list, in order.
-
-    ``requests`` records every request; ``batches`` the size of every ``chat_batch``.
-    Usage is counted as one token per word, so protocols' accounting can be checked.
-    """
-
-    def __init__(
-        self, reply: Callable[[ChatRequest], str] | Iterable[str], *, name: str = "scripted"
-    ) -> None:
-        self.name = name
-        self._from_request = reply if callable(reply) else None
-        self._queue = None if callable(reply) else iter(reply)
-        self.requests: list[ChatRequest] = []
-        self.batches: list[int] = []
-
-    def _one(self, request: ChatRequest) -> str:
-        if self._from_request is not None:
-            return self._from_request(request)
-        assert self._queue is not None
-        return next(self._queue)
-
-    def chat(self, request: ChatRequest) -> ChatResult:
-        self.requests.append(request)
-        texts = [self._one(request) for _ in range(request.n)]
-        prompt = sum(len(str(m["content"]).split()) for m in request.messages)
-        return ChatResult(texts, ["stop"] * len(texts), Usage(prompt, sum(len(t.split()) for t in texts), 1))
-
-    def chat_batch(self, requests: Sequence[ChatRequest]) -> list[ChatResult]:
-        self.batches.append(len(requests))
-        return [self.chat(r) for r in requests]

@@ -7,15 +7,15 @@ as a ``SandboxError`` whose message is readable by a person and by the remote mo
 wrote the code (``kind``: ``refused``, ``error``, ``timeout``, ``memory``, ``output``,
 ``crashed``), so a protocol can send it back for a bounded number of retries.
 
-The child (``coinfer._sandbox_child``) runs ``python -I -S`` (no site packages, no
-environment) in its own session and an empty working directory, and stacks four layers:
-a static check of the syntax tree, restricted builtins and imports, an audit hook that
-refuses files, sockets, processes and frame access however they are reached, and
-resource limits (CPU seconds, address space, no file writes). Here the parent adds a
-wall-clock timeout that kills the child's whole process group and reads back at most
-``output_limit`` characters. Nothing from the child is unpickled: requests and replies
-are JSON. Trusted helper modules (the MinionS chunking API) are passed as source in
-``modules`` and built before the lockdown.
+The child (``child.py`` here, a script that imports nothing of coinfer) runs ``python -I
+-S`` (no site packages, no environment) in its own session and an empty working
+directory, and stacks four layers: a static check of the syntax tree, restricted
+builtins and imports, an audit hook that refuses files, sockets, processes and frame
+access however they are reached, and resource limits (CPU seconds, address space, no
+file writes). Here the parent adds a wall-clock timeout that kills the child's whole
+process group and reads back at most ``output_limit`` characters. Nothing from the child
+is unpickled: requests and replies are JSON. Trusted helper modules (the MinionS
+chunking API) are passed as source in ``modules`` and built before the lockdown.
 """
 
 from __future__ import annotations
@@ -38,7 +38,7 @@ from coinfer.errors import ConfigError, SandboxError
 
 __all__ = ["DEFAULT_MODULES", "SandboxResult", "run"]
 
-CHILD = Path(__file__).with_name("_sandbox_child.py")
+CHILD = Path(__file__).with_name("child.py")
 
 DEFAULT_MODULES = (
     "re", "json", "math", "collections", "itertools", "functools", "textwrap", "statistics",

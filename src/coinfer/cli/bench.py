@@ -1,0 +1,170 @@
+"""``coinfer bench decode|speculative|collective|minions``: the benchmarks, each writing
+``results.json``, a Markdown table and plots; ``--json`` prints the summary to stdout."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from typing import Any
+
+from coinfer import catalog
+from coinfer.cli.common import DEFAULT_MODEL, add_output_flags, add_pair_flags, err
+
+__all__ = ["add_parser"]
+
+
+def _done(args: argparse.Namespace, summary: Any, lines: list[str]) -> int:
+    """Print the summary: JSON on stdout with ``--json``, else readable lines on stderr."""
+    if args.json:
+        print(json.dumps(summary, ensure_ascii=False))
+    else:
+        for line in lines:
+            err(line)
+    return 0
+
+
+def cmd_decode(args: argparse.Namespace) -> int:
+    from coinfer.bench.decode import DecodeBenchConfig, run_decode_bench
+
+    config = DecodeBenchConfig(
+        out=args.out,
+        models=tuple(args.models or catalog.CATALOG),
+        backends=tuple(args.backends),
+        ks=tuple(args.ks),
+        decode_tokens=args.decode_tokens,
+        repeats=args.repeats,
+        n_threads=args.threads,
+        transformers_models=tuple(args.transformers_models) if args.transformers_models else None,
+    )
+    report = run_decode_bench(config, log=err)
+    return _done(
+        args, report["results"], [f"wrote {report['files']['json']} and {report['files']['markdown']}"]
+    )
+
+
+def cmd_speculative(args: argparse.Namespace) -> int:
+    from coinfer.bench.speculative import PEERS, SpecBenchConfig, run_speculative_bench
+
+    config = SpecBenchConfig(
+        out=args.out,
+        target=args.target,
+        max_tokens=args.max_tokens,
+        quick=args.quick,
+        prompts=args.prompts,
+        peers=tuple(PEERS if args.peers is None else args.peers),
+        n_threads=args.threads,
+        build_peers=args.build_peers,
+    )
+    report = run_speculative_bench(config, log=err)
+    s = report["summary"]
+    line = (
+        f"coinfer: geomean {s['geomean_speedup']}x, min {s['min_speedup']}x, per category "
+        f"{s['per_category']}, identical {s['identical_outputs']}/{s['total_prompts']}; "
+        f"wrote {args.out}/results.json"
+    )
+    return _done(args, {"coinfer": s, "peers": report["peers"]}, [line])
+
+
+def cmd_collective(args: argparse.Namespace) -> int:
+    from coinfer.bench.collective import CollectiveBenchConfig, run_collective_bench
+
+    config = CollectiveBenchConfig(
+        out=args.out,
+        target=args.target,
+        drafts=tuple(d.strip() for d in args.drafts.split(",") if d.strip()),
+        batch_sizes=tuple(args.batch_sizes),
+        max_tokens=args.max_tokens,
+        quick=args.quick,
+        prompts=args.prompts,
+    )
+    report = run_collective_bench(config, log=err)
+    lines = [
+        f"batch {batch}: " + ", ".join(f"{name} {r}x" for name, r in ratios.items())
+        for batch, ratios in report["summary"]["throughput_ratio_vs_plain"].items()
+    ]
+    return _done(args, report["summary"], [*lines, f"wrote {args.out}/results.json"])
+
+
+def cmd_minions(args: argparse.Namespace) -> int:
+    from coinfer.bench.minions import PROTOCOLS, MinionsBenchConfig, run_minions_bench
+
+    config = MinionsBenchConfig(
+        out=args.out,
+        limit=args.limit,
+        protocols=tuple(args.protocols or PROTOCOLS),
+        local=args.local,
+        remote=args.remote,
+        remote_base_url=args.remote_base_url,
+        price_as=args.price_as,
+        parallel=args.parallel,
+        questions=tuple(args.questions or ()),
+        chunk_chars=args.chunk_chars,
+        concurrency=not args.no_concurrency,
+    )
+    report = run_minions_bench(config, log=err)
+    lines = [
+        f"{name}: accuracy {s['accuracy']:.0%}, {s['remote_prompt_tokens']:,.0f} remote prefill tokens, "
+        f"${s['cost_usd']:.5f} per question"
+        for name, s in report["summary"].items()
+    ]
+    if "concurrency" in report:
+        lines.append(f"local jobs together vs one at a time: {report['concurrency']['speedup']}x")
+    return _done(args, report["summary"], [*lines, f"wrote {args.out}/results.json"])
+
+
+def _suite_flags(p: argparse.ArgumentParser, *, out: str, max_tokens: int) -> None:
+    """The flags of the benchmarks that run a prompt suite on a target."""
+    p.add_argument("--out", default=out)
+    p.add_argument("--target", default=DEFAULT_MODEL)
+    p.add_argument("--max-tokens", type=int, default=max_tokens)
+    p.add_argument("--quick", action="store_true", help="2 prompts per category")
+    p.add_argument("--prompts", default=None, help='JSON lines {"id", "category", "messages"}')
+    add_output_flags(p)
+
+
+def add_parser(sub: Any) -> None:
+    bench = sub.add_parser("bench", help="benchmarks").add_subparsers(dest="suite", required=True)
+    p = bench.add_parser("decode", help="tokens/s and forward cost over k tokens, per model and backend")
+    p.add_argument("--out", default="bench-results/decode")
+    p.add_argument("--models", nargs="*", help="catalogue names (default: all)")
+    p.add_argument("--backends", nargs="*", default=["llama.cpp", "transformers"])
+    p.add_argument(
+        "--transformers-models",
+        nargs="*",
+        default=None,
+        help="limit the transformers backend to these models (it is slow on a CPU)",
+    )
+    p.add_argument("--ks", nargs="*", type=int, default=[1, 2, 4, 8, 16, 32])
+    p.add_argument("--decode-tokens", type=int, default=64)
+    p.add_argument("--repeats", type=int, default=5)
+    p.add_argument("--threads", type=int, default=None)
+    add_output_flags(p)
+    p.set_defaults(func=cmd_decode)
+
+    p = bench.add_parser("speculative", help="speculative decoding vs plain decoding and peers")
+    _suite_flags(p, out="bench-results/speculative", max_tokens=256)
+    p.add_argument("--peers", nargs="*", default=None, help="peers to run (default: all available)")
+    p.add_argument(
+        "--build-peers",
+        action="store_true",
+        help="build llama.cpp's C++ llama-server for its peers if missing (about 8 minutes)",
+    )
+    p.add_argument("--threads", type=int, default=None)
+    p.set_defaults(func=cmd_speculative)
+
+    p = bench.add_parser("collective", help="several drafts voting vs plain and single-draft speculation")
+    _suite_flags(p, out="bench-results/collective", max_tokens=128)
+    p.add_argument("--drafts", default="qwen2.5-coder-0.5b,ngram,smollm2-135m")
+    p.add_argument("--batch-sizes", nargs="*", type=int, default=[1, 4, 8])
+    p.set_defaults(func=cmd_collective)
+
+    p = bench.add_parser("minions", help="local-remote protocols: accuracy against remote tokens and dollars")
+    p.add_argument("--out", default="bench-results/minions")
+    p.add_argument("--limit", type=int, default=None, help="questions to run (default: all 36)")
+    p.add_argument("--protocols", nargs="*", default=None, help="default: all")
+    p.add_argument("--questions", nargs="*", default=None, help="question ids to run, e.g. textwrap/0")
+    p.add_argument("--chunk-chars", type=int, default=3000, help="MinionS chunk size (default: %(default)s)")
+    p.add_argument("--no-concurrency", action="store_true", help="skip measuring concurrent local jobs")
+    add_pair_flags(p, price_as="gpt-4o")
+    add_output_flags(p)
+    p.set_defaults(func=cmd_minions)

@@ -1,0 +1,205 @@
+"""What every subcommand shares: flag groups (model, sampling, draft, output), one way to
+load a model from flags, and the one-line error a user mistake gets."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import TYPE_CHECKING, Any, NoReturn
+
+from coinfer import catalog
+
+if TYPE_CHECKING:  # the models package is imported lazily: `coinfer models list` stays fast
+    from coinfer.decoding import SamplingParams
+    from coinfer.models import SteerableModel
+
+__all__ = [
+    "DEFAULT_MODEL",
+    "Parser",
+    "add_draft_flags",
+    "add_model_flags",
+    "add_output_flags",
+    "add_pair_flags",
+    "add_sampling_flags",
+    "draft_tokens",
+    "err",
+    "load_from_args",
+    "open_chat_from_args",
+    "prepare_with_progress",
+    "sampling_from_args",
+]
+
+DEFAULT_MODEL = "qwen2.5-coder-1.5b"
+
+
+def err(text: str) -> None:
+    """A line for the user on stderr (stdout carries results)."""
+    print(text, file=sys.stderr, flush=True)
+
+
+class Parser(argparse.ArgumentParser):
+    """argparse, with a mistake on the command line reported as one line and a hint."""
+
+    def error(self, message: str) -> NoReturn:
+        err(f"coinfer: error: {message}")
+        err(f"hint: see {self.prog} --help")
+        raise SystemExit(2)
+
+
+# ---- flag groups ----------------------------------------------------------------------
+
+
+def add_model_flags(
+    p: argparse.ArgumentParser, *, default: str | None = DEFAULT_MODEL, ctx: int = 4096, ctx_help: str = ""
+) -> None:
+    """--model/-m, --backend/-b, --ctx, --threads, --device."""
+    p.add_argument(
+        "--model",
+        "-m",
+        default=default,
+        required=default is None,
+        help="catalogue name, .gguf file, model directory or Hub id"
+        + (" (default: %(default)s)" if default else ""),
+    )
+    p.add_argument("--backend", "-b", default="llama.cpp", choices=["llama.cpp", "transformers"])
+    p.add_argument(
+        "--ctx", type=int, default=ctx, help=ctx_help or "context window in tokens (default: %(default)s)"
+    )
+    p.add_argument("--threads", type=int, default=None, help="CPU threads (default: all cores)")
+    p.add_argument("--device", default=None, help="transformers device: cpu or cuda (default: auto)")
+
+
+def add_sampling_flags(p: argparse.ArgumentParser) -> None:
+    """--temperature/-t, --top-p, --top-k, --seed: how the target's tokens are drawn."""
+    p.add_argument("--temperature", "-t", type=float, default=0.0, help="0 is greedy (default)")
+    p.add_argument("--top-p", type=float, default=1.0, help="nucleus sampling mass (default: 1, off)")
+    p.add_argument(
+        "--top-k", type=int, default=0, help="sample among the k likeliest tokens (default: 0, off)"
+    )
+    p.add_argument("--seed", type=int, default=None, help="the same seed gives the same text")
+
+
+def draft_tokens(value: str) -> int | str:
+    """``--draft-tokens``: a whole number, or ``auto``."""
+    if value == "auto":
+        return value
+    try:
+        return int(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number or 'auto', got {value!r}") from None
+
+
+def add_draft_flags(p: argparse.ArgumentParser) -> None:
+    """--draft, --draft-tokens: what drafts and how much."""
+    p.add_argument(
+        "--draft",
+        default="auto",
+        help="speculative drafter: auto (default: the best measured, today ngram), none, ngram "
+        "(prompt lookup), or a draft model, e.g. qwen2.5-coder-0.5b (another vocabulary drafts "
+        "through text)",
+    )
+    p.add_argument(
+        "--draft-tokens",
+        type=draft_tokens,
+        default="auto",
+        help="tokens drafted per round: K, or auto (default: chosen online from the measured "
+        "verification cost and acceptance, 0 when drafting does not pay)",
+    )
+
+
+def add_output_flags(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--json", action="store_true", help="print one JSON object with the results")
+
+
+def add_pair_flags(p: argparse.ArgumentParser, *, price_as: str | None) -> None:
+    """The local and remote models, how remote tokens are priced, and local parallelism."""
+    p.add_argument("--local", default="qwen2.5-coder-0.5b", help="local model (default: %(default)s)")
+    p.add_argument(
+        "--remote",
+        default=DEFAULT_MODEL,
+        help="remote model: served here on loopback, or its name at --remote-base-url (default: %(default)s)",
+    )
+    p.add_argument(
+        "--remote-base-url", default=None, help="an OpenAI-compatible API, e.g. https://api.openai.com/v1"
+    )
+    p.add_argument(
+        "--price-as",
+        default=price_as,
+        help="price remote tokens as this model (default: %(default)s; none: the remote, else gpt-4o)",
+    )
+    p.add_argument("--parallel", type=int, default=8, help="local jobs decoded together")
+
+
+def sampling_from_args(args: argparse.Namespace) -> SamplingParams:
+    from coinfer.decoding import SamplingParams
+
+    return SamplingParams(temperature=args.temperature, top_k=args.top_k, top_p=args.top_p, seed=args.seed)
+
+
+# ---- loading --------------------------------------------------------------------------
+
+
+@contextmanager
+def _byte_progress(desc: str, *, enabled: bool) -> Iterator[Callable[[int, int], None] | None]:
+    """A progress bar on stderr fed with (bytes done, bytes total), or None when disabled."""
+    if not enabled:
+        yield None
+        return
+    from tqdm import tqdm
+
+    with tqdm(total=0, unit="B", unit_scale=True, desc=desc, file=sys.stderr, leave=False) as bar:
+
+        def update(done: int, total: int) -> None:
+            bar.total = total
+            bar.update(done - bar.n)
+
+        yield update
+
+
+def prepare_with_progress(name: str, *, force: bool = False, quiet: bool = False) -> str:
+    """Assemble a catalogue model (once), with a progress bar unless ``quiet``; its path."""
+    path = catalog.prepared_path(catalog.get(name))
+    if path and not force:
+        return str(path)
+    with _byte_progress(f"assembling {name}", enabled=not quiet) as progress:
+        return str(catalog.prepare(name, force=force, progress=progress))
+
+
+def load_from_args(
+    args: argparse.Namespace, spec: str | None = None, *, quiet: bool = False, **options: Any
+) -> SteerableModel:
+    """The model ``spec`` (default: ``--model``) on the flags' backend, context, threads and
+    device; a catalogue model is assembled first. ``options`` go to the backend."""
+    from coinfer.models import load_model, resolve
+
+    spec = spec or args.model
+    if resolve(spec).kind == "catalog":
+        prepare_with_progress(spec, quiet=quiet)
+    if not quiet:
+        err(f"loading {spec} on {args.backend}…")
+    return load_model(
+        spec, backend=args.backend, n_ctx=args.ctx, n_threads=args.threads, device=args.device, **options
+    )
+
+
+def open_chat_from_args(
+    args: argparse.Namespace, spec: str, *, n_ctx: int, parallel: int, keep: int = 2, quiet: bool = False
+) -> Any:
+    """``spec`` loaded for chat (``open_local_chat``: a cache per conversation on llama.cpp)
+    on the flags' backend, threads and device; a catalogue model is assembled first."""
+    from coinfer.chat import open_local_chat
+    from coinfer.models import resolve
+
+    if resolve(spec).kind == "catalog":
+        prepare_with_progress(spec, quiet=quiet)
+    return open_local_chat(
+        spec,
+        n_ctx=n_ctx,
+        parallel=parallel,
+        keep=keep,
+        backend=args.backend,
+        n_threads=args.threads,
+        device=args.device,
+    )

@@ -1,0 +1,230 @@
+"""``coinfer generate``: one prompt through the speculative engine (one drafter, or plain
+decoding) or the collective engine (several drafts vote). Both yield the same
+``Response`` objects, so streaming, the summary line and ``--json`` are one code path."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Generator
+from typing import TYPE_CHECKING, Any
+
+from coinfer.cli.common import (
+    add_draft_flags,
+    add_model_flags,
+    add_output_flags,
+    add_sampling_flags,
+    err,
+    load_from_args,
+    sampling_from_args,
+)
+from coinfer.errors import ConfigError
+
+if TYPE_CHECKING:
+    from coinfer.decoding import Drafter, Response
+    from coinfer.models import SteerableModel
+
+__all__ = ["add_parser", "cmd_generate"]
+
+
+def _config(args: argparse.Namespace) -> Any:
+    """The engine's config from the flags, made (and so checked) before any model loads."""
+    sampling = sampling_from_args(args)
+    if args.engine == "collective":
+        from coinfer.engines.collective import CollectiveConfig, GateConfig
+
+        if not _draft_specs(args):
+            raise ConfigError("--drafts names no drafter", hint="pass --drafts ngram,qwen2.5-coder-0.5b")
+        return CollectiveConfig(
+            max_tokens=args.max_tokens,
+            sampling=sampling,
+            draft_tokens=args.draft_tokens,
+            pipeline=args.pipeline,
+            gate=None if args.every_draft else GateConfig(),
+        )
+    from coinfer.decoding import SpecConfig
+
+    return SpecConfig(max_tokens=args.max_tokens, sampling=sampling, draft_tokens=args.draft_tokens)
+
+
+def _draft_specs(args: argparse.Namespace) -> list[str]:
+    return [s.strip() for s in args.drafts.split(",") if s.strip()]
+
+
+def prompt_ids(
+    model: SteerableModel, args: argparse.Namespace, *, quiet: bool = False
+) -> tuple[list[int], str]:
+    """The prompt's ids and its format: "chat" (the model's template) or "raw"."""
+    if args.raw or not model.template.source:
+        if not args.raw and not quiet:
+            err(f"note: {model.name} has no chat template; sending the prompt as plain text")
+        return model.text_prompt(args.prompt), "raw"
+    return model.user_prompt(args.prompt, system=args.system), "chat"
+
+
+def _drafters(args: argparse.Namespace, target: SteerableModel, prompt: list[int]) -> list[Drafter]:
+    """The drafters the flags name (none for ``--draft none``), each model loaded like the target."""
+    from coinfer.decoding import TextDrafter, open_drafter
+
+    specs = _draft_specs(args) if args.engine == "collective" else [args.draft]
+    drafters = []
+    for spec in (s for s in specs if s != "none"):
+        drafter = open_drafter(
+            spec,
+            target,
+            load=lambda name: load_from_args(args, name, quiet=args.json),
+            draft_prompts=lambda model: [prompt_ids(model, args, quiet=True)[0]],
+            target_prompt_lens=[len(prompt)],
+        )
+        if isinstance(drafter, TextDrafter) and not args.json:
+            err(f"note: {drafter.name} tokenizes differently from {target.name}: drafting through text")
+        drafters.append(drafter)
+    return drafters
+
+
+def _stream(
+    args: argparse.Namespace, config: Any, target: SteerableModel, prompt: list[int], drafters: list[Drafter]
+) -> Generator[Response, None, None]:
+    if args.engine == "collective":
+        from coinfer.engines import collective
+
+        return collective.stream(target, [prompt], drafts=drafters, config=config)
+    from coinfer.decoding import stream
+
+    return stream(target, prompt, draft=drafters[0] if drafters else None, config=config)
+
+
+def cmd_generate(args: argparse.Namespace) -> int:
+    config = _config(args)
+    target = load_from_args(args, quiet=args.json)
+    drafters: list[Drafter] = []
+    try:
+        prompt, prompt_format = prompt_ids(target, args)
+        drafters = _drafters(args, target, prompt)
+        responses = _stream(args, config, target, prompt, drafters)
+        tokens, last, code = _follow(responses, echo=not args.json)
+        text = target.detokenize(tokens)
+    finally:
+        for d in drafters:
+            d.close()
+            if d.model is not None:
+                d.model.close()
+        target.close()
+    finish = "interrupted" if code else (last.finish_reason if last else "length")
+    if args.json:
+        print(
+            json.dumps(_json(args, text, tokens, finish, prompt_format, last, drafters), ensure_ascii=False)
+        )
+    else:
+        sys.stdout.write("\n")
+        for line in _summary(last, finish, drafted=bool(drafters)):
+            err(line)
+    return code
+
+
+def _follow(
+    responses: Generator[Response, None, None], *, echo: bool
+) -> tuple[list[int], Response | None, int]:
+    """Stream the text to stdout (if ``echo``); every token, the last response, and the exit
+    code (130 on Ctrl-C, which keeps what was generated)."""
+    tokens: list[int] = []
+    last = None
+    try:
+        for last in responses:
+            tokens += last.tokens
+            if echo:
+                sys.stdout.write(last.text)
+                sys.stdout.flush()
+    except KeyboardInterrupt:
+        responses.close()  # the engine's cleanup runs: sequences released
+        return tokens, last, 130
+    return tokens, last, 0
+
+
+def _json(
+    args: argparse.Namespace,
+    text: str,
+    tokens: list[int],
+    finish: str,
+    prompt_format: str,
+    last: Response | None,
+    drafters: list[Drafter],
+) -> dict[str, Any]:
+    out: dict[str, Any] = {
+        "text": text,
+        "n_tokens": len(tokens),
+        "finish_reason": finish,
+        "model": args.model,
+        "backend": args.backend,
+        "engine": args.engine,
+        "prompt_format": prompt_format,
+    }
+    if args.engine == "collective":
+        out["drafts"] = _draft_specs(args)
+    else:
+        out["draft"] = drafters[0].name if drafters else "none"
+    out["stats"] = last.stats.as_dict() if last else {}
+    out["extras"] = last.extras if last else {}
+    return out
+
+
+def _summary(last: Response | None, finish: str, *, drafted: bool) -> list[str]:
+    """The summary line (and, for the collective engine, the drafts it left out)."""
+    if last is None:
+        return [f"[no tokens, {finish}]"]
+    s, extras = last.stats, last.extras
+    line = (
+        f"[{s.n_tokens} tokens, {s.tokens_per_s:.1f} tok/s (decode {s.decode_tokens_per_s:.1f} tok/s), "
+        f"ttft {s.ttft_s:.2f}s, prompt {s.prompt_tokens} tokens"
+    )
+    if drafted:
+        line += (
+            f", mean accepted length {s.mean_accepted_length:.2f}, acceptance {100 * s.acceptance_rate:.0f}%"
+        )
+    by_draft = extras.get("acceptance_by_draft")
+    if by_draft:
+        line += ", by draft " + ", ".join(
+            f"{k} {'–' if v is None else f'{100 * v:.0f}%'}" for k, v in by_draft.items()
+        )
+    lines = [f"{line}, {finish}]"]
+    idle = [name for name, rounds in extras.get("rounds_drafting", {}).items() if not rounds]
+    if idle and extras.get("verifications"):
+        lines.append(
+            f"[left out: {', '.join(idle)} (not shown to pay for itself here, or not measurable within "
+            "a small share of this run); --every-draft makes every draft draft every round]"
+        )
+    return lines
+
+
+def add_parser(sub: Any) -> None:
+    p = sub.add_parser("generate", help="generate text from a prompt")
+    p.add_argument("prompt")
+    add_model_flags(p)
+    p.add_argument("--max-tokens", "-n", type=int, default=256, help="tokens to generate at most")
+    add_sampling_flags(p)
+    p.add_argument("--system", default=None, help="a system message for the chat template")
+    p.add_argument("--raw", action="store_true", help="send the prompt as plain text, no chat template")
+    add_output_flags(p)
+    add_draft_flags(p)
+    p.add_argument(
+        "--engine",
+        default="speculative",
+        choices=["speculative", "collective"],
+        help="collective: several drafts (--drafts) vote on each draft (paper 001)",
+    )
+    p.add_argument(
+        "--drafts",
+        default="qwen2.5-coder-0.5b,ngram",
+        help="collective: comma-separated drafts, each ngram or a model (default: %(default)s)",
+    )
+    p.add_argument(
+        "--pipeline", action="store_true", help="collective: draft on another core while the target verifies"
+    )
+    p.add_argument(
+        "--every-draft",
+        action="store_true",
+        help="collective: every draft drafts every round, also one that costs more than it saves "
+        "(default: such a draft only drafts now and then, to measure it)",
+    )
+    p.set_defaults(func=cmd_generate)

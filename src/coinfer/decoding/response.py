@@ -1,0 +1,127 @@
+"""What every engine yields: ``Response`` objects carrying one ``DecodeStats``.
+
+An engine's ``stream`` yields a ``Response`` per step (a round of verification, a
+protocol step): the text and token ids it adds, and the request's stats so far; the last
+response of a request carries its ``finish_reason``. The engine's blocking call returns
+one ``Response`` per request with the whole text and every token. Counts every engine
+shares live in ``DecodeStats``; what only one engine has (votes, usage per side, pipeline
+records…) goes in ``extras``, which holds JSON data. The CLI, the server and the
+benchmarks read only these two types.
+"""
+
+from __future__ import annotations
+
+import copy
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+__all__ = ["DecodeStats", "Response"]
+
+
+@dataclass
+class DecodeStats:
+    """Counts and timings of one request; times in seconds (``time.perf_counter``).
+
+    ``target_forwards`` counts the target's forwards for this request, the prefill
+    included; ``rounds`` those after it (verifications: plain decoding has one per token
+    after the first). ``drafted`` draft tokens were verified and ``accepted`` kept.
+    """
+
+    prompt_tokens: int = 0
+    n_tokens: int = 0
+    rounds: int = 0
+    drafted: int = 0
+    accepted: int = 0
+    target_forwards: int = 0
+    start: float = field(default_factory=time.perf_counter)
+    first_token_at: float | None = None
+    last_token_at: float | None = None
+
+    def prefilled(self) -> None:
+        """The target read the prompt."""
+        self.target_forwards += 1
+
+    def verified(self, drafted: int, accepted: int) -> None:
+        """One verification: ``drafted`` draft tokens sent to the target, ``accepted`` kept."""
+        self.target_forwards += 1
+        self.rounds += 1
+        self.drafted += drafted
+        self.accepted += accepted
+
+    def emitted(self, n: int) -> None:
+        """``n`` tokens of output arrived now."""
+        if n <= 0:
+            return
+        now = time.perf_counter()
+        self.n_tokens += n
+        self.first_token_at = self.first_token_at or now
+        self.last_token_at = now
+
+    def snapshot(self) -> DecodeStats:
+        return copy.copy(self)
+
+    @property
+    def ttft_s(self) -> float:
+        return (self.first_token_at or time.perf_counter()) - self.start
+
+    @property
+    def total_s(self) -> float:
+        return (self.last_token_at or time.perf_counter()) - self.start
+
+    @property
+    def tokens_per_s(self) -> float:
+        """End to end: tokens over the whole time, prefill included."""
+        return self.n_tokens / self.total_s if self.total_s > 0 else 0.0
+
+    @property
+    def decode_tokens_per_s(self) -> float:
+        """Decode only: tokens after the first over the time from the first to the last."""
+        if self.n_tokens < 2 or self.first_token_at is None or self.last_token_at is None:
+            return 0.0
+        span = self.last_token_at - self.first_token_at
+        return (self.n_tokens - 1) / span if span > 0 else 0.0
+
+    @property
+    def mean_accepted_length(self) -> float:
+        """Tokens per verification: 1 + accepted / rounds (the target's own token included)."""
+        return 1.0 + self.accepted / self.rounds if self.rounds else 0.0
+
+    @property
+    def acceptance_rate(self) -> float:
+        return self.accepted / self.drafted if self.drafted else 0.0
+
+    def as_dict(self) -> dict[str, float | int]:
+        return {
+            "prompt_tokens": self.prompt_tokens,
+            "n_tokens": self.n_tokens,
+            "ttft_s": round(self.ttft_s, 4),
+            "total_s": round(self.total_s, 4),
+            "tokens_per_s": round(self.tokens_per_s, 3),
+            "decode_tokens_per_s": round(self.decode_tokens_per_s, 3),
+            "rounds": self.rounds,
+            "target_forwards": self.target_forwards,
+            "drafted": self.drafted,
+            "accepted": self.accepted,
+            "mean_accepted_length": round(self.mean_accepted_length, 3),
+            "acceptance_rate": round(self.acceptance_rate, 3),
+        }
+
+
+@dataclass
+class Response:
+    """One step of a stream, or (from a blocking call) a whole request.
+
+    ``text`` and ``tokens``: what this step adds (the whole output from a blocking call);
+    ``request``: the index of the prompt it answers (batch engines); ``stats``: the
+    request's stats up to this step; ``finish_reason`` on a request's last response:
+    ``stop`` (an end-of-turn token or the answer), ``length`` (the token budget or the
+    context window) or ``interrupted``.
+    """
+
+    text: str
+    tokens: list[int]
+    stats: DecodeStats
+    finish_reason: str | None = None
+    request: int = 0
+    extras: dict[str, Any] = field(default_factory=dict)

@@ -1,0 +1,97 @@
+"""The fake of the steerable-model contract: a model whose greedy choice is a function of
+the tokens before it. Tokens 0..255 are bytes and 256 ends a turn, so text round-trips;
+the full contract holds (chains, trees, truncate, commit, release), so engines can be
+tested without any weights."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+import numpy as np
+
+from coinfer.models.base import Seq, SteerableModel
+from coinfer.models.chat_template import ChatTemplate
+from coinfer.models.tree import TokenTree
+
+__all__ = ["EOS", "ScriptedModel", "script"]
+
+EOS = 256
+
+
+class ScriptedModel(SteerableModel):
+    """``next_token(prefix)`` is the greedy token after ``prefix`` (its logit 10, the rest 0).
+
+    ``released``: ids of released sequences; ``forwards``: the token count of every forward
+    (``extend`` and each ``extend_many`` item); ``threads``: every ``set_threads`` count.
+    """
+
+    name = "scripted"
+    backend = "fake"
+    vocab_size = 257
+    eos_ids = frozenset({EOS})
+    template = ChatTemplate(source=None)
+
+    def __init__(
+        self, next_token: Callable[[list[int]], int], *, n_ctx: int = 64, name: str = "scripted"
+    ) -> None:
+        super().__init__()
+        self.next_token = next_token
+        self.n_ctx = n_ctx
+        self.name = name
+        self.released: list[int] = []
+        self.forwards: list[int] = []
+        self.threads: list[int] = []
+        self._threads = 1
+
+    def tokenize(self, text: str, *, special: bool = False, add_bos: bool = False) -> list[int]:
+        return list(text.encode("utf-8"))
+
+    def detokenize(self, ids: Sequence[int]) -> str:
+        """Byte runs decoded as UTF-8; the end-of-turn token rendered as ``</s>``."""
+        out, run = [], bytearray()
+        for t in ids:
+            if t == EOS:
+                out += [run.decode("utf-8", "replace"), "</s>"]
+                run.clear()
+            else:
+                run.append(t)
+        return "".join([*out, run.decode("utf-8", "replace")])
+
+    def set_threads(self, n: int) -> int | None:
+        self.threads.append(n)
+        previous, self._threads = self._threads, n
+        return previous
+
+    def _row(self, prefix: list[int]) -> np.ndarray:
+        row = np.zeros(self.vocab_size, dtype=np.float32)
+        row[self.next_token(prefix)] = 10.0
+        return row
+
+    def _extend(self, seq: Seq, ids: list[int], tree: TokenTree | None, last_only: bool) -> np.ndarray:
+        self.forwards.append(len(ids))
+        if tree is None:
+            prefixes = [seq.tokens + ids[: j + 1] for j in range(len(ids))]
+        else:
+            prefixes = [seq.tokens + [ids[n] for n in tree.path_to(j)] for j in range(len(ids))]
+        rows = [self._row(p) for p in prefixes]
+        return np.stack(rows[-1:] if last_only else rows)
+
+    def _commit_path(self, seq: Seq, path: list[int]) -> None:
+        return None  # the base class keeps the tokens; nothing else is cached
+
+    def _truncate(self, seq: Seq, length: int) -> None:
+        return None
+
+    def _release(self, seq: Seq) -> None:
+        self.released.append(seq.id)
+
+
+def script(prompt_len: int, out: Sequence[int], then: int = ord("z")) -> Callable[[list[int]], int]:
+    """A ``next_token`` that emits ``out`` after a prompt of ``prompt_len`` tokens, then
+    ``then`` forever."""
+
+    def next_token(prefix: list[int]) -> int:
+        i = len(prefix) - prompt_len
+        return out[i] if 0 <= i < len(out) else then
+
+    return next_token

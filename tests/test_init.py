@@ -1,0 +1,37 @@
+"""The top-level package: what a user's first program imports."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import coinfer
+
+
+def test_every_name_in_all_resolves() -> None:
+    for name in coinfer.__all__:
+        assert getattr(coinfer, name) is not None, name
+    assert coinfer.collective.generate and coinfer.minions.generate and coinfer.generate
+    namespace: dict[str, object] = {}
+    exec("from coinfer import *", namespace)
+    assert set(coinfer.__all__) <= set(namespace)
+
+
+def test_each_engine_exports_the_convention() -> None:
+    """A frozen Config, ``stream`` and ``generate`` in every engine (and the speculative core)."""
+    import dataclasses
+
+    for config, module in (
+        (coinfer.SpecConfig, coinfer),
+        (coinfer.collective.CollectiveConfig, coinfer.collective),
+        (coinfer.minions.MinionsConfig, coinfer.minions),
+    ):
+        assert dataclasses.is_dataclass(config) and config.__dataclass_params__.frozen  # type: ignore[attr-defined]
+        assert callable(module.stream) and callable(module.generate)
+
+
+def test_importing_coinfer_loads_no_engine() -> None:
+    """``import coinfer`` stays light (the CLI's ``models list`` starts fast); names load on use."""
+    code = "import coinfer, sys; print(sorted(m for m in sys.modules if m.startswith(('coinfer.', 'numpy'))))"
+    loaded = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert loaded.strip() == "['coinfer.errors']", loaded
