@@ -1,5 +1,5 @@
 # The README's two commands: `make demo` and `make test`. Both set up .venv first.
-# `make test` runs ruff, the import contracts (pyproject.toml) and pytest.
+# `make test` runs `make lint` (ruff, the import contracts in pyproject.toml, mypy), then pytest.
 PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
@@ -21,10 +21,7 @@ $(VENV)/.installed: pyproject.toml scripts/build-llama-wheel.sh
 demo: setup
 	$(BIN)/coinfer generate "$(PROMPT)"
 
-test: setup
-	$(BIN)/ruff check src tests
-	$(BIN)/ruff format --check src tests
-	$(BIN)/lint-imports
+test: lint
 	$(BIN)/python -m pytest -q $(PYTEST_ARGS)
 
 lint: setup

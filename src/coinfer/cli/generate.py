@@ -111,7 +111,7 @@ def cmd_generate(args: argparse.Namespace) -> int:
             if d.model is not None:
                 d.model.close()
         target.close()
-    finish = "interrupted" if code else (last.finish_reason if last else "length")
+    finish = "interrupted" if code else ((last.finish_reason if last else None) or "length")
     if args.json:
         print(
             json.dumps(_json(args, text, tokens, finish, prompt_format, last, drafters), ensure_ascii=False)

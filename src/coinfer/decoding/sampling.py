@@ -95,7 +95,9 @@ class PositionDraws:
     """
 
     def __init__(self, seed: int | None) -> None:
-        self.seed = seed if seed is not None else int(np.random.SeedSequence().entropy % (1 << 63))
+        self.seed = (
+            seed if seed is not None else int(np.random.SeedSequence().generate_state(1, np.uint64)[0] >> 1)
+        )
 
     def uniform(self, position: int) -> float:
         return float(np.random.default_rng([self.seed, position]).random())

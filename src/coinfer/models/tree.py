@@ -103,6 +103,17 @@ class TokenTree:
             node = self.parents[node]
         return path[::-1]
 
+    def nodes_along(self, tokens: Sequence[int]) -> list[int]:
+        """The nodes that spell ``tokens`` from a root down, as far as the tree has them."""
+        children, level, out = self.children(), [i for i, p in enumerate(self.parents) if p < 0], []
+        for token in tokens:
+            node = next((n for n in level if self.tokens[n] == int(token)), None)
+            if node is None:
+                break
+            out.append(node)
+            level = children[node]
+        return out
+
     def is_path(self, nodes: Sequence[int]) -> bool:
         """Whether ``nodes`` is a root-to-node path of this tree."""
         expected_parent = -1

@@ -39,14 +39,7 @@ from coinfer.decoding.response import Response
 from coinfer.engines.collective.config import CollectiveConfig
 from coinfer.engines.collective.gate import SourceGate
 from coinfer.engines.collective.pipeline import run_pipelined
-from coinfer.engines.collective.rounds import (
-    Learner,
-    Request,
-    RunRecord,
-    draft_and_vote,
-    new_request,
-    prefill,
-)
+from coinfer.engines.collective.rounds import Learner, Request, RunRecord, Session
 from coinfer.engines.collective.selector import SpeculationLengthSelector
 from coinfer.engines.collective.voting import VoteWeights
 from coinfer.errors import ConfigError
@@ -73,17 +66,13 @@ def stream(
         )
     for prompt in ids:
         check_prompt(target, prompt)
-    run = RunRecord(_unique_names(drafts))
-    learner = _learner(drafts, config)
+    session = Session(target, drafts, config, _learner(drafts, config), RunRecord(_unique_names(drafts)), 0.0)
+    session.start = time.perf_counter()
     detoks: dict[int, IncrementalDetokenizer] = {}
-    start = time.perf_counter()
-    if config.pipeline and drafts:
-        steps = run_pipelined(target, drafts, ids, config, learner, run, start)
-    else:
-        steps = _run_sequential(target, drafts, ids, config, learner, run, start)
+    steps = run_pipelined(session, ids) if config.pipeline and drafts else _run_sequential(session, ids)
     for touched in steps:
         for r in touched:
-            response = _response(target, r, detoks, run, learner)
+            response = _response(session, r, detoks)
             if response is not None:
                 yield response
 
@@ -139,26 +128,20 @@ def _learner(drafts: Sequence[Drafter], config: CollectiveConfig) -> Learner:
     return Learner(weights, selector, fixed, config.sampling, config.max_tokens, gate, drafts, sizers)
 
 
-def _response(
-    target: SteerableModel,
-    r: Request,
-    detoks: dict[int, IncrementalDetokenizer],
-    run: RunRecord,
-    learner: Learner,
-) -> Response | None:
+def _response(session: Session, r: Request, detoks: dict[int, IncrementalDetokenizer]) -> Response | None:
     """The response for what ``r`` gained since its last one (None if nothing, unfinished)."""
     new = r.tokens[r.reported :]
     r.reported = len(r.tokens)
     if not new and not r.done:
         return None
-    detok = detoks.setdefault(r.key, IncrementalDetokenizer(target.detokenize))
+    detok = detoks.setdefault(r.key, IncrementalDetokenizer(session.target.detokenize))
     text = "".join(detok.push(t) for t in new)
     extras = {}
     if r.done:
         text += detok.flush()
         del detoks[r.key]
-        _sync(run, learner)
-        extras = run.as_extras()
+        _sync(session.record, session.learner)
+        extras = session.record.as_extras()
     return Response(text, new, r.stats.snapshot(), r.finish_reason, r.key, extras)
 
 
@@ -171,45 +154,27 @@ def _sync(run: RunRecord, learner: Learner) -> None:
         run.s_history = list(learner.selector.history)
 
 
-def _run_sequential(
-    target: SteerableModel,
-    drafts: Sequence[Drafter],
-    prompts: Sequence[list[int]],
-    config: CollectiveConfig,
-    learner: Learner,
-    run: RunRecord,
-    start: float,
-) -> Iterator[list[Request]]:
+def _run_sequential(session: Session, prompts: Sequence[list[int]]) -> Iterator[list[Request]]:
     """Draft, vote and verify in turn, every running request in each batch; yield the
     requests each step advanced."""
+    target, learner = session.target, session.learner
     pending = deque(enumerate(prompts))
     running: list[Request] = []
     try:
         while pending or running:
-            joining = []
-            while pending and len(running) + len(joining) < config.max_batch:
-                key, prompt = pending.popleft()
-                joining.append(new_request(target, key, prompt, config.sampling, start))
+            joining = session.admit(pending, len(running))
             if joining:
-                prefill(target, joining, config.sampling, config.max_tokens, learner.gate)
                 running += joining
                 yield joining
             live = [r for r in running if not r.done]
             if live:
                 t0 = time.perf_counter()
-                contexts = [(r.key, r.context) for r in live]
-                votes = draft_and_vote(
-                    target,
-                    drafts,
-                    learner.sizers,
-                    contexts,
-                    learner.s,
-                    learner.weights.weights,
-                    gate=learner.gate,
-                )
+                votes = session.draft([(r.key, r.context) for r in live])
                 draft_s = time.perf_counter() - t0
-                run.draft_s += draft_s
-                learner.feed(learner.verify(target, list(zip(live, votes, strict=True)), run, draft_s))
+                session.record.draft_s += draft_s
+                learner.feed(
+                    learner.verify(target, list(zip(live, votes, strict=True)), session.record, draft_s)
+                )
                 yield live
             for r in [r for r in running if r.done]:
                 target.release(r.seq)

@@ -34,18 +34,8 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 
 from coinfer.decoding.drafters import Drafter
-from coinfer.engines.collective.config import CollectiveConfig
 from coinfer.engines.collective.gate import SourceGate
-from coinfer.engines.collective.rounds import (
-    Feedback,
-    Learner,
-    Request,
-    RunRecord,
-    Voted,
-    draft_and_vote,
-    new_request,
-    prefill,
-)
+from coinfer.engines.collective.rounds import Feedback, Request, Session, Voted
 from coinfer.errors import ConfigError
 from coinfer.models.base import SteerableModel
 
@@ -70,43 +60,34 @@ class _Pool:
         self.pin: Callable[[], object] = lambda: None  # pins the drafter thread to its cores
 
 
-def run_pipelined(
-    target: SteerableModel,
-    drafts: Sequence[Drafter],
-    prompts: Sequence[Sequence[int]],
-    config: CollectiveConfig,
-    learner: Learner,
-    run: RunRecord,
-    start: float,
-) -> Iterator[list[Request]]:
+def run_pipelined(session: Session, prompts: Sequence[list[int]]) -> Iterator[list[Request]]:
     """Generate for every prompt with drafting and verifying overlapped; yield the
     requests each step advanced."""
-    if any(d.model is target for d in drafts):
+    target, learner = session.target, session.learner
+    if any(d.model is target for d in session.drafts):
         raise ConfigError(
             "a pipelined draft cannot be the target model itself",
             hint="load the draft separately, or run without the pipeline",
         )
     pool = _Pool()
-    drafter = threading.Thread(
-        target=_draft_loop, args=(pool, target, drafts, learner, run), name="coinfer-drafter", daemon=True
-    )
+    drafter = threading.Thread(target=_draft_loop, args=(pool, session), name="coinfer-drafter", daemon=True)
     pending = deque(enumerate(prompts))
     active: dict[int, Request] = {}
-    with _cores(target, drafts, config.draft_threads) as cores:
+    with _cores(target, session.drafts, session.config.draft_threads) as cores:
         pool.pin = cores.pin_drafter
         drafter_started = False
         try:
             drafter.start()
             drafter_started = True
             while pending or active:
-                joined = _admit(pool, target, pending, active, config, learner.gate, start)
+                joined = _admit(pool, session, pending, active)
                 if joined:
                     yield joined
                 batch = _take_batch(pool)
                 if batch:
                     cores.fit(_drafts_compute(learner.gate))
-                    events = learner.verify(target, batch, run)
-                    _settle(pool, target, batch, active, run, learner.gate, events)
+                    events = learner.verify(target, batch, session.record)
+                    _settle(pool, session, batch, active, events)
                     yield [r for r, _ in batch]
         finally:
             with pool.cv:
@@ -123,31 +104,21 @@ def run_pipelined(
 
 
 def _admit(
-    pool: _Pool,
-    target: SteerableModel,
-    pending: deque[tuple[int, Sequence[int]]],
-    active: dict[int, Request],
-    config: CollectiveConfig,
-    gate: SourceGate | None,
-    start: float,
+    pool: _Pool, session: Session, pending: deque[tuple[int, list[int]]], active: dict[int, Request]
 ) -> list[Request]:
     """Prefill pending requests while there is room, and hand them to the drafter (one
     that ends at its first token is done at once); the requests prefilled."""
-    joining = []
-    while pending and len(active) + len(joining) < config.max_batch:
-        key, prompt = pending.popleft()
-        joining.append(new_request(target, key, prompt, config.sampling, start))
+    joining = session.admit(pending, len(active))
     if not joining:
         return joining
-    prefill(target, joining, config.sampling, config.max_tokens, gate)
     with pool.cv:
         for r in joining:
             if r.done:
-                target.release(r.seq)
+                session.target.release(r.seq)
             else:
                 active[r.key] = r
                 pool.todo.append(r)
-        pool.batch = _verify_batch(len(active), gate)
+        pool.batch = _verify_batch(len(active), session.learner.gate)
         pool.cv.notify_all()
     return joining
 
@@ -181,16 +152,15 @@ def _take_batch(pool: _Pool) -> list[tuple[Request, Voted]]:
 
 def _settle(
     pool: _Pool,
-    target: SteerableModel,
+    session: Session,
     batch: list[tuple[Request, Voted]],
     active: dict[int, Request],
-    run: RunRecord,
-    gate: SourceGate | None,
     events: list[Feedback],
 ) -> None:
     """After a verification: finished requests leave; the others get their pre-draft if
     the target did what it assumed, or go back to be drafted; the drafters' feedback is
     handed to the drafter thread."""
+    run = session.record
     with pool.cv:
         pool.feedback += events
         for r, _ in batch:
@@ -198,7 +168,7 @@ def _settle(
             guess = pool.predrafts.pop(r.key, None)
             if r.done:
                 del active[r.key]
-                target.release(r.seq)
+                session.target.release(r.seq)
                 pool.forget.append(r.key)
                 run.predrafts_wasted += guess is not None
             elif guess is not None and guess[0] == r.context:
@@ -207,15 +177,14 @@ def _settle(
             else:
                 run.predrafts_wasted += guess is not None
                 pool.todo.append(r)
-        pool.batch = _verify_batch(len(active), gate)
+        pool.batch = _verify_batch(len(active), session.learner.gate)
         pool.cv.notify_all()
 
 
-def _draft_loop(
-    pool: _Pool, target: SteerableModel, drafts: Sequence[Drafter], learner: Learner, run: RunRecord
-) -> None:
+def _draft_loop(pool: _Pool, session: Session) -> None:
     """The drafter thread: deliver feedback, then draft what waits, else pre-draft what is
     being verified."""
+    learner = session.learner
     try:
         pool.pin()
         while True:
@@ -236,7 +205,7 @@ def _draft_loop(
             if stop:
                 return
             if job is not None:
-                _do_job(pool, target, drafts, learner, weights, s, job, run)
+                _do_job(pool, session, weights, s, job)
     except BaseException as exc:  # noqa: BLE001 - handed to the verifying thread
         with pool.cv:
             pool.error = exc
@@ -265,20 +234,15 @@ def _next_job(pool: _Pool) -> tuple[str, list[tuple[Request, list[int]]]] | None
 
 def _do_job(
     pool: _Pool,
-    target: SteerableModel,
-    drafts: Sequence[Drafter],
-    learner: Learner,
+    session: Session,
     weights: list[float],
     s: int,
     job: tuple[str, list[tuple[Request, list[int]]]],
-    run: RunRecord,
 ) -> None:
     kind, items = job
+    run = session.record
     t0 = time.perf_counter()
-    contexts = [(r.key, c) for r, c in items]
-    votes = draft_and_vote(
-        target, drafts, learner.sizers, contexts, s, weights, guess=True, gate=learner.gate
-    )
+    votes = session.draft([(r.key, c) for r, c in items], guess=True, s=s, weights=weights)
     run.draft_s += time.perf_counter() - t0
     with pool.cv:
         for (r, context), v in zip(items, votes, strict=True):

@@ -9,6 +9,7 @@ target's own next token, and rolls the rest back.
 from __future__ import annotations
 
 import time
+from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -19,12 +20,23 @@ from coinfer.decoding.response import DecodeStats
 from coinfer.decoding.sampling import PositionDraws, SamplingParams, probs_from_logits, sample_at
 from coinfer.decoding.speculative import emit_tokens, window_full, window_room
 from coinfer.decoding.verify import accept_deterministic
+from coinfer.engines.collective.config import CollectiveConfig
 from coinfer.engines.collective.gate import SourceGate
 from coinfer.engines.collective.selector import SpeculationLengthSelector
 from coinfer.engines.collective.voting import VoteWeights, held_prefix, majority_vote
 from coinfer.models.base import Seq, SteerableModel
 
-__all__ = ["Feedback", "Learner", "Request", "RunRecord", "Voted", "draft_and_vote", "new_request", "prefill"]
+__all__ = [
+    "Feedback",
+    "Learner",
+    "Request",
+    "RunRecord",
+    "Session",
+    "Voted",
+    "draft_and_vote",
+    "new_request",
+    "prefill",
+]
 
 
 @dataclass
@@ -331,3 +343,49 @@ def take(target: SteerableModel, r: Request, new: list[int], max_tokens: int) ->
     if not finished and window_full(len(r.context), target.n_ctx):
         finished = "length"
     r.finish_reason = finished
+
+
+@dataclass
+class Session:
+    """One call of the engine: the target, the drafters, the settings, what every
+    verification teaches (``learner``), the run's record, and when it started."""
+
+    target: SteerableModel
+    drafts: Sequence[Drafter]
+    config: CollectiveConfig
+    learner: Learner
+    record: RunRecord
+    start: float
+
+    def admit(self, pending: deque[tuple[int, list[int]]], running: int) -> list[Request]:
+        """Pending requests that fit beside ``running`` ones, prefilled together (each with
+        its first token; one may be done at once)."""
+        joining: list[Request] = []
+        while pending and running + len(joining) < self.config.max_batch:
+            key, prompt = pending.popleft()
+            joining.append(new_request(self.target, key, prompt, self.config.sampling, self.start))
+        if joining:
+            prefill(self.target, joining, self.config.sampling, self.config.max_tokens, self.learner.gate)
+        return joining
+
+    def draft(
+        self,
+        contexts: list[tuple[int, list[int]]],
+        *,
+        guess: bool = False,
+        s: int | None = None,
+        weights: Sequence[float] | None = None,
+    ) -> list[Voted]:
+        """Every drafter's drafts after the contexts, voted per request; ``s`` and the
+        weights are the learner's now unless given (a snapshot taken under a lock)."""
+        learner = self.learner
+        return draft_and_vote(
+            self.target,
+            self.drafts,
+            learner.sizers,
+            contexts,
+            learner.s if s is None else s,
+            learner.weights.weights if weights is None else weights,
+            guess=guess,
+            gate=learner.gate,
+        )

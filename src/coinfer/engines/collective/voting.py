@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from coinfer.errors import ConfigError
+from coinfer.models.tree import TokenTree
 
 __all__ = ["Vote", "VoteConfig", "VoteWeights", "held_prefix", "majority_vote"]
 
@@ -63,30 +64,34 @@ class Vote:
 def majority_vote(drafts: Sequence[Sequence[int]], weights: Sequence[float]) -> Vote:
     """The heaviest root-to-leaf path of the drafts' weighted token tree.
 
-    At each level the child with the largest summed weight wins; a tie goes to the child
-    whose heaviest single draft is heavier, then to the earlier draft. The walk ends
-    where no draft goes further, at the end of the heaviest draft still on the path.
+    The drafts are merged into one ``TokenTree``; a node weighs the summed weights of the
+    drafts through it. From the roots, the heaviest child is taken level by level; a tie
+    goes to the child whose heaviest single draft is heavier, then to the earlier draft.
+    The walk ends at a leaf, where the drafts through it end: the heaviest of them is the
+    voted draft.
     """
     if len(drafts) != len(weights):
         raise ConfigError(f"{len(drafts)} drafts but {len(weights)} weights")
-    alive = [i for i, d in enumerate(drafts) if len(d) > 0]
-    depth = 0
-    while True:
-        children: dict[int, list[int]] = {}
-        for i in alive:
-            if len(drafts[i]) > depth:
-                children.setdefault(int(drafts[i][depth]), []).append(i)
-        if not children:
-            break
-        alive = max(
-            children.values(),
-            key=lambda ids: (sum(weights[i] for i in ids), max(weights[i] for i in ids), -min(ids)),
+    tree = TokenTree.from_paths(drafts)
+    through: list[list[int]] = [[] for _ in range(len(tree))]  # node -> the drafts through it
+    for i, draft in enumerate(drafts):
+        for node in tree.nodes_along(draft):
+            through[node].append(i)
+    children, end = tree.children(), -1
+    level = [n for n, p in enumerate(tree.parents) if p < 0]
+    while level:
+        end = max(
+            level,
+            key=lambda n: (
+                sum(weights[i] for i in through[n]),
+                max(weights[i] for i in through[n]),
+                -min(through[n]),
+            ),
         )
-        depth += 1
-    if not alive:
+        level = children[end]
+    if end < 0:
         return Vote([], -1)
-    ending = [i for i in alive if len(drafts[i]) == depth]
-    voter = max(ending, key=lambda i: (weights[i], -i))
+    voter = max(through[end], key=lambda i: (weights[i], -i))
     return Vote([int(t) for t in drafts[voter]], voter)
 
 

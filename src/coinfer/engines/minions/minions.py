@@ -236,7 +236,7 @@ def _execute(rnd: int, jobs: list[dict[str, Any]], config: MinionsConfig) -> Any
     if config.verify_citations:
         for job, outs in zip(jobs, outputs, strict=True):
             for out in outs:
-                if out["answer"] is not None:
+                if out is not None and out["answer"] is not None:
                     _check_backing(out, job["chunk"])
     return outputs
 
