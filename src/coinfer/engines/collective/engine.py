@@ -66,8 +66,8 @@ def stream(
         )
     for prompt in ids:
         check_prompt(target, prompt)
-    session = Session(target, drafts, config, _learner(drafts, config), RunRecord(_unique_names(drafts)), 0.0)
-    session.start = time.perf_counter()
+    record, started = RunRecord(_unique_names(drafts)), time.perf_counter()
+    session = Session(target, drafts, config, _learner(drafts, config), record, started)
     detoks: dict[int, IncrementalDetokenizer] = {}
     steps = run_pipelined(session, ids) if config.pipeline and drafts else _run_sequential(session, ids)
     for touched in steps:
