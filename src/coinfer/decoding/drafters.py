@@ -84,13 +84,19 @@ class Drafter(ABC):
 
 
 def common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
-    """How many leading tokens ``a`` and ``b`` share."""
-    n = 0
-    for x, y in zip(a, b, strict=False):
-        if x != y:
-            break
-        n += 1
-    return n
+    """How many leading tokens ``a`` and ``b`` share (slices compared in C: a context's
+    shared prefix is hundreds of tokens and is asked for every round)."""
+    x, y = list(a), list(b)
+    lo, hi = 0, min(len(x), len(y))
+    if x[:hi] == y[:hi]:
+        return hi
+    while lo < hi:  # the longest equal prefix, by halving: x[:lo] == y[:lo] and x[:hi + 1] != y[:hi + 1]
+        mid = (lo + hi + 1) // 2
+        if x[:mid] == y[:mid]:
+            lo = mid
+        else:
+            hi = mid - 1
+    return lo
 
 
 def rewind_to(model: SteerableModel, seq: Seq, context: list[int]) -> list[int]:

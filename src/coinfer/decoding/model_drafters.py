@@ -108,7 +108,9 @@ class TextDrafter(Drafter):
     ``target_prompt_lens[key]`` says where the target's prompt ends in the context.
     Proposals are deterministic (greedy draft), so verification keeps the output lossless.
     A proposal whose re-tokenization would change tokens already generated is dropped.
-    Every request drafts in one batch per step (``ModelDrafter``).
+    Every request drafts in one batch per step (``ModelDrafter``). It learns nothing from
+    ``feedback``: the next proposal re-reads the request's text and rolls the draft
+    model's cache back to it.
     """
 
     def __init__(
@@ -150,10 +152,6 @@ class TextDrafter(Drafter):
             ok = retokenized[: len(generated)] == generated
             out.append(Draft(retokenized[len(generated) : len(generated) + k] if ok else []))
         return out
-
-    def feedback(self, key: int, context: Sequence[int], kept: Sequence[int]) -> None:
-        if key < len(self.draft_prompts):
-            self._inner.feedback(key, [], self._texts(key, [*context, *kept])[2])
 
     def forget(self, key: int) -> None:
         self._inner.forget(key)
