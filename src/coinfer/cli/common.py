@@ -167,16 +167,23 @@ def prepare_with_progress(name: str, *, force: bool = False, quiet: bool = False
         return str(catalog.prepare(name, force=force, progress=progress))
 
 
+def _assemble_if_catalogued(spec: str, *, quiet: bool) -> None:
+    """A catalogue model is assembled (once) before a backend opens it."""
+    from coinfer.models import resolve
+
+    if resolve(spec).kind == "catalog":
+        prepare_with_progress(spec, quiet=quiet)
+
+
 def load_from_args(
     args: argparse.Namespace, spec: str | None = None, *, quiet: bool = False, **options: Any
 ) -> SteerableModel:
     """The model ``spec`` (default: ``--model``) on the flags' backend, context, threads and
     device; a catalogue model is assembled first. ``options`` go to the backend."""
-    from coinfer.models import load_model, resolve
+    from coinfer.models import load_model
 
     spec = spec or args.model
-    if resolve(spec).kind == "catalog":
-        prepare_with_progress(spec, quiet=quiet)
+    _assemble_if_catalogued(spec, quiet=quiet)
     if not quiet:
         err(f"loading {spec} on {args.backend}…")
     return load_model(
@@ -190,10 +197,8 @@ def open_chat_from_args(
     """``spec`` loaded for chat (``open_local_chat``: a cache per conversation on llama.cpp)
     on the flags' backend, threads and device; a catalogue model is assembled first."""
     from coinfer.chat import open_local_chat
-    from coinfer.models import resolve
 
-    if resolve(spec).kind == "catalog":
-        prepare_with_progress(spec, quiet=quiet)
+    _assemble_if_catalogued(spec, quiet=quiet)
     return open_local_chat(
         spec,
         n_ctx=n_ctx,

@@ -76,12 +76,6 @@ class Drafter(ABC):
     def close(self) -> None:  # noqa: B027
         """Forget every request (the drafter's model, if any, belongs to the caller)."""
 
-    def __enter__(self) -> Drafter:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
 
 def common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
     """How many leading tokens ``a`` and ``b`` share (slices compared in C: a context's

@@ -140,18 +140,8 @@ def _response(session: Session, r: Request, detoks: dict[int, IncrementalDetoken
     if r.done:
         text += detok.flush()
         del detoks[r.key]
-        _sync(session.record, session.learner)
-        extras = session.record.as_extras()
+        extras = session.record.as_extras(session.learner)
     return Response(text, new, r.stats.snapshot(), r.finish_reason, r.key, extras)
-
-
-def _sync(run: RunRecord, learner: Learner) -> None:
-    """Copy the learners' state into the run's record."""
-    run.weights = list(learner.weights.weights)
-    if learner.gate is not None:
-        run.rounds_on, run.rounds_explored = list(learner.gate.rounds_on), list(learner.gate.rounds_explored)
-    if learner.selector is not None:
-        run.s_history = list(learner.selector.history)
 
 
 def _run_sequential(session: Session, prompts: Sequence[list[int]]) -> Iterator[list[Request]]:

@@ -48,13 +48,9 @@ class RunRecord:
     verify_s: float = 0.0
     verifications: int = 0  # batched target forwards after the prefills
     longest_draft: list[int] = field(default_factory=list)  # per verification: its longest voted draft
-    s_history: list[int] = field(default_factory=list)  # the selector's s after each of its decisions
-    weights: list[float] = field(default_factory=list)
     source_rates: list[list[float]] = field(default_factory=list)  # per draft, per draft it made
     voted_rates: list[float] = field(default_factory=list)  # per verified non-empty voted draft
     voted_from: list[int] = field(default_factory=list)  # per verified voted draft: its drafter
-    rounds_on: list[int] = field(default_factory=list)  # per draft: rounds it drafted for all (gated)
-    rounds_explored: list[int] = field(default_factory=list)  # per draft: rounds it drafted for one
     predrafts_used: int = 0  # pipelined: drafts made during the verification they assumed
     predrafts_wasted: int = 0
 
@@ -70,22 +66,24 @@ class RunRecord:
         out["voted"] = sum(self.voted_rates) / len(self.voted_rates) if self.voted_rates else None
         return out
 
-    def as_extras(self) -> dict[str, Any]:
-        """JSON data for a response's ``extras``."""
+    def as_extras(self, learner: Learner) -> dict[str, Any]:
+        """JSON data for a response's ``extras``: this record and what ``learner`` holds now
+        (the weights, the selector's ``s`` history, the gate's rounds per draft)."""
 
         def by_draft(values: Sequence[Any]) -> dict[str, Any]:
             return dict(zip(self.drafts, values, strict=False))
 
+        gate, selector = learner.gate, learner.selector
         return {
             "drafts": list(self.drafts),
             "acceptance_by_draft": {
                 k: None if v is None else round(v, 4) for k, v in self.acceptance().items()
             },
-            "weights": by_draft([round(w, 3) for w in self.weights]),
-            "s_history": list(self.s_history),
+            "weights": by_draft([round(w, 3) for w in learner.weights.weights]),
+            "s_history": list(selector.history) if selector is not None else [],
             "verifications": self.verifications,
-            "rounds_drafting": by_draft(self.rounds_on),
-            "rounds_exploring": by_draft(self.rounds_explored),
+            "rounds_drafting": by_draft(gate.rounds_on if gate is not None else []),
+            "rounds_exploring": by_draft(gate.rounds_explored if gate is not None else []),
             "predrafts_used": self.predrafts_used,
             "predrafts_wasted": self.predrafts_wasted,
             "draft_s": round(self.draft_s, 4),
