@@ -199,6 +199,25 @@ def test_sequences_do_not_disturb_each_other(subject: Subject) -> None:
     model.release(s2)
 
 
+def test_fork_starts_an_independent_copy(subject: Subject) -> None:
+    """A token tree's branch grows from a fork: the copy and the source each go on as if
+    they had been decoded alone, and rolling one back leaves the other's cache whole."""
+    model, prompt = subject.model, _prompt(subject.model)
+    source = model.new_sequence()
+    model.extend(source, prompt)
+    branch = model.fork(source)
+    assert branch.tokens == prompt and branch.id != source.id
+    subject.assert_close(model.extend(branch, [50, 51]), _fresh(model, [*prompt, 50, 51])[-2:])
+    model.truncate(source, len(prompt) - 1)
+    subject.assert_close(model.extend(source, [42]), _fresh(model, [*prompt[:-1], 42])[-1:])
+    subject.assert_close(model.extend(branch, [52]), _fresh(model, [*prompt, 50, 51, 52])[-1:])
+    model.extend(branch, [44], parents=[-1])
+    with pytest.raises(SequenceError, match="pending token tree"):
+        model.fork(branch)
+    model.release(branch)
+    model.release(source)
+
+
 def test_extend_many_equals_separate_extends(subject: Subject) -> None:
     model, prompt = subject.model, _prompt(subject.model)
     s1, s2 = model.new_sequence(), model.new_sequence()

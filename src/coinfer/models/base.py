@@ -4,7 +4,8 @@ A ``SteerableModel`` holds any number of independent ``Seq`` handles (llama.cpp:
 in one shared context; transformers: one ``DynamicCache`` each). ``extend`` appends
 tokens and returns their logits; with ``parents`` the tokens form a ``TokenTree`` whose
 nodes see only their ancestors, and the tree stays *pending* until ``commit_path`` keeps
-one root-to-node path of it or ``truncate`` drops it. The validation and bookkeeping
+one root-to-node path of it or ``truncate`` drops it; ``fork`` starts a new sequence as a
+copy of another. The validation and bookkeeping
 live here once; a backend only implements the ``_``-prefixed hooks. Every misuse of a
 sequence handle is a ``SequenceError``.
 """
@@ -112,6 +113,24 @@ class SteerableModel(ABC):
         self._next_seq_id += 1
         self._live[seq.id] = seq
         return seq
+
+    def fork(self, seq: Seq) -> Seq:
+        """A new sequence that starts as a copy of ``seq``: its tokens and its cache (a
+        token tree's branches grow this way, each from the point where it splits off).
+        llama.cpp shares the cells, transformers the cache tensors; neither is recomputed."""
+        self._check_live(seq)
+        if seq.pending is not None:
+            raise SequenceError(
+                "cannot fork a sequence with a pending token tree: commit or truncate it first"
+            )
+        new = self.new_sequence()
+        try:
+            self._fork(seq, new)
+        except BaseException:
+            self.release(new)
+            raise
+        new.tokens = list(seq.tokens)
+        return new
 
     def extend(
         self,
@@ -243,6 +262,9 @@ class SteerableModel(ABC):
 
     def _extend_many(self, items: list[tuple[Seq, list[int]]], last_only: bool) -> list[np.ndarray]:
         return [self._extend(seq, ids, None, last_only) for seq, ids in items]
+
+    @abstractmethod
+    def _fork(self, source: Seq, new: Seq) -> None: ...
 
     @abstractmethod
     def _commit_path(self, seq: Seq, path: list[int]) -> None: ...

@@ -126,6 +126,13 @@ class HFModel(SteerableModel):
             layer.keys = layer.keys[..., :length, :]
             layer.values = layer.values[..., :length, :]
 
+    def _fork(self, source: Seq, new: Seq) -> None:
+        """The new cache holds the same tensors: every change to a cache (``update``,
+        ``truncate``, ``commit_path``) makes new tensors, so sharing them is safe."""
+        own = _hseq(new).cache
+        for index, layer in enumerate(self._layers(source)):
+            own.update(layer.keys, layer.values, index)
+
     def _commit_path(self, seq: Seq, path: list[int]) -> None:
         start = len(seq.tokens)
         keep = self._torch.tensor(

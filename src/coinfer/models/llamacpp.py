@@ -5,7 +5,8 @@ seq_id. A token tree is decoded in one ``llama_decode``: every leaf gets a tempo
 seq_id that first shares the sequence's cells (``memory_seq_cp``), and each tree token
 carries the seq_ids of the leaves below it, so it attends exactly to the prefix and its
 ancestors; positions are ``len(seq) + depth``. ``commit_path`` copies the kept path to the
-sequence's own seq_id and drops the temporaries; ``truncate`` is ``memory_seq_rm``.
+sequence's own seq_id and drops the temporaries; ``truncate`` is ``memory_seq_rm``, and
+``fork`` is ``memory_seq_cp`` of every cell (shared, not copied).
 """
 
 from __future__ import annotations
@@ -296,6 +297,10 @@ class LlamaCppModel(SteerableModel):
         for tid in self._tree_ids.pop(seq.id, []):
             self._lc.llama_memory_seq_rm(self._mem, tid, -1, -1)
             self._free_ids.append(tid)
+
+    def _fork(self, source: Seq, new: Seq) -> None:
+        src, dst = backend_seq(source, LlamaSeq), backend_seq(new, LlamaSeq)
+        self._lc.llama_memory_seq_cp(self._mem, src.llama_id, dst.llama_id, -1, -1)
 
     def _commit_path(self, seq: Seq, path: list[int]) -> None:
         seq = backend_seq(seq, LlamaSeq)

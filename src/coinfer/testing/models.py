@@ -5,7 +5,7 @@ tested without any weights."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 import numpy as np
 
@@ -19,7 +19,9 @@ EOS = 256
 
 
 class ScriptedModel(SteerableModel):
-    """``next_token(prefix)`` is the greedy token after ``prefix`` (its logit 10, the rest 0).
+    """``next_token(prefix)`` is the greedy token after ``prefix`` (its logit 10, the rest 0),
+    or a distribution ``{token: probability}`` after it (the logits are their logs; a token
+    left out has probability about 1e-13), for engines that read a model's confidence.
 
     ``released``: ids of released sequences; ``forwards``: the token count of every forward
     (``extend`` and each ``extend_many`` item); ``threads``: every ``set_threads`` count.
@@ -32,7 +34,11 @@ class ScriptedModel(SteerableModel):
     template = ChatTemplate(source=None)
 
     def __init__(
-        self, next_token: Callable[[list[int]], int], *, n_ctx: int = 64, name: str = "scripted"
+        self,
+        next_token: Callable[[list[int]], int | Mapping[int, float]],
+        *,
+        n_ctx: int = 64,
+        name: str = "scripted",
     ) -> None:
         super().__init__()
         self.next_token = next_token
@@ -63,8 +69,14 @@ class ScriptedModel(SteerableModel):
         return previous
 
     def _row(self, prefix: list[int]) -> np.ndarray:
+        choice = self.next_token(prefix)
+        if isinstance(choice, Mapping):
+            row = np.full(self.vocab_size, -30.0, dtype=np.float32)
+            for token, p in choice.items():
+                row[token] = np.log(p)
+            return row
         row = np.zeros(self.vocab_size, dtype=np.float32)
-        row[self.next_token(prefix)] = 10.0
+        row[choice] = 10.0
         return row
 
     def _extend(self, seq: Seq, ids: list[int], tree: TokenTree | None, last_only: bool) -> np.ndarray:
@@ -75,6 +87,9 @@ class ScriptedModel(SteerableModel):
             prefixes = [seq.tokens + [ids[n] for n in tree.path_to(j)] for j in range(len(ids))]
         rows = [self._row(p) for p in prefixes]
         return np.stack(rows[-1:] if last_only else rows)
+
+    def _fork(self, source: Seq, new: Seq) -> None:
+        return None  # the base class copies the tokens; nothing else is cached
 
     def _commit_path(self, seq: Seq, path: list[int]) -> None:
         return None  # the base class keeps the tokens; nothing else is cached
