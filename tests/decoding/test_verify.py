@@ -91,3 +91,55 @@ def test_coupled_acceptance_keeps_a_draft_as_often_as_rejection_and_emits_the_ta
     assert _chi2(np.array(seconds), p[1]) < CHI2_999[3]
     assert abs(kept / 20000 - p[0][3]) < 0.015
     assert coupled_accept([2, 1, 3], _one_hot([2, 1, 3, 0]), [0.5] * 4) == (3, 0)  # greedy: all kept
+
+
+def _logits_of(probs: np.ndarray) -> np.ndarray:
+    return np.log(np.maximum(probs, 1e-300))
+
+
+def test_tree_acceptance_walks_the_targets_greedy_choices_through_the_tree() -> None:
+    """Figure 8: the branch whose tokens the target would choose wins, whatever its place
+    in the tree, and the target's own next token follows it."""
+    from coinfer.decoding.sampling import PositionDraws, SamplingParams
+    from coinfer.decoding.verify import accept_tree
+    from coinfer.models.tree import TokenTree
+
+    tree = TokenTree.of([1, 2, 3, 2, 0], [-1, 0, 0, -1, 3])  # 1 -> {2, 3}; 2 -> 0
+    # rows: after the context, then after each node; the target's argmax per row
+    choices = [1, 3, 0, 2, 0, 1]
+    rows = _logits_of(_one_hot(choices))
+    greedy = SamplingParams()
+    assert accept_tree(tree, rows, greedy, PositionDraws(0), 10) == ([0, 2], 2)  # 1, 3, then its own 2
+    rows = _logits_of(_one_hot([2, 0, 0, 0, 0, 3]))
+    assert accept_tree(tree, rows, greedy, PositionDraws(0), 10) == ([3, 4], 3)  # the second root's branch
+    assert accept_tree(tree, _logits_of(_one_hot([3] * 6)), greedy, PositionDraws(0), 10) == ([], 3)
+    assert accept_tree(TokenTree.of([], []), rows[:1], greedy, PositionDraws(0), 10) == ([], 2)
+
+
+def test_tree_acceptance_when_sampling_emits_the_targets_own_draws() -> None:
+    """Each token is the target's sample with its position's draw, whichever tokens the
+    tree holds: the first two output tokens follow p (chi-square) and equal what the
+    target alone draws from the same seed."""
+    from coinfer.decoding.sampling import PositionDraws, SamplingParams, sample_at
+    from coinfer.decoding.verify import accept_tree
+    from coinfer.models.tree import TokenTree
+
+    p0 = np.array([0.1, 0.2, 0.3, 0.4])
+    p1 = {3: np.array([0.7, 0.1, 0.1, 0.1]), 2: np.array([0.25, 0.25, 0.25, 0.25])}
+    tree = TokenTree.of([3, 2, 0], [-1, -1, 0])  # roots 3 and 2; 3 -> 0
+    rows = _logits_of(np.stack([p0, p1[3], p1[2], np.full(4, 0.25)]))
+    sampling = SamplingParams(temperature=1.0)
+    firsts, seconds = [], []
+    for seed in range(8000):
+        draws = PositionDraws(seed)
+        path, nxt = accept_tree(tree, rows, sampling, draws, 5)
+        out = [tree.tokens[n] for n in path] + [nxt]
+        alone = sample_at(p0, draws.uniform(5))
+        assert out[0] == alone
+        if out[0] in p1 and len(out) > 1:
+            assert out[1] == sample_at(p1[out[0]], draws.uniform(6))
+            if out[0] == 3:
+                seconds.append(out[1])
+        firsts.append(out[0])
+    assert _chi2(np.array(firsts), p0) < CHI2_999[3]
+    assert _chi2(np.array(seconds), p1[3]) < CHI2_999[3]

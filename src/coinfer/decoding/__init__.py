@@ -14,7 +14,13 @@ from coinfer.decoding.prompting import as_prompt, check_prompt
 from coinfer.decoding.response import DecodeStats, Response
 from coinfer.decoding.sampling import PositionDraws, SamplingParams, probs_from_logits, sample, sample_at
 from coinfer.decoding.speculative import Round, SpecConfig, generate, generate_rounds, stream
-from coinfer.decoding.verify import accept_deterministic, coupled_accept, greedy_accept, speculative_accept
+from coinfer.decoding.verify import (
+    accept_deterministic,
+    accept_tree,
+    coupled_accept,
+    greedy_accept,
+    speculative_accept,
+)
 from coinfer.models.tree import TokenTree
 
 __all__ = [
@@ -35,6 +41,7 @@ __all__ = [
     "TextDrafter",
     "TokenTree",
     "accept_deterministic",
+    "accept_tree",
     "as_prompt",
     "check_prompt",
     "coupled_accept",

@@ -9,6 +9,11 @@ drafter (n-grams, a greedy draft model) has one-hot ``q``. With a greedy target 
 ``p`` is one-hot and the rule reduces to ``greedy_accept``: keep the longest prefix that
 equals the target's argmax.
 
+``accept_tree`` verifies a deterministic token *tree* (LLMCad, SpecInfer) the coupled way:
+from the context, the target chooses each next token (greedy, or sampled with that
+position's draw) and the walk descends into the child holding it, so the text is the
+target's own whichever branches the tree holds.
+
 ``coupled_accept`` is the same rule for deterministic drafts, drawn the other way round:
 the target samples each position with that position's own uniform draw, and a draft
 token is kept iff it equals that sample. It keeps ``d_i`` with probability ``p_i(d_i)``
@@ -23,8 +28,9 @@ from collections.abc import Sequence
 import numpy as np
 
 from coinfer.decoding.sampling import PositionDraws, SamplingParams, probs_from_logits, sample_at
+from coinfer.models.tree import TokenTree
 
-__all__ = ["accept_deterministic", "coupled_accept", "greedy_accept", "speculative_accept"]
+__all__ = ["accept_deterministic", "accept_tree", "coupled_accept", "greedy_accept", "speculative_accept"]
 
 
 def greedy_accept(draft: Sequence[int], target_probs: np.ndarray) -> tuple[int, int]:
@@ -63,6 +69,33 @@ def accept_deterministic(
         return greedy_accept(draft, rows)  # the argmax of the logits is the greedy choice
     probs = np.stack([probs_from_logits(r, sampling) for r in rows])
     return coupled_accept(draft, probs, [draws.uniform(at + i) for i in range(len(rows))])
+
+
+def accept_tree(
+    tree: TokenTree, rows: np.ndarray, sampling: SamplingParams, draws: PositionDraws, at: int
+) -> tuple[list[int], int]:
+    """(accepted nodes root first, the target's next token) for a tree whose tokens carry no
+    distributions.
+
+    ``rows`` (len(tree) + 1, vocab): the target's logits from one forward over
+    ``tree.verify_inputs(pending)``: row 0 after the context, row i + 1 after node i; row 0
+    predicts position ``at``. Siblings hold distinct tokens (a trie), so the walk is one path.
+    """
+    children = tree.children()
+    level = [i for i, p in enumerate(tree.parents) if p < 0]
+    path: list[int] = []
+    row = 0
+    while True:
+        logits = rows[row]
+        if sampling.greedy:
+            choice = int(np.argmax(logits))
+        else:
+            choice = sample_at(probs_from_logits(logits, sampling), draws.uniform(at + len(path)))
+        node = next((c for c in level if tree.tokens[c] == choice), None)
+        if node is None:
+            return path, choice
+        path.append(node)
+        level, row = children[node], node + 1
 
 
 def speculative_accept(

@@ -1,0 +1,281 @@
+"""The LLMCad engine (paper 002): a memory-resident draft writes a token tree, the target
+verifies the whole tree in one pass when the draft's confidence runs low.
+
+Each round: the draft grows a tree after the context (``TreeGrower``, paced by Eq. 1-2)
+until the self-adaptive fallback fires (T_c < alpha, §3.3) or the tree is full; the
+target runs once over the pending token and the tree (one batch, each token seeing only
+its ancestors) and the walk of ``accept_tree`` keeps the target's own text: the longest
+verified path and the target's next token. Both caches roll back to it. While the
+target verifies, the draft goes on along its most confident branch (§3.4).
+
+Three layers, as every engine: ``generate_rounds`` yields a ``TreeRound`` per target
+forward, ``stream`` turns them into ``Response`` objects, ``generate`` blocks.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Generator, Iterator, Sequence
+from dataclasses import dataclass, replace
+from typing import Any
+
+from coinfer.decoding.detok import IncrementalDetokenizer
+from coinfer.decoding.drafters import check_same_vocabulary
+from coinfer.decoding.prompting import as_prompt, check_prompt
+from coinfer.decoding.response import DecodeStats, Response
+from coinfer.decoding.sampling import PositionDraws, probs_from_logits, sample_at
+from coinfer.decoding.speculative import emit_tokens, window_full, window_room
+from coinfer.decoding.verify import accept_tree
+from coinfer.engines.llmcad.config import LLMCadConfig
+from coinfer.engines.llmcad.fallback import AdaptiveThreshold
+from coinfer.engines.llmcad.speculation import Chain, Speculator
+from coinfer.engines.llmcad.tree_draft import TreeGrower
+from coinfer.errors import ConfigError
+from coinfer.models.base import Seq, SteerableModel
+
+__all__ = ["TreeRound", "generate", "generate_rounds", "stream"]
+
+
+@dataclass(frozen=True)
+class TreeRound:
+    """One target forward (the first is the prefill): the tokens it added, the tree it
+    verified and why the draft stopped growing it (``fallback``: "confidence" when T_c fell
+    below alpha, "tree_size", "ended" when no branch could grow, "fixed" for a fixed
+    size), and the speculative tokens kept into the next tree or discarded."""
+
+    tokens: list[int]
+    drafted: int = 0
+    accepted: int = 0
+    branches: int = 0
+    fallback: str | None = None
+    alpha: float | None = None
+    speculated_kept: int = 0
+    speculated_discarded: int = 0
+    draft_s: float = 0.0
+    verify_s: float = 0.0
+    finished: str | None = None
+
+
+class _Request:
+    """One request's state: the target's sequence, the draft's tree, the threshold."""
+
+    def __init__(self, target: SteerableModel, draft: SteerableModel, config: LLMCadConfig) -> None:
+        self.target, self.config = target, config
+        self.draws = PositionDraws(config.sampling.seed)
+        self.threshold = AdaptiveThreshold(config.alpha)
+        self.seq: Seq = target.new_sequence()
+        self.grower: TreeGrower | None = None
+        self.speculator: Speculator | None = None
+        self.chain: Chain = []
+        if config.draft_tokens != 0:
+            self.grower = TreeGrower(
+                draft,
+                sampling=config.sampling,
+                branch_confidence=config.branch_confidence,
+                max_branches=config.max_branches,
+            )
+            if config.speculative:
+                self.speculator = Speculator(draft, self.grower.confidence)
+
+    def close(self) -> None:
+        if self.speculator is not None:
+            self.speculator.close()
+        if self.grower is not None:
+            self.grower.close()
+        self.target.release(self.seq)
+
+    def choose(self, logits: Any, position: int) -> int:
+        """The target's token at ``position`` from its logits (greedy, or the position's draw)."""
+        return sample_at(probs_from_logits(logits, self.config.sampling), self.draws.uniform(position))
+
+
+def generate_rounds(
+    target: SteerableModel,
+    prompt: Sequence[int],
+    *,
+    draft: SteerableModel,
+    config: LLMCadConfig = LLMCadConfig(),  # noqa: B008  (frozen, so a shared default is safe)
+) -> Iterator[TreeRound]:
+    """Yield rounds until an end-of-generation token or ``max_tokens``; the text is the
+    target's own (greedy: equal to the target alone; sampled: the same seeded text)."""
+    check_prompt(target, prompt)
+    check_same_vocabulary(draft, target)
+    req = _Request(target, draft, config)
+    try:
+        t0 = time.perf_counter()
+        first = req.choose(target.extend(req.seq, list(prompt), last_only=True)[-1], len(prompt))
+        context, produced = list(prompt), 0
+        r = TreeRound([first], verify_s=time.perf_counter() - t0)
+        while True:
+            kept, finished = emit_tokens(r.tokens, target.eos_ids, config.max_tokens - produced)
+            context.extend(kept)
+            produced += len(kept)
+            if not finished and window_full(len(context), target.n_ctx):
+                finished = "length"
+            yield replace(r, tokens=kept, finished=finished)
+            if finished:
+                return
+            room = min(config.max_tokens - produced - 1, window_room(len(context), target.n_ctx))
+            if req.grower is not None:
+                room = min(room, window_room(len(context), req.grower.draft.n_ctx))
+            r = _round(req, context, room)
+    finally:
+        req.close()
+
+
+def _round(req: _Request, context: list[int], room: int) -> TreeRound:
+    """Grow a tree until the fallback fires, verify it in one target pass (the draft
+    speculating meanwhile), roll both sides back to what the target kept."""
+    t0 = time.perf_counter()
+    grower, alpha = req.grower, req.threshold.alpha
+    fallback = None
+    if grower is not None:
+        grower.start(context, req.chain[: min(room, _tree_limit(req.config))])
+        fallback = _grow_until_fallback(grower, req, room)
+    t1 = time.perf_counter()
+    tree = grower.tree() if grower is not None else None
+    spec = req.speculator
+    if spec is not None and grower is not None:
+        branch = max(grower.branches, key=lambda b: b.confidence)
+        spec.begin(branch, min(room - len(branch.nodes), _tree_limit(req.config)))
+    try:
+        path, nxt = _verify(req, context, tree)
+    finally:
+        speculated = spec.end() if spec is not None else []
+    kept = _kept_speculation(req, path, nxt, speculated)
+    req.chain = speculated[1:] if kept else []
+    if grower is not None and tree is not None and len(tree):
+        n_all = grower.settle(path)
+        if req.config.draft_tokens == "auto":
+            req.threshold.update(len(path), n_all)
+    drafted = len(tree) if tree is not None else 0
+    return TreeRound(
+        [*(tree.tokens[n] for n in path), nxt] if tree is not None else [nxt],
+        drafted=drafted,
+        accepted=len(path),
+        branches=len(grower.branches) if grower is not None else 0,
+        fallback=fallback,
+        alpha=alpha if req.config.draft_tokens == "auto" else None,
+        speculated_kept=len(speculated) if kept else 0,
+        speculated_discarded=0 if kept else len(speculated),
+        draft_s=t1 - t0,
+        verify_s=time.perf_counter() - t1,
+    )
+
+
+def _grow_until_fallback(grower: TreeGrower, req: _Request, room: int) -> str:
+    """Lengthen the tree a token at a time until the fallback fires (or the tree is full)."""
+    auto, limit = req.config.draft_tokens == "auto", _tree_limit(req.config)
+    while True:
+        if len(grower.tokens) >= limit:
+            return "tree_size" if auto else "fixed"
+        if not grower.grow(room, limit):
+            return "ended"
+        if auto and req.threshold.due(grower.branch_confidences()):
+            return "confidence"
+
+
+def _tree_limit(config: LLMCadConfig) -> int:
+    """The most tokens a tree may hold: ``max_tree_size``, or the fixed size."""
+    return config.max_tree_size if config.draft_tokens == "auto" else int(config.draft_tokens)
+
+
+def _verify(req: _Request, context: list[int], tree: Any) -> tuple[list[int], int]:
+    """One target forward over the pending token and the tree: (kept nodes, next token)."""
+    target, seq = req.target, req.seq
+    if tree is None:
+        return [], req.choose(target.extend(seq, [context[-1]])[-1], len(context))
+    ids, parents = tree.verify_inputs(context[-1])
+    rows = target.extend(seq, ids, parents=parents)
+    path, nxt = accept_tree(tree, rows, req.config.sampling, req.draws, len(context))
+    target.commit_path(seq, [0, *(n + 1 for n in path)])
+    return path, nxt
+
+
+def _kept_speculation(req: _Request, path: list[int], nxt: int, speculated: Chain) -> bool:
+    """Whether the draft's speculation continues the target's text: the target kept the
+    whole branch it went on along, and chose the token it went on with."""
+    spec = req.speculator
+    if spec is None or spec.branch is None or not speculated:
+        return False
+    return path == spec.branch.nodes and speculated[0][0] == nxt
+
+
+def stream(
+    target: SteerableModel,
+    prompt: str | Sequence[int],
+    *,
+    draft: SteerableModel,
+    config: LLMCadConfig = LLMCadConfig(),  # noqa: B008
+) -> Generator[Response, None, None]:
+    """One ``Response`` per target forward: the text it adds, the stats so far, and in
+    ``extras`` the trees (sizes, fallbacks), alpha's history and the speculation.
+
+    ``prompt``: token ids, or a user's message (the target's chat template is applied).
+    ``draft``: the memory-resident model, of the target's vocabulary.
+    """
+    ids = as_prompt(target, prompt)
+    stats = DecodeStats(prompt_tokens=len(ids))
+    detok = IncrementalDetokenizer(target.detokenize)
+    log = _Log(draft.name)
+    for r in generate_rounds(target, ids, draft=draft, config=config):
+        if stats.target_forwards:
+            stats.verified(r.drafted, r.accepted)
+            log.add(r)
+        else:
+            stats.prefilled()
+        stats.emitted(len(r.tokens))
+        text = "".join(detok.push(t) for t in r.tokens) + (detok.flush() if r.finished else "")
+        yield Response(text, list(r.tokens), stats.snapshot(), r.finished, extras=log.extras())
+
+
+class _Log:
+    """What ``stats.extras`` reports of a request's verifications."""
+
+    def __init__(self, draft: str) -> None:
+        self.draft = draft
+        self.tree_sizes: list[int] = []
+        self.fallbacks: dict[str, int] = {}
+        self.alpha_history: list[float] = []
+        self.kept = self.discarded = 0
+        self.draft_s = self.verify_s = 0.0
+
+    def add(self, r: TreeRound) -> None:
+        self.tree_sizes.append(r.drafted)
+        if r.fallback:
+            self.fallbacks[r.fallback] = self.fallbacks.get(r.fallback, 0) + 1
+        if r.alpha is not None:
+            self.alpha_history.append(r.alpha)
+        self.kept += r.speculated_kept
+        self.discarded += r.speculated_discarded
+        self.draft_s += r.draft_s
+        self.verify_s += r.verify_s
+
+    def extras(self) -> dict[str, Any]:
+        return {
+            "draft": self.draft,
+            "verifications": len(self.tree_sizes),
+            "tree_sizes": list(self.tree_sizes),
+            "fallbacks": dict(self.fallbacks),
+            "alpha_history": list(self.alpha_history),
+            "speculative": {"kept": self.kept, "discarded": self.discarded},
+            "draft_s": round(self.draft_s, 4),
+            "verify_s": round(self.verify_s, 4),
+        }
+
+
+def generate(
+    target: SteerableModel,
+    prompt: str | Sequence[int],
+    *,
+    draft: SteerableModel,
+    config: LLMCadConfig = LLMCadConfig(),  # noqa: B008
+) -> Response:
+    """Generate to the end: one ``Response`` with the whole text and every token."""
+    tokens: list[int] = []
+    last = None
+    for last in stream(target, prompt, draft=draft, config=config):
+        tokens += last.tokens
+    if last is None:  # pragma: no cover - a stream always ends with a finished response
+        raise ConfigError("the stream ended without a response")
+    return Response(target.detokenize(tokens), tokens, last.stats, last.finish_reason, extras=last.extras)
