@@ -230,3 +230,19 @@ def test_collective_generate_is_the_plain_greedy_text_with_each_drafts_acceptanc
 def test_a_bad_flag_is_one_line_and_a_hint_before_any_model_loads(flags: list[str], needle: str) -> None:
     """The model named does not exist: the flag's error comes first, so nothing was loaded."""
     assert_user_error(coinfer("generate", "hi", "-m", "no-such-model", *flags, timeout=60), needle)
+
+
+@needs_llama
+def test_generate_with_the_llmcad_engine_reports_its_trees(smollm_path: Path) -> None:
+    """The same model drafting for itself (a second context): the target's own text, in
+    far fewer verifications than tokens; a draft that is no model is refused up front."""
+    args = ("generate", "Count from one to ten.", "-m", "smollm2-135m", "-n", "16", "--json")
+    plain = json.loads(coinfer(*args, "--draft", "none").stdout)
+    out = json.loads(coinfer(*args, "--engine", "llmcad", "--draft", "smollm2-135m").stdout)
+    assert out["engine"] == "llmcad" and out["draft"] == "smollm2-135m"
+    assert out["text"] == plain["text"]
+    extras = out["extras"]
+    assert 0 < extras["verifications"] < out["n_tokens"] and extras["tree_sizes"]
+    assert extras["alpha_history"][0] == 0.01
+    assert_user_error(coinfer(*args, "--engine", "llmcad", "--draft", "ngram"), "needs a draft model")
+    assert_user_error(coinfer(*args, "--engine", "llmcad"), "no default draft model for smollm2-135m")

@@ -1,6 +1,7 @@
 """``coinfer generate``: one prompt through the speculative engine (one drafter, or plain
-decoding) or the collective engine (several drafts vote). Both yield the same
-``Response`` objects, so streaming, the summary line and ``--json`` are one code path."""
+decoding), the collective engine (several drafts vote) or LLMCad (a draft model's token
+trees, verified when its confidence runs low). All yield the same ``Response`` objects,
+so streaming, the summary line and ``--json`` are one code path."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import sys
 from collections.abc import Generator
 from typing import TYPE_CHECKING, Any
 
+from coinfer import catalog
 from coinfer.cli.common import (
     add_draft_flags,
     add_model_flags,
@@ -43,6 +45,16 @@ def _config(args: argparse.Namespace) -> Any:
             pipeline=args.pipeline,
             gate=None if args.every_draft else GateConfig(),
         )
+    if args.engine == "llmcad":
+        from coinfer.engines.llmcad import LLMCadConfig
+
+        return LLMCadConfig(
+            max_tokens=args.max_tokens,
+            sampling=sampling,
+            draft_tokens=args.draft_tokens,
+            alpha=args.alpha,
+            speculative=not args.no_speculation,
+        )
     from coinfer.decoding import SpecConfig
 
     return SpecConfig(max_tokens=args.max_tokens, sampling=sampling, draft_tokens=args.draft_tokens)
@@ -61,6 +73,25 @@ def prompt_ids(
             err(f"note: {model.name} has no chat template; sending the prompt as plain text")
         return model.text_prompt(args.prompt), "raw"
     return model.user_prompt(args.prompt, system=args.system), "chat"
+
+
+def _draft_model_name(args: argparse.Namespace) -> str:
+    """LLMCad's resident draft: ``--draft`` names a model; ``auto`` is the catalogue's draft
+    for the target."""
+    if args.draft in ("none", "ngram"):
+        raise ConfigError(
+            f"--engine llmcad needs a draft model, not --draft {args.draft}",
+            hint="pass --draft qwen2.5-coder-0.5b (a smaller model of the target's vocabulary)",
+        )
+    if args.draft != "auto":
+        return str(args.draft)
+    entry = catalog.CATALOG.get(args.model)
+    if entry is None or entry.draft is None:
+        raise ConfigError(
+            f"no default draft model for {args.model}",
+            hint="pass --draft MODEL: a smaller model of the same vocabulary",
+        )
+    return entry.draft
 
 
 def _drafters(args: argparse.Namespace, target: SteerableModel, prompt: list[int]) -> list[Drafter]:
@@ -84,8 +115,17 @@ def _drafters(args: argparse.Namespace, target: SteerableModel, prompt: list[int
 
 
 def _stream(
-    args: argparse.Namespace, config: Any, target: SteerableModel, prompt: list[int], drafters: list[Drafter]
+    args: argparse.Namespace,
+    config: Any,
+    target: SteerableModel,
+    prompt: list[int],
+    drafters: list[Drafter],
+    draft_model: SteerableModel | None,
 ) -> Generator[Response, None, None]:
+    if draft_model is not None:
+        from coinfer.engines import llmcad
+
+        return llmcad.stream(target, prompt, draft=draft_model, config=config)
     if args.engine == "collective":
         from coinfer.engines import collective
 
@@ -97,12 +137,17 @@ def _stream(
 
 def cmd_generate(args: argparse.Namespace) -> int:
     config = _config(args)
+    draft_name = _draft_model_name(args) if args.engine == "llmcad" else None
     target = load_from_args(args, quiet=args.json)
     drafters: list[Drafter] = []
+    draft_model = None
     try:
         prompt, prompt_format = prompt_ids(target, args)
-        drafters = _drafters(args, target, prompt)
-        responses = _stream(args, config, target, prompt, drafters)
+        if draft_name is not None:
+            draft_model = load_from_args(args, draft_name, quiet=args.json)
+        else:
+            drafters = _drafters(args, target, prompt)
+        responses = _stream(args, config, target, prompt, drafters, draft_model)
         tokens, last, code = _follow(responses, echo=not args.json)
         text = target.detokenize(tokens)
     finally:
@@ -110,15 +155,18 @@ def cmd_generate(args: argparse.Namespace) -> int:
             d.close()
             if d.model is not None:
                 d.model.close()
+        if draft_model is not None:
+            draft_model.close()
         target.close()
     finish = "interrupted" if code else ((last.finish_reason if last else None) or "length")
     if args.json:
-        print(
-            json.dumps(_json(args, text, tokens, finish, prompt_format, last, drafters), ensure_ascii=False)
-        )
+        out = _json(args, text, tokens, finish, prompt_format, last, drafters)
+        if draft_model is not None:
+            out["draft"] = draft_model.name
+        print(json.dumps(out, ensure_ascii=False))
     else:
         sys.stdout.write("\n")
-        for line in _summary(last, finish, drafted=bool(drafters)):
+        for line in _summary(last, finish, drafted=bool(drafters) or draft_model is not None):
             err(line)
     return code
 
@@ -187,6 +235,9 @@ def _summary(last: Response | None, finish: str, *, drafted: bool) -> list[str]:
         line += ", by draft " + ", ".join(
             f"{k} {'–' if v is None else f'{100 * v:.0f}%'}" for k, v in by_draft.items()
         )
+    if "tree_sizes" in extras and extras["tree_sizes"]:
+        sizes = extras["tree_sizes"]
+        line += f", {len(sizes)} verifications of trees of {sum(sizes) / len(sizes):.1f} tokens on average"
     lines = [f"{line}, {finish}]"]
     idle = [name for name, rounds in extras.get("rounds_drafting", {}).items() if not rounds]
     if idle and extras.get("verifications"):
@@ -210,8 +261,22 @@ def add_parser(sub: Any) -> None:
     p.add_argument(
         "--engine",
         default="speculative",
-        choices=["speculative", "collective"],
-        help="collective: several drafts (--drafts) vote on each draft (paper 001)",
+        choices=["speculative", "collective", "llmcad"],
+        help="collective: several drafts (--drafts) vote on each draft (paper 001); llmcad: the "
+        "--draft model writes token trees, the target verifies them when the draft's confidence "
+        "runs low (paper 002)",
+    )
+    p.add_argument(
+        "--alpha",
+        type=float,
+        default=0.01,
+        help="llmcad: the first threshold of tree-cumulative confidence below which the target "
+        "verifies; it then adapts (default: %(default)s)",
+    )
+    p.add_argument(
+        "--no-speculation",
+        action="store_true",
+        help="llmcad: the draft waits while the target verifies (default: it writes on)",
     )
     p.add_argument(
         "--drafts",
