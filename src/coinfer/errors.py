@@ -19,6 +19,7 @@ Third-party exceptions are translated where they enter (``raise X(...) from exc`
 from __future__ import annotations
 
 __all__ = [
+    "BudgetError",
     "CoinferError",
     "ConfigError",
     "ContextOverflowError",
@@ -88,6 +89,10 @@ class ProtocolError(CoinferError):
 
 class TransportError(CoinferError):
     """A framed message between processes failed."""
+
+
+class BudgetError(CoinferError):
+    """A memory budget that cannot be enforced here: no memory cgroup can be made."""
 
 
 class SandboxError(CoinferError):

@@ -54,6 +54,7 @@ def _config(args: argparse.Namespace) -> Any:
             draft_tokens=args.draft_tokens,
             alpha=args.alpha,
             speculative=not args.no_speculation,
+            memory_budget=args.memory_budget,
         )
     from coinfer.decoding import SpecConfig
 
@@ -73,6 +74,17 @@ def prompt_ids(
             err(f"note: {model.name} has no chat template; sending the prompt as plain text")
         return model.text_prompt(args.prompt), "raw"
     return model.user_prompt(args.prompt, system=args.system), "chat"
+
+
+def _loading(args: argparse.Namespace, role: str) -> dict[str, Any]:
+    """How a model loads under ``--memory-budget`` (llama.cpp): the target memory-mapped,
+    its weights unrepacked (the repacked copy would be resident), so the OS pages them in
+    and out; a draft read into resident memory; small batches (small compute buffers)."""
+    if args.memory_budget is None or args.backend != "llama.cpp":
+        return {}
+    if role == "target":
+        return {"use_mmap": True, "extra_buffers": False, "n_batch": 128}
+    return {"use_mmap": False, "n_batch": 128}
 
 
 def _draft_model_name(args: argparse.Namespace) -> str:
@@ -104,7 +116,7 @@ def _drafters(args: argparse.Namespace, target: SteerableModel, prompt: list[int
         drafter = open_drafter(
             spec,
             target,
-            load=lambda name: load_from_args(args, name, quiet=args.json),
+            load=lambda name: load_from_args(args, name, quiet=args.json, **_loading(args, "draft")),
             draft_prompts=lambda model: [prompt_ids(model, args, quiet=True)[0]],
             target_prompt_lens=[len(prompt)],
         )
@@ -138,13 +150,13 @@ def _stream(
 def cmd_generate(args: argparse.Namespace) -> int:
     config = _config(args)
     draft_name = _draft_model_name(args) if args.engine == "llmcad" else None
-    target = load_from_args(args, quiet=args.json)
+    target = load_from_args(args, quiet=args.json, **_loading(args, "target"))
     drafters: list[Drafter] = []
     draft_model = None
     try:
         prompt, prompt_format = prompt_ids(target, args)
         if draft_name is not None:
-            draft_model = load_from_args(args, draft_name, quiet=args.json)
+            draft_model = load_from_args(args, draft_name, quiet=args.json, **_loading(args, "draft"))
         else:
             drafters = _drafters(args, target, prompt)
         responses = _stream(args, config, target, prompt, drafters, draft_model)
@@ -248,6 +260,15 @@ def _summary(last: Response | None, finish: str, *, drafted: bool) -> list[str]:
     return lines
 
 
+def _size(text: str) -> int:
+    from coinfer.models.prefetch import parse_size
+
+    try:
+        return parse_size(text)
+    except ConfigError as exc:
+        raise argparse.ArgumentTypeError(str(exc).splitlines()[0]) from exc
+
+
 def add_parser(sub: Any) -> None:
     p = sub.add_parser("generate", help="generate text from a prompt")
     p.add_argument("prompt")
@@ -272,6 +293,16 @@ def add_parser(sub: Any) -> None:
         default=0.01,
         help="llmcad: the first threshold of tree-cumulative confidence below which the target "
         "verifies; it then adapts (default: %(default)s)",
+    )
+    p.add_argument(
+        "--memory-budget",
+        type=_size,
+        default=None,
+        metavar="SIZE",
+        help="memory this run may hold, e.g. 800M (llama.cpp): the target runs from its "
+        "memory-mapped file and the draft stays resident; llmcad reads the target's weights "
+        "ahead within what the budget leaves. The OS enforces it (a small machine, or the "
+        "cgroups of `coinfer bench llmcad`)",
     )
     p.add_argument(
         "--no-speculation",

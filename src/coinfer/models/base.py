@@ -15,6 +15,7 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Protocol, TypeVar
 
 import numpy as np
@@ -68,6 +69,7 @@ class SteerableModel(ABC):
     template: ChatTemplate
     kv_cells_shared: bool = False  # all sequences share the n_ctx cache cells (llama.cpp)
     max_sequences: int | None = None  # how many sequences may be live at once (None: no limit)
+    weights_file: Path | None = None  # the file the weights are memory-mapped from, paged on demand
 
     def __init__(self) -> None:
         self._next_seq_id = 0

@@ -159,6 +159,7 @@ class LlamaCppModel(SteerableModel):
         extra_buffers: bool | None = None,
         flash_attn: bool = False,
         kv_unified: bool = True,
+        use_mmap: bool | None = None,
     ) -> None:
         super().__init__()
         lc = _import_llama()
@@ -169,7 +170,9 @@ class LlamaCppModel(SteerableModel):
         self.name = name or path.name
         self.path = path
         self.extra_buffers = cpu_extra_buffers_work(path) if extra_buffers is None else extra_buffers
-        self._model = self._load(path, n_gpu_layers)
+        self._model = self._load(path, n_gpu_layers, use_mmap)
+        # memory-mapped weights are paged in from the file (and out under memory pressure)
+        self.weights_file = path if use_mmap else None
         self.n_ctx = min(n_ctx, self._model.n_ctx_train()) if n_ctx > 0 else self._model.n_ctx_train()
         self._n_batch = n_batch
         self._n_seq_max = n_seq_max
@@ -201,8 +204,12 @@ class LlamaCppModel(SteerableModel):
         self._lc.llama_set_n_threads(self._ctx.ctx, n, n)
         return previous
 
-    def _load(self, path: Path, n_gpu_layers: int | None) -> Any:
+    def _load(self, path: Path, n_gpu_layers: int | None, use_mmap: bool | None) -> Any:
+        """``use_mmap``: True maps the file (pages read on demand, dropped under memory
+        pressure), False reads the weights into resident memory, None lets llama.cpp choose."""
         params = self._lc.llama_model_default_params()
+        if use_mmap is not None:
+            params.load_mode = self._lc.LLAMA_LOAD_MODE_MMAP if use_mmap else self._lc.LLAMA_LOAD_MODE_NONE
         if n_gpu_layers is None:
             n_gpu_layers = -1 if self._lc.llama_supports_gpu_offload() else 0
         params.n_gpu_layers = n_gpu_layers

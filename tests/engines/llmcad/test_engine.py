@@ -166,3 +166,25 @@ def test_smollm_drafting_for_itself_keeps_long_trees_and_the_targets_text(
         assert draft.live_sequences == 0
     finally:
         draft.close()
+
+
+@needs_llama
+def test_under_a_memory_budget_the_mapped_target_is_read_ahead_and_the_text_is_the_same(
+    smollm_llama: SteerableModel,
+) -> None:
+    from coinfer.models.prefetch import resident_anonymous_bytes
+
+    target = load_model("smollm2-135m", backend="llama.cpp", n_ctx=1024, n_seq_max=16, use_mmap=True)
+    draft = load_model("smollm2-135m", backend="llama.cpp", n_ctx=1024, n_seq_max=16, use_mmap=False)
+    try:
+        assert target.weights_file is not None and draft.weights_file is None
+        prompt = target.chat_prompt([{"role": "user", "content": f"Repeat this code exactly:\n{CODE}"}])
+        budget = resident_anonymous_bytes() + 200 * 1024**2
+        out = generate(target, prompt, draft=draft, config=LLMCadConfig(max_tokens=16, memory_budget=budget))
+        assert out.tokens == plain(smollm_llama, prompt, 16).tokens
+        assert out.extras["prefetched_bytes"] > 0 and out.extras["bytes_read"] is not None
+        with pytest.raises(ConfigError, match="memory-mapped"):
+            generate(draft, prompt, draft=target, config=LLMCadConfig(max_tokens=4, memory_budget=budget))
+    finally:
+        draft.close()
+        target.close()

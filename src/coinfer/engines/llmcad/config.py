@@ -24,7 +24,10 @@ class LLMCadConfig:
     ``max_tree_size``: the tree is verified when it holds this many tokens, whatever its
     confidence; ``max_branches``: how many branches grow at once;
     ``speculative``: the draft keeps growing the most likely branch while the target
-    verifies (§3.4).
+    verifies (§3.4);
+    ``memory_budget``: bytes the process may hold; the target (memory-mapped) has its
+    weights read ahead within what the budget leaves, while the draft computes (§3.4's
+    compute-IO pipeline). None: no budget, no reading ahead.
     """
 
     max_tokens: int = 256
@@ -35,6 +38,7 @@ class LLMCadConfig:
     max_tree_size: int = 32
     max_branches: int = 8
     speculative: bool = True
+    memory_budget: int | None = None
 
     def __post_init__(self) -> None:
         check_budget(self.max_tokens)
@@ -43,6 +47,10 @@ class LLMCadConfig:
             value = getattr(self, name)
             if not (isinstance(value, (int, float)) and math.isfinite(value) and 0 < value <= 1):
                 raise ConfigError(f"{name} must be a probability in (0, 1], got {value!r}")
+        if self.memory_budget is not None and (
+            not isinstance(self.memory_budget, int) or self.memory_budget <= 0
+        ):
+            raise ConfigError(f"memory_budget must be a positive byte count, got {self.memory_budget!r}")
         for name in ("max_tree_size", "max_branches"):
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:

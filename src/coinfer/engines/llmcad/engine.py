@@ -32,6 +32,7 @@ from coinfer.engines.llmcad.speculation import Chain, Speculator
 from coinfer.engines.llmcad.tree_draft import TreeGrower
 from coinfer.errors import ConfigError
 from coinfer.models.base import Seq, SteerableModel
+from coinfer.models.prefetch import WeightPrefetcher, disk_bytes_read
 
 __all__ = ["TreeRound", "generate", "generate_rounds", "stream"]
 
@@ -53,6 +54,7 @@ class TreeRound:
     speculated_discarded: int = 0
     draft_s: float = 0.0
     verify_s: float = 0.0
+    prefetched: int = 0  # bytes of the target's weights read ahead this round
     finished: str | None = None
 
 
@@ -67,6 +69,15 @@ class _Request:
         self.grower: TreeGrower | None = None
         self.speculator: Speculator | None = None
         self.chain: Chain = []
+        self.prefetcher: WeightPrefetcher | None = None
+        if config.memory_budget is not None:
+            if target.weights_file is None:
+                raise ConfigError(
+                    f"a memory budget needs the target's weights memory-mapped; {target.name} "
+                    "holds them resident",
+                    hint="load the target with use_mmap=True (the CLI does so for --memory-budget)",
+                )
+            self.prefetcher = WeightPrefetcher(target.weights_file, config.memory_budget)
         if config.draft_tokens != 0:
             self.grower = TreeGrower(
                 draft,
@@ -78,11 +89,22 @@ class _Request:
                 self.speculator = Speculator(draft, self.grower.confidence)
 
     def close(self) -> None:
+        if self.prefetcher is not None:
+            self.prefetcher.close()
         if self.speculator is not None:
             self.speculator.close()
         if self.grower is not None:
             self.grower.close()
         self.target.release(self.seq)
+
+    def loading(self, phase: str) -> None:
+        """The target's weights: read ahead within the budget while the draft computes
+        ("warm"), or not ("pause")."""
+        if self.prefetcher is not None:
+            getattr(self.prefetcher, phase)()
+
+    def prefetched(self) -> int:
+        return 0 if self.prefetcher is None else self.prefetcher.bytes_read
 
     def choose(self, logits: Any, position: int) -> int:
         """The target's token at ``position`` from its logits (greedy, or the position's draw)."""
@@ -128,7 +150,9 @@ def _round(req: _Request, context: list[int], room: int) -> TreeRound:
     speculating meanwhile), roll both sides back to what the target kept."""
     t0 = time.perf_counter()
     grower, alpha = req.grower, req.threshold.alpha
+    read_before = req.prefetched()
     fallback = None
+    req.loading("warm")
     if grower is not None:
         grower.start(context, req.chain[: min(room, _tree_limit(req.config))])
         fallback = _grow_until_fallback(grower, req, room)
@@ -138,6 +162,7 @@ def _round(req: _Request, context: list[int], room: int) -> TreeRound:
     if spec is not None and grower is not None:
         branch = max(grower.branches, key=lambda b: b.confidence)
         spec.begin(branch, min(room - len(branch.nodes), _tree_limit(req.config)))
+    req.loading("pause")
     try:
         path, nxt = _verify(req, context, tree)
     finally:
@@ -160,6 +185,7 @@ def _round(req: _Request, context: list[int], room: int) -> TreeRound:
         speculated_discarded=0 if kept else len(speculated),
         draft_s=t1 - t0,
         verify_s=time.perf_counter() - t1,
+        prefetched=req.prefetched() - read_before,
     )
 
 
@@ -217,7 +243,7 @@ def stream(
     ids = as_prompt(target, prompt)
     stats = DecodeStats(prompt_tokens=len(ids))
     detok = IncrementalDetokenizer(target.detokenize)
-    log = _Log(draft.name)
+    log = _Log(draft.name, disk_bytes_read())
     for r in generate_rounds(target, ids, draft=draft, config=config):
         if stats.target_forwards:
             stats.verified(r.drafted, r.accepted)
@@ -232,8 +258,10 @@ def stream(
 class _Log:
     """What ``stats.extras`` reports of a request's verifications."""
 
-    def __init__(self, draft: str) -> None:
+    def __init__(self, draft: str, disk_read_at_start: int | None) -> None:
         self.draft = draft
+        self.disk_read_at_start = disk_read_at_start
+        self.prefetched = 0
         self.tree_sizes: list[int] = []
         self.fallbacks: dict[str, int] = {}
         self.alpha_history: list[float] = []
@@ -250,6 +278,7 @@ class _Log:
         self.discarded += r.speculated_discarded
         self.draft_s += r.draft_s
         self.verify_s += r.verify_s
+        self.prefetched += r.prefetched
 
     def extras(self) -> dict[str, Any]:
         return {
@@ -261,7 +290,14 @@ class _Log:
             "speculative": {"kept": self.kept, "discarded": self.discarded},
             "draft_s": round(self.draft_s, 4),
             "verify_s": round(self.verify_s, 4),
+            "bytes_read": _since(self.disk_read_at_start, disk_bytes_read()),
+            "prefetched_bytes": self.prefetched,
         }
+
+
+def _since(start: int | None, now: int | None) -> int | None:
+    """Bytes read from storage by this process since ``start`` (None where unknown)."""
+    return None if start is None or now is None else now - start
 
 
 def generate(
