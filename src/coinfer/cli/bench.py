@@ -122,6 +122,30 @@ def _suite_flags(p: argparse.ArgumentParser, *, out: str, max_tokens: int) -> No
     add_output_flags(p)
 
 
+def cmd_llmcad(args: argparse.Namespace) -> int:
+    from coinfer.bench.llmcad import LLMCadBenchConfig, run_llmcad_bench
+    from coinfer.bench.llmcad_systems import SYSTEMS
+
+    config = LLMCadBenchConfig(
+        out=args.out,
+        target=args.target,
+        draft=args.draft,
+        max_tokens=args.max_tokens,
+        quick=args.quick,
+        prompts=args.prompts,
+        budget_fraction=args.budget_fraction,
+        systems=tuple(args.systems or SYSTEMS),
+    )
+    report = run_llmcad_bench(config, log=err)
+    s = report["summary"]
+    line = (
+        f"llmcad under {s['budget_mib']} MiB: speedup over {s['speedup_vs']}, verifications/token "
+        f"{s['verifications_per_token']}, identical {s['identical_outputs']}/{s['total_prompts']}; "
+        f"wrote {args.out}/results.json"
+    )
+    return _done(args, s, [line])
+
+
 def add_parser(sub: Any) -> None:
     bench = sub.add_parser("bench", help="benchmarks").add_subparsers(dest="suite", required=True)
     p = bench.add_parser("decode", help="tokens/s and forward cost over k tokens, per model and backend")
@@ -157,6 +181,18 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--drafts", default="qwen2.5-coder-0.5b,ngram,smollm2-135m")
     p.add_argument("--batch-sizes", nargs="*", type=int, default=[1, 4, 8])
     p.set_defaults(func=cmd_collective)
+
+    p = bench.add_parser("llmcad", help="LLMCad against the target alone and peers, under a memory budget")
+    _suite_flags(p, out="bench-results/llmcad", max_tokens=64)
+    p.add_argument("--draft", default="qwen2.5-coder-0.5b", help="the resident draft (default: %(default)s)")
+    p.add_argument(
+        "--budget-fraction",
+        type=float,
+        default=0.33,
+        help="the budget: the draft's weights plus this fraction of the target's (default: %(default)s)",
+    )
+    p.add_argument("--systems", nargs="*", default=None, help="default: std stdpl sp bld auto llmcad")
+    p.set_defaults(func=cmd_llmcad)
 
     p = bench.add_parser("minions", help="local-remote protocols: accuracy against remote tokens and dollars")
     p.add_argument("--out", default="bench-results/minions")

@@ -210,7 +210,7 @@ def _verify(req: _Request, context: list[int], tree: Any) -> tuple[list[int], in
     """One target forward over the pending token and the tree: (kept nodes, next token)."""
     target, seq = req.target, req.seq
     if tree is None:
-        return [], req.choose(target.extend(seq, [context[-1]])[-1], len(context))
+        return [], req.choose(target.extend(seq, [context[-1]], last_only=True)[-1], len(context))
     ids, parents = tree.verify_inputs(context[-1])
     rows = target.extend(seq, ids, parents=parents)
     path, nxt = accept_tree(tree, rows, req.config.sampling, req.draws, len(context))

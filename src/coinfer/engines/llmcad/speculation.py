@@ -45,7 +45,7 @@ class Speculator:
         out: Chain = []
         todo = list(branch.todo)
         while len(out) < limit and not self._stop.is_set():
-            probs = self._confidence(self.draft.extend(branch.seq, todo)[-1])
+            probs = self._confidence(self.draft.extend(branch.seq, todo, last_only=True)[-1])
             token = int(np.argmax(probs))
             out.append((token, float(probs[token])))
             if token in self.draft.eos_ids:

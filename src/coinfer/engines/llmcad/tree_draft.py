@@ -104,7 +104,7 @@ class TreeGrower:
     def _expand(self, branch: Branch, max_new: int) -> None:
         """Decode the branch's tip; its most likely next token lengthens it, the other
         confident candidates start branches forked from it."""
-        row = self.draft.extend(branch.seq, branch.todo)[-1]
+        row = self.draft.extend(branch.seq, branch.todo, last_only=True)[-1]
         probs = self.confidence(row)
         parent = branch.nodes[-1] if branch.nodes else -1
         base = branch.confidence
