@@ -24,6 +24,7 @@ def test_each_engine_exports_the_convention() -> None:
     for config, module in (
         (coinfer.SpecConfig, coinfer),
         (coinfer.collective.CollectiveConfig, coinfer.collective),
+        (coinfer.llmcad.LLMCadConfig, coinfer.llmcad),
         (coinfer.minions.MinionsConfig, coinfer.minions),
     ):
         assert dataclasses.is_dataclass(config) and config.__dataclass_params__.frozen  # type: ignore[attr-defined]

@@ -11,7 +11,8 @@ The main calls, one import away (each loads its layer only when first used, so
 Every engine follows one convention: a frozen ``Config``, ``stream(...)`` yielding
 ``Response`` objects with one ``DecodeStats``, and a blocking ``generate(...)``:
 ``coinfer.generate`` / ``coinfer.stream`` (speculative decoding, ``SpecConfig``),
-``coinfer.collective`` (several drafts vote) and ``coinfer.minions`` (a local model reads,
+``coinfer.collective`` (several drafts vote), ``coinfer.llmcad`` (a resident draft's token
+trees for a target larger than its memory) and ``coinfer.minions`` (a local model reads,
 a remote one that never sees the documents answers).
 """
 
@@ -40,7 +41,11 @@ _EXPORTS = {
     "open_local_chat": "coinfer.chat",
     "OpenAIChat": "coinfer.chat",
 }
-_ENGINES = {"collective": "coinfer.engines.collective", "minions": "coinfer.engines.minions"}
+_ENGINES = {
+    "collective": "coinfer.engines.collective",
+    "llmcad": "coinfer.engines.llmcad",
+    "minions": "coinfer.engines.minions",
+}
 
 __all__ = [
     "CoinferError",
@@ -57,6 +62,7 @@ __all__ = [
     "__version__",
     "collective",
     "generate",
+    "llmcad",
     "load_model",
     "minions",
     "open_local_chat",
@@ -77,7 +83,7 @@ if TYPE_CHECKING:
         generate,
         stream,
     )
-    from coinfer.engines import collective, minions
+    from coinfer.engines import collective, llmcad, minions
     from coinfer.models import SteerableModel, load_model
 
 

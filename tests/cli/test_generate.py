@@ -235,14 +235,21 @@ def test_a_bad_flag_is_one_line_and_a_hint_before_any_model_loads(flags: list[st
 @needs_llama
 def test_generate_with_the_llmcad_engine_reports_its_trees(smollm_path: Path) -> None:
     """The same model drafting for itself (a second context): the target's own text, in
-    far fewer verifications than tokens; a draft that is no model is refused up front."""
+    far fewer verifications than tokens under a budget; a draft that is no model is
+    refused up front."""
     args = ("generate", "Count from one to ten.", "-m", "smollm2-135m", "-n", "16", "--json")
     plain = json.loads(coinfer(*args, "--draft", "none").stdout)
-    out = json.loads(coinfer(*args, "--engine", "llmcad", "--draft", "smollm2-135m").stdout)
+    # under a memory budget every round is a tree round (the target mapped, the draft resident)
+    out = json.loads(
+        coinfer(*args, "--engine", "llmcad", "--draft", "smollm2-135m", "--memory-budget", "4G").stdout
+    )
     assert out["engine"] == "llmcad" and out["draft"] == "smollm2-135m"
     assert out["text"] == plain["text"]
     extras = out["extras"]
-    assert 0 < extras["verifications"] < out["n_tokens"] and extras["tree_sizes"]
-    assert extras["alpha_history"][0] == 0.01
+    assert 0 < extras["verifications"] < out["n_tokens"] and set(extras["modes"]) == {"tree"}
+    assert extras["alpha_history"][0] == 0.01 and extras["bytes_read"] is not None
+    # with no budget, a draft as dear as its target never drafts: prompt lookup does
+    free = json.loads(coinfer(*args, "--engine", "llmcad", "--draft", "smollm2-135m").stdout)
+    assert free["text"] == plain["text"] and set(free["extras"]["modes"]) == {"ngram"}
     assert_user_error(coinfer(*args, "--engine", "llmcad", "--draft", "ngram"), "needs a draft model")
     assert_user_error(coinfer(*args, "--engine", "llmcad"), "no default draft model for smollm2-135m")

@@ -31,6 +31,7 @@ from coinfer.engines.llmcad import LLMCadConfig
 from coinfer.engines.llmcad import stream as llmcad_stream
 from coinfer.errors import ConfigError
 from coinfer.models import SteerableModel, load_model
+from coinfer.models.load import budget_load_options
 from coinfer.models.prefetch import WeightPrefetcher, disk_bytes_read
 
 __all__ = ["SYSTEMS", "run_system"]
@@ -40,6 +41,7 @@ NEEDS_DRAFT = ("sp", "bld", "llmcad")
 _EXTRAS = (
     "tree_sizes",
     "fallbacks",
+    "modes",
     "speculative",
     "alpha_history",
     "draft_s",
@@ -50,8 +52,8 @@ _EXTRAS = (
 
 def _load(spec: dict[str, Any]) -> tuple[SteerableModel, SteerableModel | None]:
     budget = spec["budget"] is not None
-    target_opts: dict[str, Any] = {"use_mmap": True, "extra_buffers": False, "n_batch": 64} if budget else {}
-    draft_opts: dict[str, Any] = {"use_mmap": False, "n_batch": 64} if budget else {}  # n_batch >= n_seq_max
+    target_opts = budget_load_options("target") if budget else {}
+    draft_opts = budget_load_options("draft") if budget else {}
     target = load_model(spec["target"], n_ctx=spec["ctx"], **target_opts)
     draft = None
     if spec["system"] in NEEDS_DRAFT:
@@ -66,9 +68,7 @@ def _from_stats(tokens: list[int], stats: Any, extras: dict[str, Any]) -> dict[s
         "decode_s": decode_s,
         "ttft_s": stats.ttft_s,
         "verifications": stats.rounds,
-        "extras": {
-            k: extras[k] for k in ("tree_sizes", "fallbacks", "speculative", "alpha_history") if k in extras
-        },
+        "extras": {k: extras[k] for k in _EXTRAS if k in extras},
     }
 
 

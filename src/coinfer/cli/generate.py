@@ -77,14 +77,12 @@ def prompt_ids(
 
 
 def _loading(args: argparse.Namespace, role: str) -> dict[str, Any]:
-    """How a model loads under ``--memory-budget`` (llama.cpp): the target memory-mapped,
-    its weights unrepacked (the repacked copy would be resident), so the OS pages them in
-    and out; a draft read into resident memory; small batches (small compute buffers)."""
+    """How a model loads under ``--memory-budget`` (llama.cpp; ``budget_load_options``)."""
     if args.memory_budget is None or args.backend != "llama.cpp":
         return {}
-    if role == "target":
-        return {"use_mmap": True, "extra_buffers": False, "n_batch": 128}
-    return {"use_mmap": False, "n_batch": 128}
+    from coinfer.models.load import budget_load_options
+
+    return budget_load_options(role)
 
 
 def _draft_model_name(args: argparse.Namespace) -> str:

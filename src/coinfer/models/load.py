@@ -46,6 +46,18 @@ def load_model(
     return _load_transformers(source, n_ctx=n_ctx, n_threads=n_threads, device=device, dtype=dtype)
 
 
+def budget_load_options(role: str) -> dict[str, Any]:
+    """llama.cpp options for a model run under a memory budget. The target (``role``
+    "target") is memory-mapped with its weights unrepacked (a repacked copy would be
+    resident), so the OS pages them in and out; a draft is read into resident memory.
+    Both get small batches and few sequence slots (llama.cpp's compute and output buffers
+    grow with them, and every MiB they hold is a MiB less for the target's pages): a
+    target batch holds a verified tree of up to 63 tokens."""
+    if role == "target":
+        return {"use_mmap": True, "extra_buffers": False, "n_batch": 64, "n_seq_max": 16}
+    return {"use_mmap": False, "n_batch": 16, "n_seq_max": 16}
+
+
 def gguf_path(source: ModelSource) -> Path:
     """The GGUF file behind ``source`` (assembling or downloading it if needed)."""
     if source.kind == "catalog":

@@ -47,13 +47,14 @@ def _draft(wrong_every: int = 7, confidence: float = 0.9, right_when_wrong: floa
     "config",
     [
         LLMCadConfig(max_tokens=64),
-        LLMCadConfig(max_tokens=64, speculative=False),
+        LLMCadConfig(max_tokens=64, gate=False),
+        LLMCadConfig(max_tokens=64, gate=False, speculative=False),
         LLMCadConfig(max_tokens=64, draft_tokens=3),
         LLMCadConfig(max_tokens=64, draft_tokens=0),
-        LLMCadConfig(max_tokens=64, max_branches=1, max_tree_size=5),
-        LLMCadConfig(max_tokens=11, alpha=0.5),
+        LLMCadConfig(max_tokens=64, gate=False, max_branches=1, max_tree_size=5),
+        LLMCadConfig(max_tokens=11, gate=False, alpha=0.5),
     ],
-    ids=["auto", "no-speculation", "fixed-3", "target-alone", "one-branch", "short"],
+    ids=["gated", "trees", "no-speculation", "fixed-3", "target-alone", "one-branch", "short"],
 )
 def test_greedy_output_is_the_target_alone(config: LLMCadConfig) -> None:
     target, draft = _target(), _draft()
@@ -66,8 +67,9 @@ def test_greedy_output_is_the_target_alone(config: LLMCadConfig) -> None:
     assert extras["verifications"] == out.stats.rounds == len(extras["tree_sizes"])
     if config.draft_tokens == 0:
         assert out.stats.drafted == 0 and extras["tree_sizes"] == [0] * out.stats.rounds
-    else:
+    elif not config.gate or config.draft_tokens != "auto":
         assert out.stats.accepted > 0 and out.stats.rounds < len(out.tokens)
+        assert set(extras["modes"]) == {"tree"}
         assert max(extras["tree_sizes"]) <= (config.max_tree_size if config.draft_tokens == "auto" else 3)
 
 
@@ -76,7 +78,7 @@ def test_the_fallback_verifies_when_confidence_runs_low_and_alpha_follows_eq3() 
     tokens, the branch holds, and alpha halves; the branch at the '#' token fails and
     alpha becomes the branch's error rate."""
     target, draft = _target(), _draft(wrong_every=100, confidence=0.9)
-    config = LLMCadConfig(max_tokens=40, alpha=0.5, speculative=False)
+    config = LLMCadConfig(max_tokens=40, alpha=0.5, speculative=False, gate=False)
     out = generate(target, PROMPT, draft=draft, config=config)
     extras = out.extras
     assert extras["tree_sizes"][0] == 7 and extras["fallbacks"]["confidence"] >= 1
@@ -84,7 +86,9 @@ def test_the_fallback_verifies_when_confidence_runs_low_and_alpha_follows_eq3() 
     assert out.tokens == plain(target, PROMPT, 40).tokens
 
     draft = _draft(wrong_every=4, confidence=0.99, right_when_wrong=0.05)  # no branch for the right token
-    out = generate(target, PROMPT, draft=draft, config=LLMCadConfig(max_tokens=40, speculative=False))
+    out = generate(
+        target, PROMPT, draft=draft, config=LLMCadConfig(max_tokens=40, speculative=False, gate=False)
+    )
     history = out.extras["alpha_history"]
     assert any(a > 0.01 for a in history[1:])  # an error raised alpha to the error rate
     assert out.tokens == plain(target, PROMPT, 40).tokens
@@ -101,15 +105,50 @@ class _SlowTarget(ScriptedModel):
 def test_speculation_during_verification_is_kept_when_the_target_confirms_its_branch() -> None:
     target = _SlowTarget(script(len(PROMPT), [*TEXT, EOS]), n_ctx=256, name="target")
     draft = _draft(wrong_every=1000, confidence=0.99)
-    out = generate(target, PROMPT, draft=draft, config=LLMCadConfig(max_tokens=48, max_tree_size=6))
+    out = generate(
+        target, PROMPT, draft=draft, config=LLMCadConfig(max_tokens=48, max_tree_size=6, gate=False)
+    )
     assert out.tokens == plain(target, PROMPT, 48).tokens
     assert out.extras["speculative"]["kept"] > 0
     assert out.stats.rounds <= 48 // 7 + 1  # each tree of 6 holds whole: 7 tokens a verification
 
     wrong = _draft(wrong_every=3, confidence=0.99)
-    out = generate(target, PROMPT, draft=wrong, config=LLMCadConfig(max_tokens=48, max_tree_size=6))
+    out = generate(
+        target, PROMPT, draft=wrong, config=LLMCadConfig(max_tokens=48, max_tree_size=6, gate=False)
+    )
     assert out.tokens == plain(target, PROMPT, 48).tokens
     assert out.extras["speculative"]["discarded"] > 0
+
+
+class _Slow(ScriptedModel):
+    """A scripted model whose forwards take ``delay`` seconds."""
+
+    delay = 0.0
+
+    def _extend(self, seq: Seq, ids: list[int], tree: TokenTree | None, last_only: bool) -> np.ndarray:
+        time.sleep(self.delay)
+        return super()._extend(seq, ids, tree, last_only)
+
+
+@pytest.mark.parametrize(
+    ("text", "target_s", "draft_s", "winner"),
+    [(b"abc abc abc " * 6, 0.001, 0.004, "ngram"), (bytes(TEXT), 0.03, 0.0005, "tree")],
+)
+def test_with_no_budget_the_gate_keeps_the_faster_of_trees_and_prompt_lookup(
+    text: bytes, target_s: float, draft_s: float, winner: str
+) -> None:
+    """A draft model dear beside its target (a target that fits in memory) loses to prompt
+    lookup on text that repeats itself; a target dear beside its draft (one read from
+    storage) makes trees win."""
+    out_text = list(text)
+    target = _Slow(script(len(PROMPT), [*out_text, EOS]), n_ctx=256, name="target")
+    draft = _Slow(lambda p: {(out_text + [EOS] * 200)[len(p) - len(PROMPT)]: 0.97, ord("~"): 0.03}, n_ctx=256)
+    target.delay, draft.delay = target_s, draft_s
+    out = generate(target, PROMPT, draft=draft, config=LLMCadConfig(max_tokens=64, speculative=False))
+    assert out.tokens == plain(target, PROMPT, 64).tokens
+    modes = out.extras["modes"]
+    loser = "tree" if winner == "ngram" else "ngram"
+    assert modes[winner] > modes.get(loser, 0), modes
 
 
 def test_stream_yields_the_text_round_by_round_and_ends_once() -> None:
@@ -142,7 +181,7 @@ def test_tiny_models_give_the_targets_own_text(
     alone, and a seeded sampled text is the one the target alone draws from that seed."""
     target, draft = tiny_pair
     prompt = target.chat_prompt([{"role": "user", "content": "def add(a, b): return a + b"}])
-    config = LLMCadConfig(max_tokens=20, sampling=sampling, branch_confidence=0.05)
+    config = LLMCadConfig(max_tokens=20, sampling=sampling, branch_confidence=0.05, gate=False)
     out = generate(target, prompt, draft=draft, config=config)
     assert out.tokens == plain(target, prompt, 20, sampling).tokens
     assert max(out.extras["tree_sizes"]) > 1
@@ -160,7 +199,7 @@ def test_smollm_drafting_for_itself_keeps_long_trees_and_the_targets_text(
     draft = load_model("smollm2-135m", backend="llama.cpp", n_ctx=1024, n_seq_max=16)
     try:
         prompt = smollm_llama.chat_prompt([{"role": "user", "content": f"Repeat this code exactly:\n{CODE}"}])
-        out = generate(smollm_llama, prompt, draft=draft, config=LLMCadConfig(max_tokens=24))
+        out = generate(smollm_llama, prompt, draft=draft, config=LLMCadConfig(max_tokens=24, gate=False))
         assert out.tokens == plain(smollm_llama, prompt, 24).tokens
         assert out.stats.mean_accepted_length > 2
         assert draft.live_sequences == 0

@@ -25,6 +25,8 @@ class LLMCadConfig:
     confidence; ``max_branches``: how many branches grow at once;
     ``speculative``: the draft keeps growing the most likely branch while the target
     verifies (§3.4);
+    ``gate``: with no memory budget, measure tree rounds against plain speculation with
+    prompt lookup and keep the faster (False: tree rounds only);
     ``memory_budget``: bytes the process may hold; the target (memory-mapped) has its
     weights read ahead within what the budget leaves, while the draft computes (§3.4's
     compute-IO pipeline). None: no budget, no reading ahead.
@@ -35,9 +37,10 @@ class LLMCadConfig:
     draft_tokens: int | Literal["auto"] = "auto"
     alpha: float = 0.01
     branch_confidence: float = 0.15
-    max_tree_size: int = 32
-    max_branches: int = 8
+    max_tree_size: int = 48
+    max_branches: int = 4
     speculative: bool = True
+    gate: bool = True
     memory_budget: int | None = None
 
     def __post_init__(self) -> None:

@@ -6,7 +6,10 @@ until the self-adaptive fallback fires (T_c < alpha, §3.3) or the tree is full;
 target runs once over the pending token and the tree (one batch, each token seeing only
 its ancestors) and the walk of ``accept_tree`` keeps the target's own text: the longest
 verified path and the target's next token. Both caches roll back to it. While the
-target verifies, the draft goes on along its most confident branch (§3.4).
+target verifies, the draft goes on along its most confident branch (§3.4). With no
+memory budget, ``gate.ModeGate`` measures tree rounds against plain speculation with
+prompt lookup (what ``--draft auto`` does) and keeps the faster: on a target that fits in
+memory, drafting with a model need not pay.
 
 Three layers, as every engine: ``generate_rounds`` yields a ``TreeRound`` per target
 forward, ``stream`` turns them into ``Response`` objects, ``generate`` blocks.
@@ -20,7 +23,9 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from coinfer.decoding.detok import IncrementalDetokenizer
+from coinfer.decoding.draft_length import AdaptiveDraftLength, DraftSizer
 from coinfer.decoding.drafters import check_same_vocabulary
+from coinfer.decoding.ngram import NgramDrafter
 from coinfer.decoding.prompting import as_prompt, check_prompt
 from coinfer.decoding.response import DecodeStats, Response
 from coinfer.decoding.sampling import PositionDraws, probs_from_logits, sample_at
@@ -28,13 +33,17 @@ from coinfer.decoding.speculative import emit_tokens, window_full, window_room
 from coinfer.decoding.verify import accept_tree
 from coinfer.engines.llmcad.config import LLMCadConfig
 from coinfer.engines.llmcad.fallback import AdaptiveThreshold
+from coinfer.engines.llmcad.gate import ModeGate
 from coinfer.engines.llmcad.speculation import Chain, Speculator
-from coinfer.engines.llmcad.tree_draft import TreeGrower
+from coinfer.engines.llmcad.tree_draft import TreeGrower, forward_cost
 from coinfer.errors import ConfigError
 from coinfer.models.base import Seq, SteerableModel
 from coinfer.models.prefetch import WeightPrefetcher, disk_bytes_read
+from coinfer.models.tree import TokenTree
 
 __all__ = ["TreeRound", "generate", "generate_rounds", "stream"]
+
+EXPLORING_TREE_SIZE = 4  # a tree round the gate runs only to measure it
 
 
 @dataclass(frozen=True)
@@ -55,6 +64,7 @@ class TreeRound:
     draft_s: float = 0.0
     verify_s: float = 0.0
     prefetched: int = 0  # bytes of the target's weights read ahead this round
+    mode: str = "tree"  # "tree" (the draft model's), "ngram" (prompt lookup alone) or "plain"
     finished: str | None = None
 
 
@@ -70,6 +80,9 @@ class _Request:
         self.speculator: Speculator | None = None
         self.chain: Chain = []
         self.prefetcher: WeightPrefetcher | None = None
+        self.gate: ModeGate | None = None
+        self.ngram = NgramDrafter()
+        self.sizer = DraftSizer(AdaptiveDraftLength())
         if config.memory_budget is not None:
             if target.weights_file is None:
                 raise ConfigError(
@@ -87,8 +100,11 @@ class _Request:
             )
             if config.speculative:
                 self.speculator = Speculator(draft, self.grower.confidence)
+            if config.gate and config.draft_tokens == "auto" and config.memory_budget is None:
+                self.gate = ModeGate()
 
     def close(self) -> None:
+        self.ngram.close()
         if self.prefetcher is not None:
             self.prefetcher.close()
         if self.speculator is not None:
@@ -146,22 +162,69 @@ def generate_rounds(
 
 
 def _round(req: _Request, context: list[int], room: int) -> TreeRound:
+    """One round in the mode the gate picks (a tree round when there is no gate)."""
+    if req.grower is None:
+        t0 = time.perf_counter()
+        path, nxt = _verify(req, context, None)
+        return TreeRound([nxt], mode="plain", verify_s=time.perf_counter() - t0)
+    if req.gate is None:
+        return _tree_round(req, context, room, _tree_limit(req.config))
+    if req.gate.draft_forward_s is None:  # both measured alike, once per model
+        req.gate.observe_costs(
+            draft_forward_s=forward_cost(req.grower.draft), target_forward_s=forward_cost(req.target)
+        )
+    mode = req.gate.choose()
+    t0 = time.perf_counter()
+    if mode == "ngram":
+        r = _ngram_round(req, context, room)
+        req.gate.observe_costs(target_forward_s=r.verify_s)
+    else:
+        limit = _tree_limit(req.config)
+        r = _tree_round(
+            req, context, room, min(limit, EXPLORING_TREE_SIZE) if req.gate.exploring("tree") else limit
+        )
+    req.gate.observe(mode, len(r.tokens), time.perf_counter() - t0)
+    return r
+
+
+def _ngram_round(req: _Request, context: list[int], room: int) -> TreeRound:
+    """Plain speculation with prompt lookup, as ``--draft auto`` does it: the draft length
+    chosen from measured costs and acceptance, one chain verified."""
+    req.chain = []
+    sizer = req.sizer
+    sizer.learn(0, context)
+    k = max(0, min(sizer.next_k(), room))
+    t0 = time.perf_counter()
+    proposal = req.ngram.propose(context, k)
+    draft_s = time.perf_counter() - t0
+    d = sizer.cut(0, len(context), proposal)
+    t1 = time.perf_counter()
+    path, nxt = _verify(req, context, TokenTree.chain(d.tokens))
+    new = [*d.tokens[: len(path)], nxt]
+    req.ngram.feedback(0, context, new)
+    verify_s = time.perf_counter() - t1
+    sizer.observe(drafted=len(d.tokens), draft_s=draft_s, verify_s=verify_s, proposed=len(proposal.tokens))
+    return TreeRound(
+        new, drafted=len(d.tokens), accepted=len(path), draft_s=draft_s, verify_s=verify_s, mode="ngram"
+    )
+
+
+def _tree_round(req: _Request, context: list[int], room: int, limit: int) -> TreeRound:
     """Grow a tree until the fallback fires, verify it in one target pass (the draft
     speculating meanwhile), roll both sides back to what the target kept."""
     t0 = time.perf_counter()
     grower, alpha = req.grower, req.threshold.alpha
+    assert grower is not None  # a tree round has a draft
     read_before = req.prefetched()
-    fallback = None
     req.loading("warm")
-    if grower is not None:
-        grower.start(context, req.chain[: min(room, _tree_limit(req.config))])
-        fallback = _grow_until_fallback(grower, req, room)
+    grower.start(context, req.chain[: min(room, limit)])
+    fallback = _grow_until_fallback(grower, req, room, limit)
     t1 = time.perf_counter()
-    tree = grower.tree() if grower is not None else None
+    tree = grower.tree()
     spec = req.speculator
-    if spec is not None and grower is not None:
+    if spec is not None:
         branch = max(grower.branches, key=lambda b: b.confidence)
-        spec.begin(branch, min(room - len(branch.nodes), _tree_limit(req.config)))
+        spec.begin(branch, min(room - len(branch.nodes), limit))
     req.loading("pause")
     try:
         path, nxt = _verify(req, context, tree)
@@ -169,16 +232,16 @@ def _round(req: _Request, context: list[int], room: int) -> TreeRound:
         speculated = spec.end() if spec is not None else []
     kept = _kept_speculation(req, path, nxt, speculated)
     req.chain = speculated[1:] if kept else []
-    if grower is not None and tree is not None and len(tree):
+    if len(tree):
+        branches = len(grower.branches)
         n_all = grower.settle(path)
         if req.config.draft_tokens == "auto":
             req.threshold.update(len(path), n_all)
-    drafted = len(tree) if tree is not None else 0
     return TreeRound(
-        [*(tree.tokens[n] for n in path), nxt] if tree is not None else [nxt],
-        drafted=drafted,
+        [*(tree.tokens[n] for n in path), nxt],
+        drafted=len(tree),
         accepted=len(path),
-        branches=len(grower.branches) if grower is not None else 0,
+        branches=branches if len(tree) else 0,
         fallback=fallback,
         alpha=alpha if req.config.draft_tokens == "auto" else None,
         speculated_kept=len(speculated) if kept else 0,
@@ -189,9 +252,9 @@ def _round(req: _Request, context: list[int], room: int) -> TreeRound:
     )
 
 
-def _grow_until_fallback(grower: TreeGrower, req: _Request, room: int) -> str:
-    """Lengthen the tree a token at a time until the fallback fires (or the tree is full)."""
-    auto, limit = req.config.draft_tokens == "auto", _tree_limit(req.config)
+def _grow_until_fallback(grower: TreeGrower, req: _Request, room: int, limit: int) -> str:
+    """Lengthen the tree a token at a time until the fallback fires (or it holds ``limit``)."""
+    auto = req.config.draft_tokens == "auto"
     while True:
         if len(grower.tokens) >= limit:
             return "tree_size" if auto else "fixed"
@@ -211,6 +274,11 @@ def _verify(req: _Request, context: list[int], tree: Any) -> tuple[list[int], in
     target, seq = req.target, req.seq
     if tree is None:
         return [], req.choose(target.extend(seq, [context[-1]], last_only=True)[-1], len(context))
+    if tree.parents == tuple(range(-1, len(tree) - 1)):  # a chain: no tree mask needed
+        rows = target.extend(seq, [context[-1], *tree.tokens])
+        path, nxt = accept_tree(tree, rows, req.config.sampling, req.draws, len(context))
+        target.truncate(seq, len(context) + len(path))
+        return path, nxt
     ids, parents = tree.verify_inputs(context[-1])
     rows = target.extend(seq, ids, parents=parents)
     path, nxt = accept_tree(tree, rows, req.config.sampling, req.draws, len(context))
@@ -267,9 +335,11 @@ class _Log:
         self.alpha_history: list[float] = []
         self.kept = self.discarded = 0
         self.draft_s = self.verify_s = 0.0
+        self.modes: dict[str, int] = {}
 
     def add(self, r: TreeRound) -> None:
         self.tree_sizes.append(r.drafted)
+        self.modes[r.mode] = self.modes.get(r.mode, 0) + 1
         if r.fallback:
             self.fallbacks[r.fallback] = self.fallbacks.get(r.fallback, 0) + 1
         if r.alpha is not None:
@@ -286,6 +356,7 @@ class _Log:
             "verifications": len(self.tree_sizes),
             "tree_sizes": list(self.tree_sizes),
             "fallbacks": dict(self.fallbacks),
+            "modes": dict(self.modes),
             "alpha_history": list(self.alpha_history),
             "speculative": {"kept": self.kept, "discarded": self.discarded},
             "draft_s": round(self.draft_s, 4),

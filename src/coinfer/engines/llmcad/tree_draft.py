@@ -15,6 +15,8 @@ the new context's) and releases the others.
 
 from __future__ import annotations
 
+import time
+import weakref
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -26,7 +28,27 @@ from coinfer.engines.llmcad.pacer import pick_branch
 from coinfer.models.base import Seq, SteerableModel
 from coinfer.models.tree import TokenTree
 
-__all__ = ["Branch", "TreeGrower"]
+__all__ = ["Branch", "TreeGrower", "forward_cost"]
+
+_FORWARD_COST: weakref.WeakKeyDictionary[SteerableModel, float] = weakref.WeakKeyDictionary()
+
+
+def forward_cost(model: SteerableModel) -> float:
+    """Seconds one one-token forward of ``model`` takes on a fresh sequence, measured once
+    per model (after a first forward that warms it): the weights' cost, compute or reading
+    them from storage, with no context to attend over."""
+    cost = _FORWARD_COST.get(model)
+    if cost is None:
+        seq = model.new_sequence()
+        try:
+            model.extend(seq, [0], last_only=True)
+            model.truncate(seq, 0)
+            t0 = time.perf_counter()
+            model.extend(seq, [0], last_only=True)
+            cost = _FORWARD_COST[model] = time.perf_counter() - t0
+        finally:
+            model.release(seq)
+    return cost
 
 
 @dataclass(eq=False)
