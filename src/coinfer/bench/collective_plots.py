@@ -7,17 +7,15 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from coinfer.bench.report import pyplot
+
 __all__ = ["plot_all"]
 
 
 def plot_all(out: Path, report: dict[str, Any]) -> list[Path]:
     """Write ``throughput.png``, ``sweep.png`` and ``acceptance.png``; the paths written."""
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
+    plt = pyplot()
+    if plt is None:
         return []
     out.mkdir(parents=True, exist_ok=True)
     written = []

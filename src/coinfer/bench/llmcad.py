@@ -94,8 +94,9 @@ def _file_size(name: str) -> tuple[Path, int]:
 def _run_child(spec: dict[str, Any], budget: int | None, files: list[Path], timeout: float) -> dict[str, Any]:
     """One system over every prompt in a child process (in a cgroup of ``budget`` bytes)."""
     argv = [sys.executable, "-m", "coinfer.bench.llmcad_systems", json.dumps(spec)]
-    for f in files:
-        evict_page_cache(f)
+    if budget is not None:  # every page of the weights read under the budget (with none: warm, as in use)
+        for f in files:
+            evict_page_cache(f)
     if budget is None:
         proc = subprocess.run(argv, capture_output=True, text=True, timeout=timeout)
         peak, ooms = None, 0

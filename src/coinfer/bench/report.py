@@ -10,7 +10,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-__all__ = ["environment", "write_json", "write_markdown"]
+__all__ = ["environment", "pyplot", "write_json", "write_markdown"]
 
 
 def _version(dist: str) -> str | None:
@@ -43,3 +43,16 @@ def write_json(path: Path, data: Any) -> None:
 def write_markdown(path: Path, text: str) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(text)
+
+
+def pyplot() -> Any:
+    """matplotlib's pyplot drawing to files, or None when matplotlib (the ``bench`` extra)
+    is not installed: the plots are then left out."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return None
+    return plt

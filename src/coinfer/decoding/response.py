@@ -13,10 +13,13 @@ from __future__ import annotations
 
 import copy
 import time
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["DecodeStats", "Response"]
+from coinfer.errors import ConfigError
+
+__all__ = ["DecodeStats", "Response", "collect"]
 
 
 @dataclass
@@ -125,3 +128,15 @@ class Response:
     finish_reason: str | None = None
     request: int = 0
     extras: dict[str, Any] = field(default_factory=dict)
+
+
+def collect(responses: Iterable[Response], detokenize: Callable[[list[int]], str]) -> Response:
+    """A stream of one request gathered into one ``Response``: every token, the whole text
+    (detokenized at once), and the last step's stats, finish reason and extras."""
+    tokens: list[int] = []
+    last = None
+    for last in responses:
+        tokens += last.tokens
+    if last is None:
+        raise ConfigError("the stream ended without a response")
+    return Response(detokenize(tokens), tokens, last.stats, last.finish_reason, extras=last.extras)

@@ -27,7 +27,7 @@ from coinfer.decoding.draft_length import AdaptiveDraftLength, DraftLength, Draf
 from coinfer.decoding.drafters import Draft, Drafter
 from coinfer.decoding.ngram import NgramDrafter
 from coinfer.decoding.prompting import as_prompt, check_prompt
-from coinfer.decoding.response import DecodeStats, Response
+from coinfer.decoding.response import DecodeStats, Response, collect
 from coinfer.decoding.sampling import PositionDraws, SamplingParams, probs_from_logits, sample_at
 from coinfer.decoding.verify import accept_deterministic, speculative_accept
 from coinfer.errors import ConfigError
@@ -40,6 +40,7 @@ __all__ = [
     "generate",
     "generate_rounds",
     "stream",
+    "take_round",
     "window_full",
     "window_room",
 ]
@@ -120,11 +121,8 @@ def generate_rounds(
         context, produced = list(prompt), 0
         r = Round([first], 0, 0, 0.0, time.perf_counter() - t0)
         while True:
-            kept, finished = emit_tokens(r.tokens, target.eos_ids, config.max_tokens - produced)
-            context.extend(kept)
+            kept, finished = take_round(r.tokens, context, target, config.max_tokens - produced)
             produced += len(kept)
-            if not finished and window_full(len(context), target.n_ctx):
-                finished = "length"
             yield Round(kept, r.drafted, r.accepted, r.draft_s, r.verify_s, finished)
             if finished:
                 return
@@ -200,6 +198,19 @@ def window_room(context_len: int, n_ctx: int) -> int:
     return max(0, n_ctx - context_len - 1)
 
 
+def take_round(
+    new: list[int], context: list[int], target: SteerableModel, budget: int
+) -> tuple[list[int], str | None]:
+    """A round's tokens to output, appended to ``context`` (at most ``budget``, none past
+    an end-of-generation token), and why generation ends here (or None): "stop", or
+    "length" for the budget or a full context window."""
+    kept, finished = emit_tokens(new, target.eos_ids, budget)
+    context.extend(kept)
+    if not finished and window_full(len(context), target.n_ctx):
+        finished = "length"
+    return kept, finished
+
+
 def emit_tokens(new: list[int], eos_ids: frozenset[int], budget: int) -> tuple[list[int], str | None]:
     """The decided tokens to output, and why generation ends here (or None)."""
     for i, token in enumerate(new[:budget]):
@@ -251,10 +262,4 @@ def generate(
     config: SpecConfig = SpecConfig(),  # noqa: B008
 ) -> Response:
     """Generate to the end: one ``Response`` with the whole text and every token."""
-    tokens: list[int] = []
-    last = None
-    for last in stream(target, prompt, draft=draft, config=config):
-        tokens += last.tokens
-    if last is None:  # pragma: no cover - a stream always ends with a finished response
-        raise ConfigError("the stream ended without a response")
-    return Response(target.detokenize(tokens), tokens, last.stats, last.finish_reason, extras=last.extras)
+    return collect(stream(target, prompt, draft=draft, config=config), target.detokenize)

@@ -18,7 +18,7 @@ from coinfer.decoding.draft_length import DraftSizer
 from coinfer.decoding.drafters import Drafter
 from coinfer.decoding.response import DecodeStats
 from coinfer.decoding.sampling import PositionDraws, SamplingParams, probs_from_logits, sample_at
-from coinfer.decoding.speculative import emit_tokens, window_full, window_room
+from coinfer.decoding.speculative import take_round, window_room
 from coinfer.decoding.verify import accept_deterministic
 from coinfer.engines.collective.config import CollectiveConfig
 from coinfer.engines.collective.gate import SourceGate
@@ -334,12 +334,9 @@ def _score(run: RunRecord, v: Voted, produced: list[int], n_acc: int, gate: Sour
 
 def take(target: SteerableModel, r: Request, new: list[int], max_tokens: int) -> None:
     """Append the decided tokens; finish the request at an end, its budget or the window."""
-    kept, finished = emit_tokens(new, target.eos_ids, max_tokens - len(r.tokens))
-    r.context.extend(kept)
+    kept, finished = take_round(new, r.context, target, max_tokens - len(r.tokens))
     r.tokens.extend(kept)
     r.stats.emitted(len(kept))
-    if not finished and window_full(len(r.context), target.n_ctx):
-        finished = "length"
     r.finish_reason = finished
 
 

@@ -27,9 +27,9 @@ from coinfer.decoding.draft_length import AdaptiveDraftLength, DraftSizer
 from coinfer.decoding.drafters import check_same_vocabulary
 from coinfer.decoding.ngram import NgramDrafter
 from coinfer.decoding.prompting import as_prompt, check_prompt
-from coinfer.decoding.response import DecodeStats, Response
+from coinfer.decoding.response import DecodeStats, Response, collect
 from coinfer.decoding.sampling import PositionDraws, probs_from_logits, sample_at
-from coinfer.decoding.speculative import emit_tokens, window_full, window_room
+from coinfer.decoding.speculative import take_round, window_room
 from coinfer.decoding.verify import accept_tree
 from coinfer.engines.llmcad.config import LLMCadConfig
 from coinfer.engines.llmcad.fallback import AdaptiveThreshold
@@ -101,7 +101,10 @@ class _Request:
             if config.speculative:
                 self.speculator = Speculator(draft, self.grower.confidence)
             if config.gate and config.draft_tokens == "auto" and config.memory_budget is None:
-                self.gate = ModeGate()
+                self.gate = ModeGate()  # both models' forwards measured alike, once per model
+                self.gate.observe_costs(
+                    draft_forward_s=forward_cost(draft), target_forward_s=forward_cost(target)
+                )
 
     def close(self) -> None:
         self.ngram.close()
@@ -145,11 +148,8 @@ def generate_rounds(
         context, produced = list(prompt), 0
         r = TreeRound([first], verify_s=time.perf_counter() - t0)
         while True:
-            kept, finished = emit_tokens(r.tokens, target.eos_ids, config.max_tokens - produced)
-            context.extend(kept)
+            kept, finished = take_round(r.tokens, context, target, config.max_tokens - produced)
             produced += len(kept)
-            if not finished and window_full(len(context), target.n_ctx):
-                finished = "length"
             yield replace(r, tokens=kept, finished=finished)
             if finished:
                 return
@@ -169,10 +169,6 @@ def _round(req: _Request, context: list[int], room: int) -> TreeRound:
         return TreeRound([nxt], mode="plain", verify_s=time.perf_counter() - t0)
     if req.gate is None:
         return _tree_round(req, context, room, _tree_limit(req.config))
-    if req.gate.draft_forward_s is None:  # both measured alike, once per model
-        req.gate.observe_costs(
-            draft_forward_s=forward_cost(req.grower.draft), target_forward_s=forward_cost(req.target)
-        )
     mode = req.gate.choose()
     t0 = time.perf_counter()
     if mode == "ngram":
@@ -379,10 +375,4 @@ def generate(
     config: LLMCadConfig = LLMCadConfig(),  # noqa: B008
 ) -> Response:
     """Generate to the end: one ``Response`` with the whole text and every token."""
-    tokens: list[int] = []
-    last = None
-    for last in stream(target, prompt, draft=draft, config=config):
-        tokens += last.tokens
-    if last is None:  # pragma: no cover - a stream always ends with a finished response
-        raise ConfigError("the stream ended without a response")
-    return Response(target.detokenize(tokens), tokens, last.stats, last.finish_reason, extras=last.extras)
+    return collect(stream(target, prompt, draft=draft, config=config), target.detokenize)
