@@ -112,12 +112,14 @@ def cmd_minions(args: argparse.Namespace) -> int:
     return _done(args, report["summary"], [*lines, f"wrote {args.out}/results.json"])
 
 
-def _suite_flags(p: argparse.ArgumentParser, *, out: str, max_tokens: int) -> None:
+def _suite_flags(
+    p: argparse.ArgumentParser, *, out: str, max_tokens: int, quick: str = "2 prompts per category"
+) -> None:
     """The flags of the benchmarks that run a prompt suite on a target."""
     p.add_argument("--out", default=out)
     p.add_argument("--target", default=DEFAULT_MODEL)
     p.add_argument("--max-tokens", type=int, default=max_tokens)
-    p.add_argument("--quick", action="store_true", help="2 prompts per category")
+    p.add_argument("--quick", action="store_true", help=quick)
     p.add_argument("--prompts", default=None, help='JSON lines {"id", "category", "messages"}')
     add_output_flags(p)
 
@@ -144,6 +146,25 @@ def cmd_llmcad(args: argparse.Namespace) -> int:
         f"wrote {args.out}/results.json"
     )
     return _done(args, s, [line])
+
+
+def _add_llmcad(bench: Any) -> None:
+    p = bench.add_parser("llmcad", help="LLMCad against the target alone and peers, under a memory budget")
+    _suite_flags(
+        p,
+        out="bench-results/llmcad",
+        max_tokens=64,
+        quick="1 prompt per category and one budget (default: 2, and 0.25/0.33/0.5)",
+    )
+    p.add_argument("--draft", default="qwen2.5-coder-0.5b", help="the resident draft (default: %(default)s)")
+    p.add_argument(
+        "--budget-fraction",
+        type=float,
+        default=0.33,
+        help="the budget: the draft's weights plus this fraction of the target's (default: %(default)s)",
+    )
+    p.add_argument("--systems", nargs="*", default=None, help="default: std stdpl sp bld auto llmcad")
+    p.set_defaults(func=cmd_llmcad)
 
 
 def add_parser(sub: Any) -> None:
@@ -182,17 +203,7 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--batch-sizes", nargs="*", type=int, default=[1, 4, 8])
     p.set_defaults(func=cmd_collective)
 
-    p = bench.add_parser("llmcad", help="LLMCad against the target alone and peers, under a memory budget")
-    _suite_flags(p, out="bench-results/llmcad", max_tokens=64)
-    p.add_argument("--draft", default="qwen2.5-coder-0.5b", help="the resident draft (default: %(default)s)")
-    p.add_argument(
-        "--budget-fraction",
-        type=float,
-        default=0.33,
-        help="the budget: the draft's weights plus this fraction of the target's (default: %(default)s)",
-    )
-    p.add_argument("--systems", nargs="*", default=None, help="default: std stdpl sp bld auto llmcad")
-    p.set_defaults(func=cmd_llmcad)
+    _add_llmcad(bench)
 
     p = bench.add_parser("minions", help="local-remote protocols: accuracy against remote tokens and dollars")
     p.add_argument("--out", default="bench-results/minions")
