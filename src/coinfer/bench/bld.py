@@ -17,7 +17,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from coinfer.decoding.drafters import rewind_to
-from coinfer.decoding.speculative import window_room
+from coinfer.decoding.speculative import take_round, window_room
 from coinfer.models.base import Seq, SteerableModel
 
 __all__ = ["BLDResult", "bld_generate"]
@@ -57,8 +57,9 @@ def bld_generate(
         first_s = time.perf_counter() - start
         if on_first is not None:
             on_first()
-        context, out, checks = [*prompt, first], [first], 0
-        while out[-1] not in big.eos_ids and len(out) < max_tokens:
+        context, checks = list(prompt), 0
+        out, finished = take_round([first], context, big, max_tokens)
+        while not finished:
             room = min(max_tokens - len(out) - 1, window_room(len(context), big.n_ctx), max_run)
             written = _little_writes(little, lseq, context, fallback, room)
             rows = big.extend(bseq, [context[-1], *written])
@@ -67,14 +68,10 @@ def bld_generate(
                 kept += 1
             nxt = int(np.argmax(rows[kept]))
             big.truncate(bseq, len(context) + kept)
-            new = [*written[:kept], nxt]
             checks += 1
-            for t in new:
-                if len(out) < max_tokens and out[-1] not in big.eos_ids:
-                    out.append(t)
-            context += new
-        tokens = [t for t in out if t not in big.eos_ids]
-        return BLDResult(tokens, checks, first_s, time.perf_counter() - start)
+            new, finished = take_round([*written[:kept], nxt], context, big, max_tokens - len(out))
+            out += new
+        return BLDResult(out, checks, first_s, time.perf_counter() - start)
     finally:
         big.release(bseq)
         little.release(lseq)

@@ -86,21 +86,15 @@ def rouge_l(candidate: list[int], reference: list[int]) -> float:
     return 2 * precision * recall / (precision + recall)
 
 
-def _file_size(name: str) -> tuple[Path, int]:
-    path = catalog.prepare(name)
-    return path, path.stat().st_size
-
-
 def _run_child(spec: dict[str, Any], budget: int | None, files: list[Path], timeout: float) -> dict[str, Any]:
     """One system over every prompt in a child process (in a cgroup of ``budget`` bytes)."""
     argv = [sys.executable, "-m", "coinfer.bench.llmcad_systems", json.dumps(spec)]
-    if budget is not None:  # every page of the weights read under the budget (with none: warm, as in use)
-        for f in files:
-            evict_page_cache(f)
-    if budget is None:
+    if budget is None:  # warm, as in use
         proc = subprocess.run(argv, capture_output=True, text=True, timeout=timeout)
         peak, ooms = None, 0
     else:
+        for f in files:  # every page of the weights is read under the budget
+            evict_page_cache(f)
         with MemoryCgroup(budget) as cg:
             proc = cg.run(argv, timeout=timeout)
             peak, ooms = cg.peak(), cg.oom_kills()
@@ -132,6 +126,13 @@ def _per_prompt(run: dict[str, Any], reference: dict[str, list[int]]) -> list[di
 
 def _per(total: int | None, n: int) -> float | None:
     return None if total is None or n <= 0 else total / n
+
+
+def _score(runs: dict[str, dict[str, Any]], alone: list[dict[str, Any]]) -> None:
+    """Each run's per-prompt figures, against the target alone's rows ``alone``."""
+    reference = {r["id"]: r["tokens"] for r in alone}
+    for run in runs.values():
+        run["prompts"] = _per_prompt(run, reference)
 
 
 def _geomean(xs: list[float]) -> float | None:
@@ -176,10 +177,9 @@ def _summary(runs: dict[str, dict[str, Any]], ids: list[str]) -> dict[str, Any]:
 
 def _measure(
     config: LLMCadBenchConfig, prompts: list[dict[str, Any]], budget: int | None, systems: tuple[str, ...],
-    log: Callable[[str], None],
+    files: list[Path], log: Callable[[str], None],
 ) -> dict[str, dict[str, Any]]:  # fmt: skip
-    target_path, _ = _file_size(config.target)
-    draft_path, _ = _file_size(config.draft)
+    """Each system over ``prompts`` under ``budget``; ``files``: the models' weights."""
     runs: dict[str, dict[str, Any]] = {}
     for system in systems:
         label = "no budget" if budget is None else f"budget {budget / 2**20:.0f} MiB"
@@ -189,7 +189,7 @@ def _measure(
             "budget": budget, "ctx": config.ctx, "sp_k": config.sp_k,
             "prompts": [{"id": p["id"], "messages": p["messages"]} for p in prompts],
         }  # fmt: skip
-        runs[system] = _run_child(spec, budget, [target_path, draft_path], config.timeout_s)
+        runs[system] = _run_child(spec, budget, files, config.timeout_s)
         if runs[system]["error"]:
             log(f"  {system} failed: {runs[system]['error']}")
     return runs
@@ -207,22 +207,18 @@ def run_llmcad_bench(
         ) from exc
     prompts = load_prompts(config.prompts) if config.prompts else build_suite(1 if config.quick else 2)
     ids = [p["id"] for p in prompts]
-    _, target_size = _file_size(config.target)
-    _, draft_size = _file_size(config.draft)
+    files = [catalog.prepare(config.target), catalog.prepare(config.draft)]
+    target_size, draft_size = (f.stat().st_size for f in files)
     report: dict[str, Any] = {"config": asdict(config), "environment": environment(), "budgets": {}}
     for fraction in config.fractions():
         budget = int(draft_size + fraction * target_size) + config.runtime_allowance
         systems = config.systems if fraction == config.budget_fraction else ("std", "llmcad")
-        runs = _measure(config, prompts, budget, systems, log)
-        reference = {r["id"]: r["tokens"] for r in runs["std"]["rows"]}
-        for run in runs.values():
-            run["prompts"] = _per_prompt(run, reference)
+        runs = _measure(config, prompts, budget, systems, files, log)
+        _score(runs, runs["std"]["rows"])
         report["budgets"][str(fraction)] = {"budget_bytes": budget, "runs": runs}
     main = report["budgets"][str(config.budget_fraction)]
-    free = _measure(config, prompts, None, tuple(s for s in UNBUDGETED if s in config.systems), log)
-    reference = {r["id"]: r["tokens"] for r in main["runs"]["std"]["rows"]}
-    for run in free.values():
-        run["prompts"] = _per_prompt(run, reference)
+    free = _measure(config, prompts, None, tuple(s for s in UNBUDGETED if s in config.systems), files, log)
+    _score(free, main["runs"]["std"]["rows"])
     report["no_budget"] = {"runs": free}
     report["summary"] = _full_summary(config, report, ids)
     out = Path(config.out)

@@ -26,7 +26,7 @@ from typing import Any, Literal
 import numpy as np
 
 from coinfer.bench.bld import bld_generate
-from coinfer.decoding import ModelDrafter, SpecConfig, stream
+from coinfer.decoding import ModelDrafter, Response, SpecConfig, stream
 from coinfer.engines.llmcad import LLMCadConfig
 from coinfer.engines.llmcad import stream as llmcad_stream
 from coinfer.errors import ConfigError
@@ -61,15 +61,17 @@ def _load(spec: dict[str, Any]) -> tuple[SteerableModel, SteerableModel | None]:
     return target, draft
 
 
-def _from_stats(tokens: list[int], stats: Any, extras: dict[str, Any]) -> dict[str, Any]:
-    decode_s = (stats.last_token_at or 0) - (stats.first_token_at or 0)
-    return {
-        "tokens": tokens,
-        "decode_s": decode_s,
-        "ttft_s": stats.ttft_s,
-        "verifications": stats.rounds,
-        "extras": {k: extras[k] for k in _EXTRAS if k in extras},
-    }
+def _follow(responses: Iterator[Response]) -> dict[str, Any]:
+    """An engine's stream gathered into a row, the bytes read so far noted at the first token."""
+    tokens: list[int] = []
+    first_read = None
+    for r in responses:
+        tokens += r.tokens
+        first_read = disk_bytes_read() if first_read is None else first_read
+    s = r.stats
+    row = _row(tokens, (s.last_token_at or 0) - (s.first_token_at or 0), s.ttft_s, s.rounds, first_read)
+    row["extras"] = {k: r.extras[k] for k in _EXTRAS if k in r.extras}
+    return row
 
 
 def _row(
@@ -84,24 +86,14 @@ def _speculative(
 ) -> dict[str, Any]:
     k: int | Literal["auto"] = int(spec["sp_k"]) if spec["system"] == "sp" else "auto"
     config = SpecConfig(max_tokens=spec["max_tokens"], draft_tokens=k)
-    tokens: list[int] = []
-    first_read = None
-    for r in stream(target, prompt, draft=draft, config=config):
-        tokens += r.tokens
-        first_read = disk_bytes_read() if first_read is None else first_read
-    return {**_from_stats(tokens, r.stats, r.extras), "read_at_first_token": first_read}
+    return _follow(stream(target, prompt, draft=draft, config=config))
 
 
 def _llmcad(
     spec: dict[str, Any], target: SteerableModel, draft: SteerableModel, prompt: list[int]
 ) -> dict[str, Any]:
     config = LLMCadConfig(max_tokens=spec["max_tokens"], memory_budget=spec["budget"])
-    tokens: list[int] = []
-    first_read = None
-    for r in llmcad_stream(target, prompt, draft=draft, config=config):
-        tokens += r.tokens
-        first_read = disk_bytes_read() if first_read is None else first_read
-    return {**_from_stats(tokens, r.stats, r.extras), "read_at_first_token": first_read}
+    return _follow(llmcad_stream(target, prompt, draft=draft, config=config))
 
 
 def _std_prefetched(spec: dict[str, Any], target: SteerableModel, prompt: list[int]) -> dict[str, Any]:

@@ -170,10 +170,8 @@ def cmd_generate(args: argparse.Namespace) -> int:
         target.close()
     finish = "interrupted" if code else ((last.finish_reason if last else None) or "length")
     if args.json:
-        out = _json(args, text, tokens, finish, prompt_format, last, drafters)
-        if draft_model is not None:
-            out["draft"] = draft_model.name
-        print(json.dumps(out, ensure_ascii=False))
+        draft = draft_model.name if draft_model is not None else (drafters[0].name if drafters else "none")
+        print(json.dumps(_json(args, text, tokens, finish, prompt_format, last, draft), ensure_ascii=False))
     else:
         sys.stdout.write("\n")
         for line in _summary(last, finish, drafted=bool(drafters) or draft_model is not None):
@@ -207,7 +205,7 @@ def _json(
     finish: str,
     prompt_format: str,
     last: Response | None,
-    drafters: list[Drafter],
+    draft: str,
 ) -> dict[str, Any]:
     out: dict[str, Any] = {
         "text": text,
@@ -221,7 +219,7 @@ def _json(
     if args.engine == "collective":
         out["drafts"] = _draft_specs(args)
     else:
-        out["draft"] = drafters[0].name if drafters else "none"
+        out["draft"] = draft
     out["stats"] = last.stats.as_dict() if last else {}
     out["extras"] = last.extras if last else {}
     return out

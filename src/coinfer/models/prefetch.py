@@ -47,21 +47,18 @@ def parse_size(text: str) -> int:
     return int(float(m.group(1)) * _UNITS[m.group(2).lower()])
 
 
-def _status_kb(field: str) -> int:
-    try:
-        with open("/proc/self/status") as f:
-            for line in f:
-                if line.startswith(field + ":"):
-                    return int(line.split()[1]) * 1024
-    except OSError:
-        pass
-    return 0
-
-
 def resident_anonymous_bytes() -> int:
     """The process's resident anonymous memory (heap, model buffers loaded without mmap,
     KV caches); 0 where ``/proc`` is not there."""
-    return _status_kb("RssAnon") + _status_kb("RssShmem")
+    total = 0
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith(("RssAnon:", "RssShmem:")):
+                    total += int(line.split()[1]) * 1024
+    except OSError:
+        return 0
+    return total
 
 
 def disk_bytes_read() -> int | None:

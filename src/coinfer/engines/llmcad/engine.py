@@ -165,7 +165,7 @@ def _round(req: _Request, context: list[int], room: int) -> TreeRound:
     """One round in the mode the gate picks (a tree round when there is no gate)."""
     if req.grower is None:
         t0 = time.perf_counter()
-        path, nxt = _verify(req, context, None)
+        _, nxt = _verify(req, context, None)
         return TreeRound([nxt], mode="plain", verify_s=time.perf_counter() - t0)
     if req.gate is None:
         return _tree_round(req, context, room, _tree_limit(req.config))

@@ -31,7 +31,6 @@ class ModeGate:
         self.wait = dict.fromkeys(MODES, first_retry)
         self.idle = dict.fromkeys(MODES, 0)  # rounds since the mode last ran
         self.longest_wait, self.smoothing = longest_wait, smoothing
-        self.rounds = dict.fromkeys(MODES, 0)
         self.draft_forward_s: float | None = None
         self.target_forward_s: float | None = None
 
@@ -80,6 +79,5 @@ class ModeGate:
         for m in MODES:
             self.idle[m] += 1
         self.idle[mode] = 0
-        self.rounds[mode] += 1
         if self.best() != mode and old is not None:
             self.wait[mode] = min(self.wait[mode] * 2, self.longest_wait)

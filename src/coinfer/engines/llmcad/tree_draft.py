@@ -85,7 +85,6 @@ class TreeGrower:
         self.max_branches = max(1, max_branches if spare is None else min(max_branches, spare))
         self.tokens: list[int] = []
         self.parents: list[int] = []
-        self.confidences: list[float] = []  # each node's own draft probability
         self.branches = [Branch(draft.new_sequence(), [], 1.0, [])]
 
     # ---- a round ----------------------------------------------------------------------
@@ -95,11 +94,11 @@ class TreeGrower:
         draft already wrote after the context (speculation, §3.4) and their probabilities,
         the first branch of the new tree."""
         (root,) = self.branches
-        self.tokens, self.parents, self.confidences = [], [], []
+        self.tokens, self.parents = [], []
         todo = rewind_to(self.draft, root.seq, [*context, *(t for t, _ in chain)])
         branch = Branch(root.seq, [], 1.0, todo)
         for token, p in chain:
-            branch.nodes.append(self._add(token, branch.nodes[-1] if branch.nodes else -1, p))
+            branch.nodes.append(self._add(token, branch.nodes[-1] if branch.nodes else -1))
             branch.confidence *= p
         branch.open = not chain or self._open(chain[-1][0])
         self.branches = [branch]
@@ -132,12 +131,12 @@ class TreeGrower:
         base = branch.confidence
         top, *others = self._candidates(probs)[:max_new]
         for token in others:
-            node = self._add(token, parent, float(probs[token]))
+            node = self._add(token, parent)
             fork = self.draft.fork(branch.seq)
             self.branches.append(
                 Branch(fork, [*branch.nodes, node], base * float(probs[token]), [token], self._open(token))
             )
-        branch.nodes.append(self._add(top, parent, float(probs[top])))
+        branch.nodes.append(self._add(top, parent))
         branch.confidence = base * float(probs[top])
         branch.todo = [top]
         branch.open = self._open(top)
@@ -160,10 +159,9 @@ class TreeGrower:
         ordered = sorted((int(t) for t in best), key=lambda t: -probs[t])
         return [ordered[0], *(t for t in ordered[1:] if probs[t] >= self.branch_confidence)]
 
-    def _add(self, token: int, parent: int, confidence: float) -> int:
+    def _add(self, token: int, parent: int) -> int:
         self.tokens.append(token)
         self.parents.append(parent)
-        self.confidences.append(confidence)
         return len(self.tokens) - 1
 
     def _open(self, token: int) -> bool:
