@@ -5,6 +5,7 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from coinfer.errors import ConfigError
@@ -55,3 +56,53 @@ def test_a_budget_the_process_already_fills_reads_nothing(smollm_path: Path) -> 
         assert prefetcher.bytes_read == 0
     finally:
         prefetcher.close()
+
+
+@needs_llama
+def test_a_model_reports_each_layer_its_forward_finishes_and_its_logits_do_not_change(
+    smollm_path: Path,
+) -> None:
+    from coinfer.models.llamacpp import LlamaCppModel
+
+    model = LlamaCppModel(smollm_path, n_ctx=128, n_seq_max=2, layer_progress=True, use_mmap=True)
+    try:
+        seq = model.new_sequence()
+        quiet = model.extend(seq, [1, 2, 3, 4])
+        layers: list[int] = []
+        model.layer_listener = layers.append
+        model.truncate(seq, 0)
+        heard = model.extend(seq, [1, 2, 3, 4])
+        assert layers == list(range(int(model.metadata["llama.block_count"])))
+        np.testing.assert_array_equal(quiet, heard)
+    finally:
+        model.close()
+
+
+@needs_llama
+def test_following_a_forward_reads_at_most_a_window_ahead_of_its_layer(smollm_path: Path) -> None:
+    """The prefetcher follows the layers a model reports: it reads the next layers up to
+    its window, waits while the forward is in layer 0, and reads on as it gets on; a
+    mapping of the file in this process is advised sequential."""
+    from coinfer.models.llamacpp import LlamaCppModel
+
+    model = LlamaCppModel(smollm_path, n_ctx=128, n_seq_max=2, layer_progress=True, use_mmap=True)
+    prefetcher = WeightPrefetcher(smollm_path, resident_anonymous_bytes() + 64 * 1024**2, model=model)
+    try:
+        assert prefetcher.sequential  # llama.cpp has the file mapped
+        assert model.layer_listener == prefetcher.layer_done
+        prefetcher.follow(from_start=True)
+        window = prefetcher.window  # a third of what the budget leaves
+        assert 20 * 1024**2 <= window <= 22 * 1024**2
+        _wait_for(prefetcher, window)
+        time.sleep(0.05)
+        assert prefetcher.bytes_read == window  # and then it waits for the forward
+        prefetcher.layer_done(0)
+        layer_0 = sum(s.size for s in prefetcher.spans if s.name.startswith("blk.0."))
+        assert layer_0 < window
+        _wait_for(prefetcher, layer_0 + window)
+        time.sleep(0.05)
+        assert prefetcher.bytes_read == layer_0 + window
+    finally:
+        prefetcher.close()
+        assert model.layer_listener is None
+        model.close()

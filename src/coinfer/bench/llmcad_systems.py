@@ -8,7 +8,7 @@ weights unrepacked and small batches, and a draft loads resident: what
 finishes, so a child the OOM killer ends still leaves what it measured.
 
 - ``std``: the target alone (plain greedy decoding);
-- ``stdpl``: the target alone, its weights read ahead within the budget before each forward;
+- ``stdpl``: the target alone with LLMCad's weight loading (the prefetcher follows each forward);
 - ``sp``: classic speculative decoding, the same draft model, a fixed k;
 - ``bld``: Big Little Decoder (``bench.bld``);
 - ``auto``: coinfer's speculative engine as shipped (``--draft auto``);
@@ -38,6 +38,7 @@ __all__ = ["SYSTEMS", "run_system"]
 
 SYSTEMS = ("std", "stdpl", "sp", "bld", "auto", "llmcad")
 NEEDS_DRAFT = ("sp", "bld", "llmcad")
+PREFETCHING = ("stdpl", "llmcad")  # the systems with LLMCad's weight loading
 _EXTRAS = (
     "tree_sizes",
     "fallbacks",
@@ -53,6 +54,8 @@ _EXTRAS = (
 def _load(spec: dict[str, Any]) -> tuple[SteerableModel, SteerableModel | None]:
     budget = spec["budget"] is not None
     target_opts = budget_load_options("target") if budget else {}
+    if spec["system"] not in PREFETCHING:  # llama.cpp as it comes: no eval callback
+        target_opts.pop("layer_progress", None)
     draft_opts = budget_load_options("draft") if budget else {}
     target = load_model(spec["target"], n_ctx=spec["ctx"], **target_opts)
     draft = None
@@ -97,15 +100,14 @@ def _llmcad(
 
 
 def _std_prefetched(spec: dict[str, Any], target: SteerableModel, prompt: list[int]) -> dict[str, Any]:
-    """Plain greedy decoding; before each forward the prefetcher starts reading the
-    weights from the first layer, up to the headroom, while the forward runs."""
+    """Plain greedy decoding; every forward followed by the prefetcher from its first layer."""
     if target.weights_file is None:
         raise ConfigError("stdpl needs a memory budget (a memory-mapped target)")
-    prefetcher = WeightPrefetcher(target.weights_file, spec["budget"])
+    prefetcher = WeightPrefetcher(target.weights_file, spec["budget"], model=target)
     seq = target.new_sequence()
     start = time.perf_counter()
     try:
-        prefetcher.warm()
+        prefetcher.follow(from_start=True)
         token = int(np.argmax(target.extend(seq, prompt, last_only=True)[-1]))
         first_at, first_read = time.perf_counter(), disk_bytes_read()
         tokens: list[int] = []
@@ -113,7 +115,7 @@ def _std_prefetched(spec: dict[str, Any], target: SteerableModel, prompt: list[i
             tokens.append(token)
             if len(tokens) == spec["max_tokens"]:
                 break
-            prefetcher.warm()
+            prefetcher.follow(from_start=True)
             token = int(np.argmax(target.extend(seq, [token])[-1]))
         end = time.perf_counter()
     finally:

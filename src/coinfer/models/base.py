@@ -13,7 +13,7 @@ sequence handle is a ``SequenceError``.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol, TypeVar
@@ -70,6 +70,9 @@ class SteerableModel(ABC):
     kv_cells_shared: bool = False  # all sequences share the n_ctx cache cells (llama.cpp)
     max_sequences: int | None = None  # how many sequences may be live at once (None: no limit)
     weights_file: Path | None = None  # the file the weights are memory-mapped from, paged on demand
+    # called with a layer's index as soon as a forward has computed it (a backend that can
+    # tell, when asked to: llama.cpp loaded with layer_progress=True); None: nobody listens
+    layer_listener: Callable[[int], None] | None = None
 
     def __init__(self) -> None:
         self._next_seq_id = 0

@@ -16,7 +16,7 @@ from pathlib import Path
 
 from coinfer.errors import ModelError
 
-__all__ = ["TensorSpan", "forward_order", "read_tensor_table"]
+__all__ = ["TensorSpan", "forward_order", "layer_of", "read_tensor_table"]
 
 _SCALARS = {0: 1, 1: 1, 2: 2, 3: 2, 4: 4, 5: 4, 6: 4, 7: 1, 10: 8, 11: 8, 12: 8}  # type -> bytes
 _STRING, _ARRAY = 8, 9
@@ -96,14 +96,20 @@ def read_tensor_table(path: str | Path) -> list[TensorSpan]:
     return [TensorSpan(name, data_start + offset, size) for name, offset, size in infos]
 
 
+def layer_of(name: str) -> int | None:
+    """The block a tensor belongs to (``blk.N.…``), or None (embeddings, output)."""
+    m = _LAYER.match(name)
+    return None if m is None else int(m.group(1))
+
+
 def forward_order(tensors: list[TensorSpan]) -> list[TensorSpan]:
     """The tensors in the order a forward pass reads them whole: the blocks layer by layer,
     then the output norm and the output projection (the token embeddings when the output
     is tied to them). The embedding table itself is read a few rows at a time, so it is
     left to the page faults."""
     layers = sorted(
-        (t for t in tensors if _LAYER.match(t.name)),
-        key=lambda t: (int(_LAYER.match(t.name).group(1)), t.offset),  # type: ignore[union-attr]
+        (t for t in tensors if layer_of(t.name) is not None),
+        key=lambda t: (layer_of(t.name), t.offset),
     )
     by_name = {t.name: t for t in tensors}
     tail = [by_name[n] for n in ("output_norm.weight",) if n in by_name]

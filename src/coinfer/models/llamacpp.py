@@ -18,6 +18,7 @@ import logging
 import os
 import subprocess
 import sys
+import weakref
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -85,6 +86,34 @@ b.set_batch([4], 4, False); c.decode(b)  # one token (vector kernels)
 """
 
 
+def _layer_progress_callback(lc: Any, model: weakref.ref[LlamaCppModel]) -> Any:
+    """llama.cpp's eval callback, reporting each layer as the forward finishes it: asked
+    about every node of the graph before it runs, it wants to see only the layer outputs
+    (``l_out-N``), and only while the model has a ``layer_listener``; llama.cpp then
+    computes the graph up to each such node, and calls back after it."""
+    from llama_cpp._ggml import libggml
+
+    libggml.ggml_get_name.restype = ctypes.c_char_p
+    libggml.ggml_get_name.argtypes = [ctypes.c_void_p]
+
+    @lc.ggml_backend_sched_eval_callback
+    def on_node(tensor: int, ask: bool, _user: int) -> bool:
+        m = model()
+        listener = None if m is None else m.layer_listener
+        if listener is None:
+            return not ask  # wants nothing; once computed, go on
+        name = libggml.ggml_get_name(tensor) or b""
+        if ask:
+            return name.startswith(b"l_out-")
+        try:  # an exception leaving a ctypes callback would stop the forward half done
+            listener(int(name[6:]))
+        except Exception:
+            log.exception("the layer listener of %s failed", m.name)  # type: ignore[union-attr]
+        return True
+
+    return on_node
+
+
 def cpu_extra_buffers_work(path: Path) -> bool:
     """Whether llama.cpp's extra CPU buffer types (weight repacking, AMX) survive a decode.
 
@@ -141,6 +170,9 @@ class LlamaCppModel(SteerableModel):
     micro-batches of equally many tokens from consecutive sequence ids: a batch of several
     sequences with different token counts, or with ids that are not consecutive, runs as
     several forwards. Batches of speculative drafts want the unified cache.
+
+    ``layer_progress`` has every forward report each layer it finishes to the model's
+    ``layer_listener`` (llama.cpp's eval callback; a weights prefetcher follows it).
     """
 
     backend = "llama.cpp"
@@ -160,6 +192,7 @@ class LlamaCppModel(SteerableModel):
         flash_attn: bool = False,
         kv_unified: bool = True,
         use_mmap: bool | None = None,
+        layer_progress: bool = False,
     ) -> None:
         super().__init__()
         lc = _import_llama()
@@ -181,6 +214,9 @@ class LlamaCppModel(SteerableModel):
         n_cells = self.n_ctx if kv_unified else self.n_ctx * n_seq_max  # n_ctx: each sequence's window
         self._threads = n_threads or os.cpu_count() or 1
         cparams = self._context_params(self._threads, flash_attn, n_cells)
+        if layer_progress:
+            self._layer_cb = _layer_progress_callback(lc, weakref.ref(self))
+            cparams.cb_eval = self._layer_cb
         try:
             self._ctx = lc._internals.LlamaContext(model=self._model, params=cparams, verbose=False)
         except ValueError as exc:

@@ -52,9 +52,16 @@ def budget_load_options(role: str) -> dict[str, Any]:
     resident), so the OS pages them in and out; a draft is read into resident memory.
     Both get small batches and few sequence slots (llama.cpp's compute and output buffers
     grow with them, and every MiB they hold is a MiB less for the target's pages): a
-    target batch holds a verified tree of up to 63 tokens."""
+    target batch holds a verified tree of up to 63 tokens. The target reports the layers
+    its forwards finish, which a ``WeightPrefetcher`` follows."""
     if role == "target":
-        return {"use_mmap": True, "extra_buffers": False, "n_batch": 64, "n_seq_max": 16}
+        return {
+            "use_mmap": True,
+            "extra_buffers": False,
+            "n_batch": 64,
+            "n_seq_max": 16,
+            "layer_progress": True,
+        }
     return {"use_mmap": False, "n_batch": 16, "n_seq_max": 16}
 
 

@@ -108,3 +108,28 @@ def test_a_speculated_chain_starts_the_next_tree() -> None:
     assert _paths(grower) == [b"ab"] and grower.branch_confidences() == pytest.approx([0.45])
     assert grower.branches[0].todo == [*prompt, A, B]  # a fresh draft reads it all; B's row comes next
     grower.close()
+
+
+def test_the_tree_knows_how_many_tokens_it_expects_kept() -> None:
+    """The sum of its nodes' cumulative confidences: a 0.5 and b 0.3, then a's a 0.9."""
+    table = {(): {A: 0.5, B: 0.3, C: 0.15, X: 0.05}, (A,): {A: 0.9, X: 0.1}, (B,): {B: 0.9, X: 0.1}}
+    grower = _grower(_draft(table, 2))
+    grower.start(list(b"p:"))
+    grower.grow(max_depth=8, max_size=32)
+    assert grower.expected == pytest.approx(0.8)
+    grower.grow(max_depth=8, max_size=32)
+    assert grower.expected == pytest.approx(0.8 + 0.45)
+    chained = _grower(_draft(table, 2))
+    chained.start(list(b"p:"), [(A, 0.5), (A, 0.9)])  # a chain from speculation
+    assert chained.expected == pytest.approx(0.5 + 0.45)
+
+
+def test_the_draft_reads_the_prompt_ahead_and_the_first_tree_decodes_only_what_is_new() -> None:
+    draft = _draft({(): {A: 1.0}}, 3)
+    grower = _grower(draft)
+    grower.read(list(b"pq:"))
+    assert grower.branches[0].seq.tokens == list(b"pq")
+    before = len(draft.forwards)
+    grower.start(list(b"pq:"))
+    grower.grow(max_depth=8, max_size=32)
+    assert draft.forwards[before:] == [1]  # the pending token alone

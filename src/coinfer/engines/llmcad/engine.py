@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Generator, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -32,7 +33,7 @@ from coinfer.decoding.sampling import PositionDraws, probs_from_logits, sample_a
 from coinfer.decoding.speculative import take_round, window_room
 from coinfer.decoding.verify import accept_tree
 from coinfer.engines.llmcad.config import LLMCadConfig
-from coinfer.engines.llmcad.fallback import AdaptiveThreshold
+from coinfer.engines.llmcad.fallback import AdaptiveThreshold, VerifyCost
 from coinfer.engines.llmcad.gate import ModeGate
 from coinfer.engines.llmcad.speculation import Chain, Speculator
 from coinfer.engines.llmcad.tree_draft import TreeGrower, forward_cost
@@ -75,6 +76,7 @@ class _Request:
         self.target, self.config = target, config
         self.draws = PositionDraws(config.sampling.seed)
         self.threshold = AdaptiveThreshold(config.alpha)
+        self.costs = VerifyCost()
         self.seq: Seq = target.new_sequence()
         self.grower: TreeGrower | None = None
         self.speculator: Speculator | None = None
@@ -90,7 +92,7 @@ class _Request:
                     "holds them resident",
                     hint="load the target with use_mmap=True (the CLI does so for --memory-budget)",
                 )
-            self.prefetcher = WeightPrefetcher(target.weights_file, config.memory_budget)
+            self.prefetcher = WeightPrefetcher(target.weights_file, config.memory_budget, model=target)
         if config.draft_tokens != 0:
             self.grower = TreeGrower(
                 draft,
@@ -118,7 +120,7 @@ class _Request:
 
     def loading(self, phase: str) -> None:
         """The target's weights: read ahead within the budget while the draft computes
-        ("warm"), or not ("pause")."""
+        ("warm"), or as the target's forward gets on ("follow")."""
         if self.prefetcher is not None:
             getattr(self.prefetcher, phase)()
 
@@ -144,7 +146,7 @@ def generate_rounds(
     req = _Request(target, draft, config)
     try:
         t0 = time.perf_counter()
-        first = req.choose(target.extend(req.seq, list(prompt), last_only=True)[-1], len(prompt))
+        first = _prefill(req, list(prompt))
         context, produced = list(prompt), 0
         r = TreeRound([first], verify_s=time.perf_counter() - t0)
         while True:
@@ -159,6 +161,24 @@ def generate_rounds(
             r = _round(req, context, room)
     finally:
         req.close()
+
+
+def _prefill(req: _Request, prompt: list[int]) -> int:
+    """The target reads the prompt: its first token. Under a memory budget the draft reads
+    the prompt meanwhile on another thread (the target waits on storage much of the time),
+    so the first tree starts at once."""
+    req.loading("follow")
+    if req.prefetcher is None or req.grower is None:
+        return _first_token(req, prompt)
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="llmcad-draft-read") as pool:
+        reading = pool.submit(req.grower.read, prompt)
+        token = _first_token(req, prompt)
+        reading.result()
+    return token
+
+
+def _first_token(req: _Request, prompt: list[int]) -> int:
+    return req.choose(req.target.extend(req.seq, prompt, last_only=True)[-1], len(prompt))
 
 
 def _round(req: _Request, context: list[int], room: int) -> TreeRound:
@@ -221,7 +241,7 @@ def _tree_round(req: _Request, context: list[int], room: int, limit: int) -> Tre
     if spec is not None:
         branch = max(grower.branches, key=lambda b: b.confidence)
         spec.begin(branch, min(room - len(branch.nodes), limit))
-    req.loading("pause")
+    req.loading("follow")
     try:
         path, nxt = _verify(req, context, tree)
     finally:
@@ -233,6 +253,8 @@ def _tree_round(req: _Request, context: list[int], room: int, limit: int) -> Tre
         n_all = grower.settle(path)
         if req.config.draft_tokens == "auto":
             req.threshold.update(len(path), n_all)
+    verify_s = time.perf_counter() - t1
+    req.costs.observe(len(tree), t1 - t0, verify_s)
     return TreeRound(
         [*(tree.tokens[n] for n in path), nxt],
         drafted=len(tree),
@@ -243,7 +265,7 @@ def _tree_round(req: _Request, context: list[int], room: int, limit: int) -> Tre
         speculated_kept=len(speculated) if kept else 0,
         speculated_discarded=0 if kept else len(speculated),
         draft_s=t1 - t0,
-        verify_s=time.perf_counter() - t1,
+        verify_s=verify_s,
         prefetched=req.prefetched() - read_before,
     )
 
@@ -256,7 +278,8 @@ def _grow_until_fallback(grower: TreeGrower, req: _Request, room: int, limit: in
             return "tree_size" if auto else "fixed"
         if not grower.grow(room, limit):
             return "ended"
-        if auto and req.threshold.due(grower.branch_confidences()):
+        floor = req.costs.floor(grower.expected, len(grower.tokens))
+        if auto and req.threshold.due(grower.branch_confidences(), floor):
             return "confidence"
 
 

@@ -85,6 +85,7 @@ class TreeGrower:
         self.max_branches = max(1, max_branches if spare is None else min(max_branches, spare))
         self.tokens: list[int] = []
         self.parents: list[int] = []
+        self.expected = 0.0  # the tokens the tree is expected to keep: its nodes' cumulative confidences
         self.branches = [Branch(draft.new_sequence(), [], 1.0, [])]
 
     # ---- a round ----------------------------------------------------------------------
@@ -94,14 +95,21 @@ class TreeGrower:
         draft already wrote after the context (speculation, §3.4) and their probabilities,
         the first branch of the new tree."""
         (root,) = self.branches
-        self.tokens, self.parents = [], []
+        self.tokens, self.parents, self.expected = [], [], 0.0
         todo = rewind_to(self.draft, root.seq, [*context, *(t for t, _ in chain)])
         branch = Branch(root.seq, [], 1.0, todo)
         for token, p in chain:
-            branch.nodes.append(self._add(token, branch.nodes[-1] if branch.nodes else -1))
             branch.confidence *= p
+            branch.nodes.append(self._add(token, branch.nodes[-1] if branch.nodes else -1, branch.confidence))
         branch.open = not chain or self._open(chain[-1][0])
         self.branches = [branch]
+
+    def read(self, prompt: Sequence[int]) -> None:
+        """Have the draft read ``prompt`` but its last token before the first round (which
+        then decodes only that and the target's first token)."""
+        (root,) = self.branches
+        if len(prompt) > 1 and not root.seq.tokens:
+            self.draft.extend(root.seq, list(prompt[:-1]), last_only=True)
 
     def tree(self) -> TokenTree:
         return TokenTree(tuple(self.tokens), tuple(self.parents))
@@ -131,13 +139,12 @@ class TreeGrower:
         base = branch.confidence
         top, *others = self._candidates(probs)[:max_new]
         for token in others:
-            node = self._add(token, parent)
+            confidence = base * float(probs[token])
+            node = self._add(token, parent, confidence)
             fork = self.draft.fork(branch.seq)
-            self.branches.append(
-                Branch(fork, [*branch.nodes, node], base * float(probs[token]), [token], self._open(token))
-            )
-        branch.nodes.append(self._add(top, parent))
+            self.branches.append(Branch(fork, [*branch.nodes, node], confidence, [token], self._open(token)))
         branch.confidence = base * float(probs[top])
+        branch.nodes.append(self._add(top, parent, branch.confidence))
         branch.todo = [top]
         branch.open = self._open(top)
 
@@ -159,9 +166,10 @@ class TreeGrower:
         ordered = sorted((int(t) for t in best), key=lambda t: -probs[t])
         return [ordered[0], *(t for t in ordered[1:] if probs[t] >= self.branch_confidence)]
 
-    def _add(self, token: int, parent: int) -> int:
+    def _add(self, token: int, parent: int, confidence: float) -> int:
         self.tokens.append(token)
         self.parents.append(parent)
+        self.expected += confidence
         return len(self.tokens) - 1
 
     def _open(self, token: int) -> bool:
