@@ -92,7 +92,8 @@ class TransportError(CoinferError):
 
 
 class BudgetError(CoinferError):
-    """A memory budget that cannot be enforced here: no memory cgroup can be made."""
+    """A memory budget that cannot be enforced here (no memory cgroup can be made), or
+    that leaves a model too little memory to run in."""
 
 
 class SandboxError(CoinferError):

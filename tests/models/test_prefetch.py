@@ -106,3 +106,21 @@ def test_following_a_forward_reads_at_most_a_window_ahead_of_its_layer(smollm_pa
         prefetcher.close()
         assert model.layer_listener is None
         model.close()
+
+
+@needs_llama
+def test_a_new_forward_sends_the_prefetcher_back_to_the_layer_it_is_in(smollm_path: Path) -> None:
+    """A prefill runs several forwards: when the layers reported start over, reading
+    starts over from there instead of staying at the end of the weights."""
+    prefetcher = WeightPrefetcher(smollm_path, resident_anonymous_bytes() + 64 * 1024**2)
+    try:
+        last = max(int(s.name.split(".")[1]) for s in prefetcher.spans if s.name.startswith("blk."))
+        prefetcher.layer_done(last)
+        assert prefetcher._cursor == (prefetcher._layer_spans["tail"], 0)
+        prefetcher.layer_done(0)
+        assert prefetcher._cursor == (prefetcher._layer_spans[1], 0)
+        prefetcher.layer_done(3)
+        prefetcher.layer_done(2)  # a new forward, done with layer 2: on from layer 3
+        assert prefetcher._cursor == (prefetcher._layer_spans[3], 0)
+    finally:
+        prefetcher.close()

@@ -91,10 +91,11 @@ def _layer_progress_callback(lc: Any, model: weakref.ref[LlamaCppModel]) -> Any:
     about every node of the graph before it runs, it wants to see only the layer outputs
     (``l_out-N``), and only while the model has a ``layer_listener``; llama.cpp then
     computes the graph up to each such node, and calls back after it."""
-    from llama_cpp._ggml import libggml
-
-    libggml.ggml_get_name.restype = ctypes.c_char_p
-    libggml.ggml_get_name.argtypes = [ctypes.c_void_p]
+    # ggml's own accessor, found through the llama library loaded (and so its ggml, also
+    # under LLAMA_CPP_LIB_PATH)
+    get_name = lc.llama_cpp._lib.ggml_get_name
+    get_name.restype = ctypes.c_char_p
+    get_name.argtypes = [ctypes.c_void_p]
 
     @lc.ggml_backend_sched_eval_callback
     def on_node(tensor: int, ask: bool, _user: int) -> bool:
@@ -102,7 +103,7 @@ def _layer_progress_callback(lc: Any, model: weakref.ref[LlamaCppModel]) -> Any:
         listener = None if m is None else m.layer_listener
         if listener is None:
             return not ask  # wants nothing; once computed, go on
-        name = libggml.ggml_get_name(tensor) or b""
+        name = get_name(tensor) or b""
         if ask:
             return name.startswith(b"l_out-")
         try:  # an exception leaving a ctypes callback would stop the forward half done

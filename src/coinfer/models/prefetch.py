@@ -36,7 +36,7 @@ import threading
 from itertools import accumulate
 from pathlib import Path
 
-from coinfer.errors import ConfigError
+from coinfer.errors import BudgetError, ConfigError
 from coinfer.models.base import SteerableModel
 from coinfer.models.gguf_layout import TensorSpan, forward_order, layer_of, read_tensor_table
 
@@ -143,6 +143,28 @@ class WeightPrefetcher:
             model.layer_listener = self.layer_done
         self._worker = threading.Thread(target=self._run, name="weight-prefetch", daemon=True)
         self._worker.start()
+
+    def check_room(self) -> None:
+        """Refuse a budget that leaves the weights less than two of the largest layers
+        (the one computed and the one read ahead): every forward would thrash, re-reading
+        pages it has just read, slower than the target alone."""
+        resident = resident_anonymous_bytes()
+        room, need = self.budget - resident, 2 * max(self._layer_bytes(), default=0)
+        if room < need:
+            raise BudgetError(
+                f"a memory budget of {self.budget >> 20} MiB leaves {max(room, 0) >> 20} MiB for the "
+                f"target's weights after the resident draft, caches and buffers ({resident >> 20} MiB); "
+                f"it needs at least {need >> 20} MiB",
+                hint=f"raise --memory-budget to at least {-(-(resident + need) // 2**20)}M",
+            )
+
+    def _layer_bytes(self) -> list[int]:
+        sizes: dict[int, int] = {}
+        for span in self.spans:
+            layer = layer_of(span.name)
+            if layer is not None:
+                sizes[layer] = sizes.get(layer, 0) + span.size
+        return list(sizes.values())
 
     def headroom(self) -> int:
         """What the budget leaves for the target's pages now."""

@@ -11,7 +11,7 @@ import pytest
 
 from coinfer.decoding import SamplingParams
 from coinfer.engines.llmcad import LLMCadConfig, generate, stream
-from coinfer.errors import ConfigError
+from coinfer.errors import BudgetError, ConfigError
 from coinfer.models import load_model
 from coinfer.models.base import Seq, SteerableModel
 from coinfer.models.tree import TokenTree
@@ -213,7 +213,9 @@ def test_under_a_memory_budget_the_mapped_target_is_read_ahead_and_the_text_is_t
 ) -> None:
     from coinfer.models.prefetch import resident_anonymous_bytes
 
-    target = load_model("smollm2-135m", backend="llama.cpp", n_ctx=1024, n_seq_max=16, use_mmap=True)
+    target = load_model(
+        "smollm2-135m", backend="llama.cpp", n_ctx=1024, n_seq_max=16, use_mmap=True, layer_progress=True
+    )
     draft = load_model("smollm2-135m", backend="llama.cpp", n_ctx=1024, n_seq_max=16, use_mmap=False)
     try:
         assert target.weights_file is not None and draft.weights_file is None
@@ -224,6 +226,11 @@ def test_under_a_memory_budget_the_mapped_target_is_read_ahead_and_the_text_is_t
         assert out.extras["prefetched_bytes"] > 0 and out.extras["bytes_read"] is not None
         with pytest.raises(ConfigError, match="memory-mapped"):
             generate(draft, prompt, draft=target, config=LLMCadConfig(max_tokens=4, memory_budget=budget))
+        tight = resident_anonymous_bytes() + 2 * 1024**2  # less than two of its layers
+        with pytest.raises(BudgetError, match="MiB for the target.s weights after") as info:
+            generate(target, prompt, draft=draft, config=LLMCadConfig(max_tokens=4, memory_budget=tight))
+        assert "--memory-budget" in (info.value.hint or "")
+        assert target.live_sequences == 0 and target.layer_listener is None
     finally:
         draft.close()
         target.close()

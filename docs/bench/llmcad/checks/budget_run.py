@@ -1,3 +1,4 @@
+import os
 import sys
 from pathlib import Path
 
@@ -6,7 +7,7 @@ from coinfer.bench.cgroup import MemoryCgroup, evict_page_cache
 
 t_path = catalog.prepared_path(catalog.get("qwen2.5-coder-1.5b"))
 d_path = catalog.prepared_path(catalog.get("qwen2.5-coder-0.5b"))
-budget = int(d_path.stat().st_size + 0.33 * t_path.stat().st_size)
+budget = int(d_path.stat().st_size + float(os.environ.get("FRACTION", "0.33")) * t_path.stat().st_size)
 for opts in sys.argv[1:]:
     evict_page_cache(t_path)
     evict_page_cache(d_path)

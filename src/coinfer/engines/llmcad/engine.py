@@ -6,7 +6,10 @@ until the self-adaptive fallback fires (T_c < alpha, §3.3) or the tree is full;
 target runs once over the pending token and the tree (one batch, each token seeing only
 its ancestors) and the walk of ``accept_tree`` keeps the target's own text: the longest
 verified path and the target's next token. Both caches roll back to it. While the
-target verifies, the draft goes on along its most confident branch (§3.4). With no
+target verifies, the draft goes on along its most confident branch (§3.4). Under a
+memory budget the ``WeightPrefetcher`` reads the target's weights while the draft
+computes and follows the target's forward layer by layer, and the draft reads the
+prompt during the target's prefill. With no
 memory budget, ``gate.ModeGate`` measures tree rounds against plain speculation with
 prompt lookup (what ``--draft auto`` does) and keeps the faster: on a target that fits in
 memory, drafting with a model need not pay.
@@ -69,6 +72,16 @@ class TreeRound:
     finished: str | None = None
 
 
+def _prefetcher(target: SteerableModel, budget: int) -> WeightPrefetcher:
+    """The target's weight prefetcher (which needs the target's weights memory-mapped)."""
+    if target.weights_file is None:
+        raise ConfigError(
+            f"a memory budget needs the target's weights memory-mapped; {target.name} holds them resident",
+            hint="load the target with use_mmap=True (the CLI does so for --memory-budget)",
+        )
+    return WeightPrefetcher(target.weights_file, budget, model=target)
+
+
 class _Request:
     """One request's state: the target's sequence, the draft's tree, the threshold."""
 
@@ -77,22 +90,14 @@ class _Request:
         self.draws = PositionDraws(config.sampling.seed)
         self.threshold = AdaptiveThreshold(config.alpha)
         self.costs = VerifyCost()
+        self.prefetcher = None if config.memory_budget is None else _prefetcher(target, config.memory_budget)
         self.seq: Seq = target.new_sequence()
         self.grower: TreeGrower | None = None
         self.speculator: Speculator | None = None
         self.chain: Chain = []
-        self.prefetcher: WeightPrefetcher | None = None
         self.gate: ModeGate | None = None
         self.ngram = NgramDrafter()
         self.sizer = DraftSizer(AdaptiveDraftLength())
-        if config.memory_budget is not None:
-            if target.weights_file is None:
-                raise ConfigError(
-                    f"a memory budget needs the target's weights memory-mapped; {target.name} "
-                    "holds them resident",
-                    hint="load the target with use_mmap=True (the CLI does so for --memory-budget)",
-                )
-            self.prefetcher = WeightPrefetcher(target.weights_file, config.memory_budget, model=target)
         if config.draft_tokens != 0:
             self.grower = TreeGrower(
                 draft,
@@ -147,6 +152,8 @@ def generate_rounds(
     try:
         t0 = time.perf_counter()
         first = _prefill(req, list(prompt))
+        if req.prefetcher is not None:  # the buffers both models use are resident now
+            req.prefetcher.check_room()
         context, produced = list(prompt), 0
         r = TreeRound([first], verify_s=time.perf_counter() - t0)
         while True:
