@@ -8,7 +8,8 @@ correct, else set to its error rate ``(N_all - N_correct) / N_all``, so a draft 
 been right is trusted for longer trees and one that has just been wrong is checked soon.
 
 Eq. 3 knows nothing of what a verification costs, and after an error it can ask for
-one almost at once (an error at the 2nd of 48 tokens sets alpha to 0.96). Where a
+one almost at once (a branch of 48 tokens with only its first right sets alpha to
+0.98). Where a
 verification costs as much as 70 draft tokens (a target read from storage), a pass over
 a four-token tree is wasted. So the fallback also waits while the next draft token still
 pays for itself (``VerifyCost``): the most confident branch's next token is kept with
