@@ -80,3 +80,19 @@ def test_the_bench_runs_each_system_in_a_cgroup_and_reports_against_the_target_a
     assert s["verifications_per_token"]["llmcad"] < s["verifications_per_token"]["std"]
     for name in ("results.json", "results.md", "latency.png"):
         assert (tmp_path / "out" / name).is_file()
+
+
+def test_a_system_past_its_time_is_stopped_with_its_prompts_kept(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A child that runs too long (one thrashing under its budget) is ended; the prompts it
+    printed before stay in the report, with the reason."""
+    import subprocess
+
+    from coinfer.bench import llmcad
+
+    def too_slow(argv: list[str], **kwargs: object) -> None:
+        raise subprocess.TimeoutExpired(argv, 30.0, output=b'{"id": "HumanEval/0", "tokens": [1]}\nnoise\n')
+
+    monkeypatch.setattr(llmcad.subprocess, "run", too_slow)
+    run = llmcad._run_child({"system": "llmcad"}, None, [], 30.0)
+    assert run["rows"] == [{"id": "HumanEval/0", "tokens": [1]}]
+    assert run["error"] == "stopped after 30 s"

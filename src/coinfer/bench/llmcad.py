@@ -11,7 +11,9 @@ over the tokens after the first), verifications (target forwards after the prefi
 token, bytes read from storage per token after the first (the prefill's reads, a few
 passes over the weights, show in the time to first token instead), the cgroup's peak memory, and ROUGE-L and
 identity against the target alone (``std``). Prompts alternate between a *tuned* half
-and a *held-out* half (nothing was tuned on the second); the summary gives both.
+and a *held-out* half (nothing was tuned on the second); the summary gives both. A
+system that runs more than twice as long as the target alone under the same budget (at
+least 5 minutes) is stopped, what it finished kept, and reported as stopped.
 Results: ``results.json`` (``summary``, ``runs``), ``results.md``, ``latency.png`` and, for
 several fractions, ``budget.png``.
 """
@@ -22,6 +24,7 @@ import json
 import math
 import subprocess
 import sys
+import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -37,6 +40,7 @@ from coinfer.errors import BudgetError, ConfigError
 __all__ = ["LLMCadBenchConfig", "rouge_l", "run_llmcad_bench"]
 
 UNBUDGETED = ("llmcad", "auto")
+STOP_FLOOR_S = 300.0  # the least time any system gets, whatever the target alone took
 
 
 @dataclass(frozen=True)
@@ -87,22 +91,33 @@ def rouge_l(candidate: list[int], reference: list[int]) -> float:
 
 
 def _run_child(spec: dict[str, Any], budget: int | None, files: list[Path], timeout: float) -> dict[str, Any]:
-    """One system over every prompt in a child process (in a cgroup of ``budget`` bytes)."""
+    """One system over every prompt in a child process (in a cgroup of ``budget`` bytes),
+    stopped after ``timeout`` seconds with the prompts it finished kept."""
     argv = [sys.executable, "-m", "coinfer.bench.llmcad_systems", json.dumps(spec)]
-    if budget is None:  # warm, as in use
-        proc = subprocess.run(argv, capture_output=True, text=True, timeout=timeout)
-        peak, ooms = None, 0
-    else:
-        for f in files:  # every page of the weights is read under the budget
-            evict_page_cache(f)
-        with MemoryCgroup(budget) as cg:
-            proc = cg.run(argv, timeout=timeout)
-            peak, ooms = cg.peak(), cg.oom_kills()
-    rows = [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
+    peak, ooms = None, 0
+    try:
+        if budget is None:  # warm, as in use
+            proc = subprocess.run(argv, capture_output=True, text=True, timeout=timeout)
+        else:
+            for f in files:  # every page of the weights is read under the budget
+                evict_page_cache(f)
+            with MemoryCgroup(budget) as cg:
+                try:
+                    proc = cg.run(argv, timeout=timeout)
+                finally:
+                    peak, ooms = cg.peak(), cg.oom_kills()
+    except subprocess.TimeoutExpired as exc:
+        out = exc.stdout.decode() if isinstance(exc.stdout, bytes) else exc.stdout or ""
+        return {"rows": _rows(out), "peak_bytes": peak, "oom_kills": ooms,
+                "error": f"stopped after {timeout:.0f} s"}  # fmt: skip
     error = None
     if proc.returncode != 0:
         error = "killed by the OOM killer" if ooms else (proc.stderr.strip().splitlines() or ["failed"])[-1]
-    return {"rows": rows, "peak_bytes": peak, "oom_kills": ooms, "error": error}
+    return {"rows": _rows(proc.stdout), "peak_bytes": peak, "oom_kills": ooms, "error": error}
+
+
+def _rows(stdout: str) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in stdout.splitlines() if line.startswith("{")]
 
 
 def _per_prompt(run: dict[str, Any], reference: dict[str, list[int]]) -> list[dict[str, Any]]:
@@ -181,6 +196,7 @@ def _measure(
 ) -> dict[str, dict[str, Any]]:  # fmt: skip
     """Each system over ``prompts`` under ``budget``; ``files``: the models' weights."""
     runs: dict[str, dict[str, Any]] = {}
+    timeout = config.timeout_s
     for system in systems:
         label = "no budget" if budget is None else f"budget {budget / 2**20:.0f} MiB"
         log(f"{system} ({label}): {len(prompts)} prompts…")
@@ -189,7 +205,13 @@ def _measure(
             "budget": budget, "ctx": config.ctx, "sp_k": config.sp_k,
             "prompts": [{"id": p["id"], "messages": p["messages"]} for p in prompts],
         }  # fmt: skip
-        runs[system] = _run_child(spec, budget, files, config.timeout_s)
+        started = time.monotonic()
+        runs[system] = _run_child(spec, budget, files, timeout)
+        if system == "std" and budget is not None and not runs[system]["error"]:
+            # a system slower than twice the target alone under the same budget is
+            # stopped there: it has failed what this bench measures (a thrashing one
+            # would otherwise run for the whole timeout)
+            timeout = min(config.timeout_s, max(STOP_FLOOR_S, 2 * (time.monotonic() - started)))
         if runs[system]["error"]:
             log(f"  {system} failed: {runs[system]['error']}")
     return runs
