@@ -131,6 +131,10 @@ class WeightPrefetcher:
         self.sequential = advise_sequential(path) > 0
         self._starts = [0, *accumulate(s.size for s in self.spans)]  # bytes before each span
         self._layer_spans = _first_span_of_each_layer(self.spans)
+        firsts = sorted(self._layer_spans.values())  # the layers' spans lie back to back
+        self._largest_layer = max(
+            (self._starts[b] - self._starts[a] for a, b in zip(firsts, firsts[1:], strict=False)), default=0
+        )
         self._fd = os.open(path, os.O_RDONLY)
         self._lock = threading.Condition()
         self._plan: tuple[int, str, int] | None = None  # (generation, mode, allowance) to carry out
@@ -149,7 +153,7 @@ class WeightPrefetcher:
         (the one computed and the one read ahead): every forward would thrash, re-reading
         pages it has just read, slower than the target alone."""
         resident = resident_anonymous_bytes()
-        room, need = self.budget - resident, 2 * max(self._layer_bytes(), default=0)
+        room, need = self.budget - resident, 2 * self._largest_layer
         if room < need:
             raise BudgetError(
                 f"a memory budget of {self.budget >> 20} MiB leaves {max(room, 0) >> 20} MiB for the "
@@ -157,14 +161,6 @@ class WeightPrefetcher:
                 f"it needs at least {need >> 20} MiB",
                 hint=f"raise --memory-budget to at least {-(-(resident + need) // 2**20)}M",
             )
-
-    def _layer_bytes(self) -> list[int]:
-        sizes: dict[int, int] = {}
-        for span in self.spans:
-            layer = layer_of(span.name)
-            if layer is not None:
-                sizes[layer] = sizes.get(layer, 0) + span.size
-        return list(sizes.values())
 
     def headroom(self) -> int:
         """What the budget leaves for the target's pages now."""

@@ -285,8 +285,9 @@ def _grow_until_fallback(grower: TreeGrower, req: _Request, room: int, limit: in
             return "tree_size" if auto else "fixed"
         if not grower.grow(room, limit):
             return "ended"
-        floor = req.costs.floor(grower.expected, len(grower.tokens))
-        if auto and req.threshold.due(grower.branch_confidences(), floor):
+        if auto and req.threshold.due(
+            grower.branch_confidences(), req.costs.floor(grower.expected, len(grower.tokens))
+        ):
             return "confidence"
 
 

@@ -9,10 +9,9 @@ been right is trusted for longer trees and one that has just been wrong is check
 
 Eq. 3 knows nothing of what a verification costs, and after an error it can ask for
 one almost at once (a branch of 48 tokens with only its first right sets alpha to
-0.98). Where a
-verification costs as much as 70 draft tokens (a target read from storage), a pass over
-a four-token tree is wasted. So the fallback also waits while the next draft token still
-pays for itself (``VerifyCost``): the most confident branch's next token is kept with
+0.98). Where a verification costs as much as 70 draft tokens (a target read from
+storage), a pass over a four-token tree is wasted. So the fallback also waits while the
+next draft token still pays for itself (``VerifyCost``): the most confident branch's next token is kept with
 about probability T_c and costs one draft forward, while the round so far makes
 ``(1 + E) / (c_v + n c_d)`` tokens per second (E: the tokens the tree is expected to
 keep, the sum of its nodes' cumulative confidences; n: its size; c_d, c_v: the measured
