@@ -24,8 +24,9 @@ than around itself, half of which, behind the fault, the forward had used and th
 budget had dropped (a 48-token forward of the 1.1 GB file in an 820 MiB cgroup,
 ``read_ahead_kb`` 8192, two runs of docs/bench/llmcad/checks/forward_reads.py: 1.42 and
 1.34 GB read in 1.99 and 1.82 s with the default advice, 1.22 and 1.06 GB in 1.95 and
-1.80 s sequential, 1.06 and 1.09 GB in 1.62 and 1.60 s sequential and followed). Bytes the process reads from disk, whoever reads them, are in
-``/proc/self/io`` (``disk_bytes_read``).
+1.80 s sequential, 1.06 and 1.09 GB in 1.62 and 1.60 s sequential and followed).
+Bytes the process reads from disk, whoever reads them, are in ``/proc/self/io``
+(``disk_bytes_read``).
 """
 
 from __future__ import annotations
