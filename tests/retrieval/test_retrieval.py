@@ -29,6 +29,8 @@ def test_bm25_puts_the_chunk_with_the_rare_words_first() -> None:
     retriever.index(chunk_documents([("manual", MANUAL)], size=400, overlap=40))
     best = retriever.top("Which port does the listener bind to?", 3)
     assert "8731" in best[0].text and len(best) == 3
+    scored = retriever.scored("Which port does the listener bind to?", 3)
+    assert [c for c, _ in scored] == best and scored[0][1] > scored[1][1] >= scored[2][1]
 
 
 def test_dense_retrieval_finds_the_chunk_by_meaning() -> None:
@@ -46,5 +48,7 @@ def test_dense_retrieval_finds_the_chunk_by_meaning() -> None:
     retriever = DenseRetriever()
     retriever.index(chunks)
     assert retriever.top("monetary policy and borrowing costs", 1)[0].start == 1
+    (best, score), *rest = retriever.scored("monetary policy and borrowing costs", 3)
+    assert best.start == 1 and -1 <= rest[-1][1] <= rest[0][1] <= score <= 1
     vectors = retriever.embed(["a", "b"])
     assert vectors.shape == (2, 384) and abs(float((vectors[0] ** 2).sum()) - 1) < 1e-5

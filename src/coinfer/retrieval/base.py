@@ -27,6 +27,10 @@ class Retriever(Protocol):
         """The k chunks most relevant to ``query``, best first."""
         ...
 
+    def scored(self, query: str, k: int) -> list[tuple[Chunk, float]]:
+        """``top`` with each chunk's score (the retriever's own scale), best first."""
+        ...
+
 
 def chunk_documents(
     documents: Sequence[tuple[str, str]], size: int = 1000, overlap: int = 100

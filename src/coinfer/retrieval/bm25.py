@@ -32,9 +32,13 @@ class BM25Retriever:
         self._index.index(tokens, show_progress=False)
 
     def top(self, query: str, k: int) -> list[Chunk]:
+        return [c for c, _ in self.scored(query, k)]
+
+    def scored(self, query: str, k: int) -> list[tuple[Chunk, float]]:
+        """The top k chunks with their BM25 scores, best first."""
         if self._index is None:
             raise ConfigError("index() the chunks before asking for the top ones")
         k = min(k, len(self._chunks))
         tokens = self._bm25s.tokenize([query], stopwords="en", show_progress=False)
-        ids, _ = self._index.retrieve(tokens, k=k, show_progress=False)
-        return [self._chunks[int(i)] for i in ids[0]]
+        ids, scores = self._index.retrieve(tokens, k=k, show_progress=False)
+        return [(self._chunks[int(i)], float(s)) for i, s in zip(ids[0], scores[0], strict=True)]

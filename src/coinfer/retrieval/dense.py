@@ -77,8 +77,12 @@ class DenseRetriever:
         self._vectors = self.embed([c.text for c in self._chunks])
 
     def top(self, query: str, k: int) -> list[Chunk]:
+        return [c for c, _ in self.scored(query, k)]
+
+    def scored(self, query: str, k: int) -> list[tuple[Chunk, float]]:
+        """The top k chunks with their cosine similarity to the query, best first."""
         if self._vectors is None:
             raise ConfigError("index() the chunks before asking for the top ones")
         scores = self._vectors @ self.embed([query])[0]
         order = np.argsort(-scores, kind="stable")[: min(k, len(self._chunks))]
-        return [self._chunks[int(i)] for i in order]
+        return [(self._chunks[int(i)], float(scores[i])) for i in order]

@@ -1,0 +1,55 @@
+"""DRAGON's knobs (paper 003), validated when made."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Literal
+
+from coinfer.decoding.sampling import SamplingParams
+from coinfer.decoding.speculative import check_budget
+from coinfer.errors import ConfigError
+
+__all__ = ["DragonConfig"]
+
+Retrieval = Literal["bm25", "dense", "fused"]
+
+
+@dataclass(frozen=True, kw_only=True)
+class DragonConfig:
+    """``top_k``: documents each side retrieves from its own corpus (the paper's top-2 per
+    side for latency, up to 16 for perplexity); ``chunk_chars``: their size;
+    ``retrieval``: how a side ranks its chunks (BM25, MiniLM embeddings, or both fused by
+    reciprocal rank); ``relevance_temperature``: the mixture weight of a document is the
+    softmax of its embedding similarity to the query over this (the two sides' weights
+    are comparable only on one scale, so weights always come from the embeddings);
+    ``transfer_top_p`` / ``transfer_max_ids``: the head of a side's distribution that
+    travels (§7.1; 0.8 in the paper, 0.95 here so that greedy text rarely depends on it);
+    ``seed``: the draws of sampled decoding (None: a random one).
+    """
+
+    max_tokens: int = 256
+    sampling: SamplingParams = field(default_factory=SamplingParams)
+    top_k: int = 2
+    chunk_chars: int = 400
+    retrieval: Retrieval = "fused"
+    relevance_temperature: float = 0.1
+    transfer_top_p: float = 0.95
+    transfer_max_ids: int = 256
+    seed: int | None = None
+
+    def __post_init__(self) -> None:
+        check_budget(self.max_tokens)
+        if self.retrieval not in ("bm25", "dense", "fused"):
+            raise ConfigError(f"unknown retrieval {self.retrieval!r}", hint="use bm25, dense or fused")
+        if not isinstance(self.top_k, int) or not 1 <= self.top_k <= 32:
+            raise ConfigError(f"top_k must be a whole number in 1..32, got {self.top_k!r}")
+        if not isinstance(self.chunk_chars, int) or self.chunk_chars < 50:
+            raise ConfigError(f"chunk_chars must be at least 50, got {self.chunk_chars!r}")
+        t = self.relevance_temperature
+        if not (isinstance(t, (int, float)) and math.isfinite(t) and t > 0):
+            raise ConfigError(f"relevance_temperature must be a positive number, got {t!r}")
+        if not 0 < self.transfer_top_p <= 1:
+            raise ConfigError(f"transfer_top_p must be in (0, 1], got {self.transfer_top_p!r}")
+        if not isinstance(self.transfer_max_ids, int) or not 1 <= self.transfer_max_ids <= 4096:
+            raise ConfigError(f"transfer_max_ids must be in 1..4096, got {self.transfer_max_ids!r}")

@@ -1,0 +1,156 @@
+"""One side's Decoder (paper 003, §3): its retrieved documents decoded together, one
+sequence each, and their next-token distributions mixed.
+
+Each document d gets its own sequence on the side's model: the document, then the query
+(``prompt_for(d)``), then the text generated so far. One batched forward per token
+(``extend_many``) lengthens all of them; ``distribution`` mixes their next-token
+distributions by the softmax of the documents' relevance scores (``local_mixture``) and
+keeps only the head that would travel (``sparsify``), so the side drafts from exactly
+what the other side will see. ``sync`` rolls every sequence back to the accepted text
+(a rejected draft, Algorithm 1's step 4) and reads what it lacks.
+
+The documents never leave this object: what a side shows the other is a token, its
+sparse distribution and ``log h`` (``Draft``).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from coinfer.decoding.drafters import common_prefix
+from coinfer.decoding.sampling import SamplingParams, probs_from_logits, sample_at
+from coinfer.engines.dragon.aggregation import local_mixture
+from coinfer.errors import ConfigError
+from coinfer.models.base import Seq, SteerableModel
+from coinfer.transport.sparse import SparseDistribution, sparsify
+
+__all__ = ["Document", "Draft", "RagSide", "draw"]
+
+
+@dataclass(frozen=True)
+class Document:
+    """A retrieved piece of text and its relevance to the query (a log-weight: the mixture
+    weights are the softmax of these over every document of both sides)."""
+
+    name: str
+    text: str
+    relevance: float
+
+
+@dataclass(frozen=True)
+class Draft:
+    """A side's next token at ``position`` (its index in the generated text), the
+    distribution it was drawn from, the side's ``log h`` and how long decoding took."""
+
+    position: int
+    token: int
+    dist: SparseDistribution
+    log_h: float
+    decode_s: float
+
+
+def draw(seed: int, position: int, side: int) -> float:
+    """The uniform a side samples its draft at ``position`` with (one stream per side)."""
+    return float(np.random.default_rng([seed, position, side]).random())
+
+
+class RagSide:
+    """The documents of one side on ``model``; ``side`` (0 device, 1 cloud) picks its
+    stream of draws."""
+
+    def __init__(
+        self,
+        model: SteerableModel,
+        documents: Sequence[Document],
+        prompt_for: Callable[[Document], list[int]],
+        *,
+        sampling: SamplingParams,
+        seed: int,
+        side: int,
+        transfer_top_p: float = 0.95,
+        transfer_max_ids: int = 256,
+    ) -> None:
+        if not documents:
+            raise ConfigError("a side needs at least one document", hint="retrieve with top_k >= 1")
+        if model.max_sequences is not None and len(documents) > model.max_sequences - model.live_sequences:
+            raise ConfigError(
+                f"{model.name} has room for {model.max_sequences - model.live_sequences} sequences, "
+                f"not {len(documents)} documents",
+                hint="retrieve fewer documents per side (--top-k)",
+            )
+        self.model, self.documents = model, list(documents)
+        self.sampling, self.seed, self.side = sampling, seed, side
+        self.transfer = (transfer_top_p, transfer_max_ids)
+        self.relevance = np.array([d.relevance for d in documents], dtype=np.float64)
+        self.prefixes = [prompt_for(d) for d in self.documents]
+        self.generated: list[int] = []
+        self._seqs: list[Seq] = []
+        self._rows: np.ndarray | None = None  # (n_docs, vocab) logits after the generated text
+        self.forward_s = 0.0  # the last forward's seconds
+
+    # ---- the sequences ----------------------------------------------------------------
+    def start(self) -> float:
+        """Prefill every document's sequence (one batch); the seconds it took."""
+        t0 = time.perf_counter()
+        self._seqs = [self.model.new_sequence() for _ in self.documents]
+        rows = self.model.extend_many(list(zip(self._seqs, self.prefixes, strict=True)), last_only=True)
+        self._rows = np.stack([r[-1] for r in rows])
+        self.forward_s = time.perf_counter() - t0
+        return self.forward_s
+
+    def advance(self, token: int) -> None:
+        """Append ``token`` to the generated text and decode it in every sequence."""
+        self.sync([*self.generated, token])
+
+    def sync(self, text: Sequence[int]) -> None:
+        """Make the generated text ``text``: roll every sequence back to the common part
+        and decode the rest (nothing when it already is)."""
+        text = list(text)
+        if text == self.generated and self._rows is not None:
+            return
+        t0 = time.perf_counter()
+        if text:
+            keep = min(common_prefix(self.generated, text), len(text) - 1)
+            items = [(s, text[keep:]) for s in self._seqs]
+            ends = [len(p) + keep for p in self.prefixes]
+        else:  # back to the prompt's end: re-read each prompt's last token
+            items = [(s, p[-1:]) for s, p in zip(self._seqs, self.prefixes, strict=True)]
+            ends = [len(p) - 1 for p in self.prefixes]
+        for seq, end in zip(self._seqs, ends, strict=True):
+            self.model.truncate(seq, end)
+        rows = self.model.extend_many(items, last_only=True)
+        self._rows = np.stack([r[-1] for r in rows])
+        self.generated = text
+        self.forward_s = time.perf_counter() - t0
+
+    def close(self) -> None:
+        for seq in self._seqs:
+            self.model.release(seq)
+        self._seqs = []
+
+    # ---- the distribution ------------------------------------------------------------
+    def distribution(self) -> tuple[SparseDistribution, float]:
+        """The side's next-token distribution after the generated text (the head that
+        travels) and its ``log h``."""
+        if self._rows is None:
+            raise ConfigError("start() the side before asking for its distribution")
+        params = self.sampling if not self.sampling.greedy else SamplingParams(temperature=1.0)
+        probs = np.stack([probs_from_logits(row, params) for row in self._rows])
+        p, log_h = local_mixture(probs, self.relevance)
+        return sparsify(p, *self.transfer), log_h
+
+    def draft(self) -> Draft:
+        """The side's next token, drawn from its own distribution (its most likely when
+        greedy); ``decode_s`` counts the last forward and the mixing."""
+        t0 = time.perf_counter()
+        dist, log_h = self.distribution()
+        position = len(self.generated)
+        if self.sampling.greedy:
+            token = int(dist.ids[int(np.argmax(dist.probs))])
+        else:
+            token = sample_at(dist.dense(), draw(self.seed, position, self.side))
+        return Draft(position, token, dist, log_h, self.forward_s + time.perf_counter() - t0)
