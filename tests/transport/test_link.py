@@ -16,11 +16,12 @@ TOKEN = "s3cret-token"
 
 
 def _echo(stream: Stream) -> None:
-    """Answer every Draft with a Decision for its position and token, until the peer ends."""
+    """Answer every Draft with a Decision for its position and token, until the peer ends
+    or is silent for a second (a stream gRPC failed under it may never say it ended)."""
     envelope = envelope_type()
     while True:
         try:
-            message = stream.recv(timeout=5)
+            message = stream.recv(timeout=1)
         except TransportError:
             return
         if message is None:

@@ -19,6 +19,7 @@ import hmac
 import logging
 import queue
 import threading
+import time
 from collections.abc import Callable, Iterator
 from concurrent import futures
 from dataclasses import dataclass
@@ -94,10 +95,28 @@ class Stream:
             self.closed.set()
             self._out.put(_CLOSED)
 
+    def finish(self, timeout: float) -> None:
+        """Close this side and wait (at most ``timeout``) for the other to end too, so
+        that what was sent last is delivered before the connection goes."""
+        self.close()
+        deadline = time.monotonic() + timeout
+        try:
+            while (left := deadline - time.monotonic()) > 0:
+                self.recv(timeout=left)
+        except TransportError:
+            return
+
     # ---- for the ends ---------------------------------------------------------------
-    def outgoing(self) -> Iterator[Any]:
+    def outgoing(self, alive: Callable[[], bool] = lambda: True) -> Iterator[Any]:
+        """What ``send`` queued, until ``close`` (or until ``alive()`` turns False: the
+        call was cancelled under us)."""
         while True:
-            item = self._out.get()
+            try:
+                item = self._out.get(timeout=0.5)
+            except queue.Empty:
+                if not alive():
+                    return
+                continue
             if item is _CLOSED:
                 return
             yield item
@@ -179,7 +198,8 @@ class LinkServer:
         return self
 
     def stop(self, grace: float | None = 1.0) -> None:
-        self._server.stop(grace).wait()
+        """Cancel what is running after ``grace`` seconds; wait for the end a little longer."""
+        self._server.stop(grace).wait(timeout=(grace or 0) + 5)
 
     def wait(self) -> None:
         self._server.wait_for_termination()
@@ -195,16 +215,19 @@ class LinkServer:
             log.warning("refused a stream from %s: wrong or missing token", context.peer())
             context.abort(grpc.StatusCode.UNAUTHENTICATED, "wrong or missing token")
         stream = Stream()
-        context.add_callback(stream.close)
+        if not context.add_callback(stream.close):  # the call ended already
+            return
         reader = threading.Thread(target=stream.read_from, args=(requests, _describe), daemon=True)
         reader.start()
         worker = threading.Thread(target=self._run, args=(stream, context.peer()), daemon=True)
         worker.start()
-        yield from stream.outgoing()
+        yield from stream.outgoing(context.is_active)
 
     def _run(self, stream: Stream, peer: str) -> None:
         try:
             self._serve(stream)
+        except TransportError as exc:  # the peer went away or broke the protocol: this stream only
+            log.warning("a stream from %s ended early: %s", peer, exc)
         except Exception:
             log.exception("a stream from %s failed", peer)
         finally:

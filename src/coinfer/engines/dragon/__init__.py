@@ -8,10 +8,13 @@ their next-token distributions are mixed by Speculative Aggregation.
 
 from coinfer.engines.dragon.config import DragonConfig
 from coinfer.engines.dragon.corpus import Corpus, read_corpus
-from coinfer.engines.dragon.engine import document_prompt, generate, generate_tokens, stream
-from coinfer.engines.dragon.side import Document, Draft, RagSide
+from coinfer.engines.dragon.engine import generate, generate_tokens, stream
+from coinfer.engines.dragon.remote import CloudLink, CloudService
+from coinfer.engines.dragon.side import Document, Draft, RagSide, document_prompt
 
 __all__ = [
+    "CloudLink",
+    "CloudService",
     "Corpus",
     "Document",
     "Draft",

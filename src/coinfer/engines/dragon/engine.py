@@ -2,50 +2,44 @@
 
 Every retrieved document is read with the question in a sequence of its own, and each
 next token comes from the mixture of the documents' next-token distributions, weighted
-by the softmax of their relevance (REPLUG; §2.2). With only the device's documents
-this is device-only RAG (``coinfer rag ask`` without ``--cloud``); the cloud's documents
-join the same mixture through Speculative Aggregation.
+by the softmax of their relevance (REPLUG; §2.2). With only the device's documents this
+is device-only RAG (``coinfer rag ask`` without ``--cloud``). Given a ``CloudLink``, the
+cloud's documents join the same mixture through Speculative Aggregation (``Peer``): the
+device sends the question, never its documents.
 
-Three layers, as every engine: ``generate_tokens`` yields one token at a time, ``stream``
-turns them into ``Response`` objects, ``generate`` blocks.
+When the link fails mid-answer (the cloud killed, the network cut, a cloud silent for
+``idle_s``), the device finishes the answer on its own documents from the text agreed so
+far, logs a warning, and says so in ``extras["fallback"]``; the next answer tries the
+cloud again.
+
+Three layers, as every engine: ``generate_tokens`` yields the tokens as they are
+decided, ``stream`` turns them into ``Response`` objects, ``generate`` blocks.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Generator, Iterator, Sequence
+import logging
+import queue
+import threading
+from collections.abc import Generator, Iterator, Sequence
 from typing import Any
 
 from coinfer.decoding.detok import IncrementalDetokenizer
 from coinfer.decoding.response import DecodeStats, Response, collect
 from coinfer.decoding.sampling import PositionDraws
-from coinfer.decoding.speculative import window_full
 from coinfer.engines.dragon.config import DragonConfig
-from coinfer.engines.dragon.side import Document, RagSide
+from coinfer.engines.dragon.pipeline import DEVICE, Peer
+from coinfer.engines.dragon.remote import CloudLink, hello, room
+from coinfer.engines.dragon.side import Document, RagSide, document_prompt
+from coinfer.errors import ConfigError, TransportError
 from coinfer.models.base import SteerableModel
+from coinfer.transport.link import Stream, connect
 
-__all__ = ["document_prompt", "generate", "generate_tokens", "stream"]
+__all__ = ["generate", "generate_tokens", "stream"]
 
-DEVICE, CLOUD = 0, 1
+log = logging.getLogger(__name__)
 
-
-def document_prompt(
-    model: SteerableModel, question: str, style: str = "chat"
-) -> Callable[[Document], list[int]]:
-    """How a document and the question become one sequence's prompt: the document first
-    (so its cache can be reused across questions), then the question. ``chat``: the
-    document as the system message and the question as the user's, in the model's chat
-    template; ``text``: the document's text, a blank line, then the question's (language
-    modelling)."""
-
-    def chat(doc: Document) -> list[int]:
-        return model.user_prompt(
-            question, system=f"Use this document where it helps to answer.\n\n{doc.text}"
-        )
-
-    def text(doc: Document) -> list[int]:
-        return model.text_prompt(f"{doc.text}\n\n{question}")
-
-    return chat if style == "chat" else text
+Step = tuple[list[int], str | None]  # tokens decided, and why the answer ends there (or None)
 
 
 def generate_tokens(
@@ -54,11 +48,15 @@ def generate_tokens(
     *,
     documents: Sequence[Document],
     config: DragonConfig = DragonConfig(),  # noqa: B008  (frozen, so a shared default is safe)
+    cloud: CloudLink | None = None,
     prompt_style: str = "chat",
-) -> Iterator[tuple[list[int], str | None]]:
-    """Yield the device's tokens (each drawn from the mixture over ``documents``) with why
-    generation ends there (or None): "stop" at an end-of-generation token (which is not
-    output), "length" at ``max_tokens`` or when a document's sequence fills the window."""
+    report: dict[str, Any] | None = None,
+) -> Iterator[Step]:
+    """Yield the answer's tokens as they are decided, with why it ends (None until then):
+    "stop" at an end-of-generation token (not output), "length" at ``max_tokens`` or a
+    full window. ``report`` (a dict) receives what the extras show: the mode, the cloud's
+    documents and acceptance, bytes sent, a fallback's reason."""
+    report = report if report is not None else {}
     seed = PositionDraws(config.sampling.seed if config.seed is None else config.seed).seed
     side = RagSide(
         model,
@@ -70,21 +68,150 @@ def generate_tokens(
         transfer_top_p=config.transfer_top_p,
         transfer_max_ids=config.transfer_max_ids,
     )
-    longest = max(len(p) for p in side.prefixes)
+    max_tokens = min(config.max_tokens, room(model, side.prefixes))
+    report.update(mode="device-only", documents=[d.name for d in documents])
     try:
-        side.start()
-        for produced in range(1, config.max_tokens + 1):
-            draft = side.draft()
-            if draft.token in model.eos_ids:
-                yield [], "stop"
-                return
-            full = produced >= config.max_tokens or window_full(longest + produced, model.n_ctx)
-            yield [draft.token], "length" if full else None
-            if full:
-                return
-            side.advance(draft.token)
+        if cloud is None:
+            side.start()
+            yield from _device_alone(side, [], max_tokens)
+        else:
+            yield from _with_cloud(side, question, config, cloud, seed, max_tokens, prompt_style, report)
     finally:
         side.close()
+
+
+def _device_alone(side: RagSide, text: list[int], max_tokens: int) -> Iterator[Step]:
+    """The device's own mixture from ``text`` on: one token per forward."""
+    text = list(text)
+    side.sync(text)
+    while True:
+        if len(text) >= max_tokens:  # resumed at the limit
+            yield [], "length"
+            return
+        token = side.draft().token
+        if token in side.model.eos_ids:
+            yield [], "stop"
+            return
+        text.append(token)
+        if len(text) >= max_tokens:
+            yield [token], "length"
+            return
+        yield [token], None
+        side.advance(token)
+
+
+def _with_cloud(
+    side: RagSide,
+    question: str,
+    config: DragonConfig,
+    link: CloudLink,
+    seed: int,
+    max_tokens: int,
+    prompt_style: str,
+    report: dict[str, Any],
+) -> Iterator[Step]:
+    model = side.model
+    stream: Stream | None = None
+    channel: Any = None
+    text: list[int] = []
+    try:
+        stream, channel = connect(link.address, token=link.token, deadline_s=link.deadline_s, tls=link.tls)
+        stream.send(
+            hello(model, question, config, link, seed=seed, max_tokens=max_tokens, prompt_style=prompt_style)
+        )
+        side.start()  # while the cloud retrieves and reads its documents
+        max_tokens = _ready(stream, link, report)
+        peer = Peer(
+            side,
+            DEVICE,
+            aggregates=link.aggregator == "device",
+            stream=stream,
+            sampling=config.sampling,
+            seed=seed,
+            max_tokens=max_tokens,
+            stop_ids=model.eos_ids,
+            lookahead=link.lookahead,
+        )
+        report.update(mode="dragon", aggregator=link.aggregator)
+        for step in _follow(peer, link.idle_s, report):
+            text += step[0]
+            yield step
+        stream.finish(timeout=link.idle_s)  # the last decision and Done reach the cloud
+        return
+    except TransportError as exc:
+        report["fallback"] = f"finished on the device alone: {exc}"
+        log.warning(
+            "the cloud link failed after %d tokens (%s); finishing on the device alone", len(text), exc
+        )
+    finally:
+        if stream is not None:
+            stream.close()
+        if channel is not None:
+            channel.close()
+    if not side.started:
+        side.start()
+    yield from _device_alone(side, text, max_tokens)
+
+
+def _ready(stream: Stream, link: CloudLink, report: dict[str, Any]) -> int:
+    """The cloud's ``Ready``: how long the answer may be. ``ConfigError`` when it refused."""
+    message = stream.recv(timeout=max(link.idle_s, 30.0))
+    if message is None or message.WhichOneof("body") != "ready":
+        raise TransportError("the cloud did not get ready in time")
+    ready = message.ready
+    if ready.refused:
+        raise ConfigError(
+            f"the cloud refused the request: {ready.refused}", hint="run the same model family on both sides"
+        )
+    report["cloud_documents"] = ready.documents
+    return int(ready.max_tokens)
+
+
+def _follow(peer: Peer, idle_s: float, report: dict[str, Any]) -> Iterator[Step]:
+    """Run the peer on a thread and yield its tokens as they are decided."""
+    decided: queue.Queue[int | None] = queue.Queue()
+    peer.on_token = decided.put
+    failure: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            peer.run(idle_timeout=idle_s)
+        except BaseException as exc:
+            failure.append(exc)
+        finally:
+            decided.put(None)
+
+    runner = threading.Thread(target=run, name="dragon-device", daemon=True)
+    runner.start()
+    emitted = 0
+    try:
+        while (token := decided.get()) is not None:
+            emitted += 1
+            if token in peer.stop_ids:
+                _record(peer, report)
+                yield [], "stop"
+                return
+            last = emitted >= peer.max_tokens
+            if last:
+                _record(peer, report)
+            yield [token], "length" if last else None
+            if last:
+                return
+    finally:
+        peer.stop()
+        runner.join(timeout=30)
+        _record(peer, report)
+    if failure:
+        raise failure[0]
+
+
+def _record(peer: Peer, report: dict[str, Any]) -> None:
+    report.update(
+        accepted={"device": peer.stats.accepted[0], "cloud": peer.stats.accepted[1]},
+        rejected={"device": peer.stats.rejected[0], "cloud": peer.stats.rejected[1]},
+        bytes_sent=peer.stats.bytes_sent,
+        stale_drafts=peer.stats.stale,
+    )
 
 
 def stream(
@@ -93,22 +220,32 @@ def stream(
     *,
     documents: Sequence[Document],
     config: DragonConfig = DragonConfig(),  # noqa: B008
+    cloud: CloudLink | None = None,
     prompt_style: str = "chat",
 ) -> Generator[Response, None, None]:
-    """One ``Response`` per token; ``extras`` names the documents and the side."""
+    """One ``Response`` per decided token; ``extras`` holds the mode ("dragon" or
+    "device-only"), the documents, the drafts each side had accepted and rejected, the
+    bytes the device sent and, after a failed link, ``fallback``."""
     stats = DecodeStats()
     detok = IncrementalDetokenizer(model.detokenize)
-    extras: dict[str, Any] = {"mode": "device-only", "documents": [d.name for d in documents]}
-    for tokens, finished in generate_tokens(
-        model, question, documents=documents, config=config, prompt_style=prompt_style
-    ):
+    report: dict[str, Any] = {}
+    steps = generate_tokens(
+        model,
+        question,
+        documents=documents,
+        config=config,
+        cloud=cloud,
+        prompt_style=prompt_style,
+        report=report,
+    )
+    for tokens, finished in steps:
         if stats.target_forwards == 0:
             stats.prefilled()
         else:
             stats.verified(0, 0)
         stats.emitted(len(tokens))
         text = "".join(detok.push(t) for t in tokens) + (detok.flush() if finished else "")
-        yield Response(text, tokens, stats.snapshot(), finished, extras=dict(extras))
+        yield Response(text, tokens, stats.snapshot(), finished, extras=dict(report))
 
 
 def generate(
@@ -117,10 +254,11 @@ def generate(
     *,
     documents: Sequence[Document],
     config: DragonConfig = DragonConfig(),  # noqa: B008
+    cloud: CloudLink | None = None,
     prompt_style: str = "chat",
 ) -> Response:
     """Generate to the end: one ``Response`` with the whole text and every token."""
     return collect(
-        stream(model, question, documents=documents, config=config, prompt_style=prompt_style),
+        stream(model, question, documents=documents, config=config, cloud=cloud, prompt_style=prompt_style),
         model.detokenize,
     )

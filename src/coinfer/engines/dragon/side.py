@@ -28,7 +28,7 @@ from coinfer.errors import ConfigError
 from coinfer.models.base import Seq, SteerableModel
 from coinfer.transport.sparse import SparseDistribution, sparsify
 
-__all__ = ["Document", "Draft", "RagSide", "draw"]
+__all__ = ["Document", "Draft", "RagSide", "document_prompt", "draw"]
 
 
 @dataclass(frozen=True)
@@ -51,6 +51,26 @@ class Draft:
     dist: SparseDistribution
     log_h: float
     decode_s: float
+
+
+def document_prompt(
+    model: SteerableModel, question: str, style: str = "chat"
+) -> Callable[[Document], list[int]]:
+    """How a document and the question become one sequence's prompt: the document first
+    (so its cache can be reused across questions), then the question. ``chat``: the
+    document as the system message and the question as the user's, in the model's chat
+    template; ``text``: the document's text, a blank line, then the question's (language
+    modelling)."""
+
+    def chat(doc: Document) -> list[int]:
+        return model.user_prompt(
+            question, system=f"Use this document where it helps to answer.\n\n{doc.text}"
+        )
+
+    def text(doc: Document) -> list[int]:
+        return model.text_prompt(f"{doc.text}\n\n{question}")
+
+    return chat if style == "chat" else text
 
 
 def draw(seed: int, position: int, side: int) -> float:
@@ -101,6 +121,10 @@ class RagSide:
         self._rows = np.stack([r[-1] for r in rows])
         self.forward_s = time.perf_counter() - t0
         return self.forward_s
+
+    @property
+    def started(self) -> bool:
+        return self._rows is not None
 
     def advance(self, token: int) -> None:
         """Append ``token`` to the generated text and decode it in every sequence."""

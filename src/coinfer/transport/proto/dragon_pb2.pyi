@@ -44,12 +44,16 @@ class Hello(_message.Message):
     def __init__(self, version: _Optional[int] = ..., question: _Optional[str] = ..., top_k: _Optional[int] = ..., temperature: _Optional[float] = ..., sampling_top_k: _Optional[int] = ..., sampling_top_p: _Optional[float] = ..., seed: _Optional[int] = ..., max_tokens: _Optional[int] = ..., prompt_style: _Optional[str] = ..., vocab_size: _Optional[int] = ..., tokenizer_digest: _Optional[bytes] = ..., cloud_aggregates: _Optional[bool] = ..., transfer_top_p: _Optional[float] = ..., transfer_max_ids: _Optional[int] = ..., retrieval: _Optional[str] = ..., relevance_temperature: _Optional[float] = ..., chunk_chars: _Optional[int] = ...) -> None: ...
 
 class Ready(_message.Message):
-    __slots__ = ("documents", "prefill_s")
+    __slots__ = ("documents", "prefill_s", "max_tokens", "refused")
     DOCUMENTS_FIELD_NUMBER: _ClassVar[int]
     PREFILL_S_FIELD_NUMBER: _ClassVar[int]
+    MAX_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    REFUSED_FIELD_NUMBER: _ClassVar[int]
     documents: int
     prefill_s: float
-    def __init__(self, documents: _Optional[int] = ..., prefill_s: _Optional[float] = ...) -> None: ...
+    max_tokens: int
+    refused: str
+    def __init__(self, documents: _Optional[int] = ..., prefill_s: _Optional[float] = ..., max_tokens: _Optional[int] = ..., refused: _Optional[str] = ...) -> None: ...
 
 class Draft(_message.Message):
     __slots__ = ("position", "epoch", "token", "dist", "log_h", "decode_s")

@@ -1,0 +1,318 @@
+"""Speculative Aggregation as it runs (paper 003, §3 and §4.2's steps 1-5): one ``Peer``
+per side, joined by a ``Stream``.
+
+Each side's Decoder runs on its own thread and drafts ahead of the accepted text (up to
+``lookahead`` tokens), assuming its drafts will be accepted: each draft goes to the
+Aggregator (over the stream, or straight into the local queue on the aggregating side)
+the moment it is decoded. The Aggregator takes the two drafts for the next position,
+runs Algorithm 1 (``speculative_aggregate``; greedy: the mixture's argmax) and broadcasts
+the decision. A side whose draft was rejected bumps its *epoch*, rolls its sequences back
+to the accepted text plus the target token, and drafts on from there; drafts of an older
+epoch still in flight are dropped when they arrive, never waited for.
+
+``lookahead=0`` is token-wise synchronous aggregation (DRDG/TW): a side drafts one
+position, then waits for its decision before decoding anything more.
+
+A Peer holds no sockets of its own: it reads and writes ``Envelope`` messages on the
+stream it is given, so one class serves the device (a gRPC client) and the cloud (a gRPC
+server).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from coinfer.decoding.sampling import SamplingParams
+from coinfer.engines.dragon.aggregation import (
+    Aggregated,
+    Uniforms,
+    greedy_aggregate,
+    side_weight,
+    speculative_aggregate,
+)
+from coinfer.engines.dragon.side import Draft, RagSide
+from coinfer.errors import TransportError
+from coinfer.transport.link import Stream, envelope_type
+from coinfer.transport.sparse import SparseDistribution, decode, encode
+
+__all__ = ["Peer", "PeerStats"]
+
+DEVICE, CLOUD = 0, 1
+
+
+@dataclass
+class PeerStats:
+    """What one answer's aggregation did: drafts each side had accepted and rejected,
+    bytes this side sent, the drafts dropped as stale."""
+
+    accepted: list[int] = field(default_factory=lambda: [0, 0])
+    rejected: list[int] = field(default_factory=lambda: [0, 0])
+    bytes_sent: int = 0
+    stale: int = 0
+
+
+@dataclass(frozen=True)
+class _Drafted:
+    epoch: int
+    position: int
+    token: int
+    dist: SparseDistribution
+    log_h: float
+
+
+class Peer:
+    """One side's Decoder and, where ``aggregates``, the Aggregator.
+
+    ``end``: called with the answer's token list and the reason once it is complete
+    ("stop" or "length"). Tokens arrive in ``tokens`` as they are decided.
+    """
+
+    def __init__(
+        self,
+        side: RagSide,
+        me: int,
+        *,
+        aggregates: bool,
+        stream: Stream,
+        sampling: SamplingParams,
+        seed: int,
+        max_tokens: int,
+        stop_ids: frozenset[int],
+        lookahead: int = 8,
+        on_token: Callable[[int], None] | None = None,
+    ) -> None:
+        self.side, self.me, self.aggregates, self.stream = side, me, aggregates, stream
+        self.sampling, self.seed, self.max_tokens, self.stop_ids = sampling, seed, max_tokens, stop_ids
+        self.lookahead = lookahead
+        self.on_token = on_token
+        self.envelope = envelope_type()
+        self.vocab_size = side.model.vocab_size
+        self.text: list[int] = []
+        self.finished: str | None = None
+        self.stats = PeerStats()
+        self._cond = threading.Condition()
+        self._epoch = [0, 0]  # each side's rejections so far, as this peer has seen them
+        self._restart = False
+        self._queues: list[deque[_Drafted]] = [deque(), deque()]
+        self._failure: str | None = None
+        self._published_at = -1  # the position of this side's latest draft
+        self._decoder = threading.Thread(target=self._decode_loop, name=f"dragon-decoder-{me}", daemon=True)
+        self._reader = threading.Thread(target=self._read_loop, name=f"dragon-reader-{me}", daemon=True)
+
+    # ---- running -----------------------------------------------------------------------
+    def start(self) -> None:
+        self._decoder.start()
+        self._reader.start()
+
+    def run(self, *, idle_timeout: float) -> str:
+        """Aggregate (or follow the other side's decisions) until the answer is complete;
+        its finish reason. ``TransportError`` when the link fails or no progress is made
+        for ``idle_timeout`` seconds."""
+        self.start()
+        try:
+            while True:
+                if self.aggregates:
+                    self._aggregate_next(idle_timeout)
+                else:
+                    self._wait_progress(idle_timeout)
+                if self.finished:
+                    return self.finished
+        finally:
+            self.stop()
+
+    def stop(self) -> None:
+        with self._cond:
+            self.finished = self.finished or "interrupted"
+            self._cond.notify_all()
+        if self._decoder.is_alive() and threading.current_thread() is not self._decoder:
+            self._decoder.join(timeout=30)
+
+    # ---- the Decoder ---------------------------------------------------------------------
+    def _decode_loop(self) -> None:
+        try:
+            while True:
+                with self._cond:
+                    self._cond.wait_for(self._may_draft)
+                    if self.finished:
+                        return
+                    restart, self._restart = self._restart, False
+                    target = list(self.text) if restart or self.lookahead == 0 else None
+                    epoch = self._epoch[self.me]
+                if target is not None:
+                    self.side.sync(target)
+                draft = self.side.draft()
+                with self._cond:
+                    if self._restart or self.finished or epoch != self._epoch[self.me]:
+                        continue  # decided against while decoding: drop it
+                self._publish(draft, epoch)
+                if self.lookahead > 0:
+                    self.side.advance(draft.token)
+        except Exception as exc:
+            self._fail(f"the {'device' if self.me == DEVICE else 'cloud'} decoder failed: {exc}")
+
+    def _may_draft(self) -> bool:
+        if self.finished or self._restart:
+            return True
+        ahead = len(self.side.generated) - len(self.text)
+        if self.lookahead == 0:
+            return ahead <= 0 and not self._queued_mine_at(len(self.text))
+        return ahead < self.lookahead
+
+    def _queued_mine_at(self, position: int) -> bool:
+        """On a synchronous side, whether this position's draft is already out."""
+        return self._published_at >= position
+
+    def _publish(self, draft: Draft, epoch: int) -> None:
+        self._published_at = draft.position
+        if self.aggregates:
+            item = _Drafted(epoch, draft.position, draft.token, draft.dist, draft.log_h)
+            with self._cond:
+                self._queues[self.me].append(item)
+                self._cond.notify_all()
+            return
+        message = self.envelope(
+            draft={
+                "position": draft.position,
+                "epoch": epoch,
+                "token": draft.token,
+                "dist": encode(draft.dist),
+                "log_h": draft.log_h,
+                "decode_s": draft.decode_s,
+            }
+        )
+        self._send(message)
+
+    # ---- messages ------------------------------------------------------------------------
+    def _send(self, message: Any) -> None:
+        self.stats.bytes_sent += message.ByteSize()
+        self.stream.send(message)
+
+    def _read_loop(self) -> None:
+        try:
+            while not self.finished:
+                message = self.stream.recv(timeout=0.5)
+                if message is not None:
+                    self._receive(message)
+        except TransportError as exc:
+            if not self.finished:
+                self._fail(str(exc))
+
+    def _receive(self, message: Any) -> None:
+        kind = message.WhichOneof("body")
+        if kind == "draft" and self.aggregates:
+            d = message.draft
+            other = 1 - self.me
+            item = _Drafted(d.epoch, d.position, d.token, decode(d.dist, self.vocab_size), d.log_h)
+            with self._cond:
+                self._queues[other].append(item)
+                self._cond.notify_all()
+        elif kind == "decision" and not self.aggregates:
+            d = message.decision
+            self._apply(d.position, d.token, (d.device_accepted, d.cloud_accepted))
+        elif kind == "done":
+            with self._cond:
+                self.finished = self.finished or (message.done.reason or "stop")
+                self._cond.notify_all()
+        else:
+            self._fail(f"unexpected {kind or 'empty'} message")
+
+    def _fail(self, why: str) -> None:
+        with self._cond:
+            self._failure = self._failure or why
+            self._cond.notify_all()
+
+    # ---- the Aggregator ------------------------------------------------------------------
+    def _aggregate_next(self, idle_timeout: float) -> None:
+        position = len(self.text)
+        pair = self._wait_pair(position, idle_timeout)
+        local, remote = pair[self.me], pair[1 - self.me]
+        eta = side_weight(local.log_h, remote.log_h)
+        p_l, p_r = local.dist.dense(), remote.dist.dense()
+        out: Aggregated
+        if self.sampling.greedy:
+            out = greedy_aggregate(local.token, p_l, remote.token, p_r, eta)
+        else:
+            out = speculative_aggregate(
+                local.token, p_l, remote.token, p_r, eta, Uniforms.at(self.seed, position)
+            )
+        accepted = (out.accepted_a, out.accepted_b) if self.me == DEVICE else (out.accepted_b, out.accepted_a)
+        self._send(
+            self.envelope(
+                decision={
+                    "position": position,
+                    "token": out.token,
+                    "device_accepted": accepted[DEVICE],
+                    "cloud_accepted": accepted[CLOUD],
+                }
+            )
+        )
+        self._apply(position, out.token, accepted)
+        if self.finished:
+            self._send(self.envelope(done={"reason": self.finished}))
+
+    def _wait_pair(self, position: int, idle_timeout: float) -> list[_Drafted]:
+        """Both sides' drafts for ``position`` of their current epochs (older ones dropped)."""
+        deadline = time.monotonic() + idle_timeout
+        with self._cond:
+            while True:
+                self._check_failure()
+                heads = [self._head(s, position) for s in (DEVICE, CLOUD)]
+                if heads[0] is not None and heads[1] is not None:
+                    return [heads[0], heads[1]]
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise TransportError(f"no draft for position {position} within {idle_timeout:.0f} s")
+                self._cond.wait(timeout=min(left, 0.5))
+
+    def _head(self, side: int, position: int) -> _Drafted | None:
+        queue = self._queues[side]
+        while queue and (queue[0].epoch < self._epoch[side] or queue[0].position < position):
+            queue.popleft()
+            self.stats.stale += 1
+        return queue[0] if queue and queue[0].position == position else None
+
+    def _apply(self, position: int, token: int, accepted: tuple[bool, bool]) -> None:
+        """A decision, on either side: the token joins the text; a side whose draft was
+        rejected starts a new epoch (its queue is emptied, its decoder restarts)."""
+        with self._cond:
+            if position != len(self.text):
+                self._failure = f"a decision for position {position} arrived at {len(self.text)}"
+                self._cond.notify_all()
+                return
+            self.text.append(token)
+            for s in (DEVICE, CLOUD):
+                if accepted[s]:
+                    self.stats.accepted[s] += 1
+                    if self._queues[s] and self._queues[s][0].position == position:
+                        self._queues[s].popleft()
+                else:
+                    self.stats.rejected[s] += 1
+                    self._epoch[s] += 1
+                    self._queues[s].clear()
+                    if s == self.me:
+                        self._restart = True
+            if token in self.stop_ids:
+                self.finished = "stop"
+            elif len(self.text) >= self.max_tokens:
+                self.finished = "length"
+            self._cond.notify_all()
+        if self.on_token is not None:
+            self.on_token(token)
+
+    def _wait_progress(self, idle_timeout: float) -> None:
+        with self._cond:
+            before = len(self.text)
+            if not self._cond.wait_for(
+                lambda: self.finished or self._failure or len(self.text) > before, timeout=idle_timeout
+            ):
+                raise TransportError(f"no decision within {idle_timeout:.0f} s")
+            self._check_failure()
+
+    def _check_failure(self) -> None:
+        if self._failure and not self.finished:
+            raise TransportError(self._failure)

@@ -1,0 +1,214 @@
+"""The device-cloud link of DRAGON: the cloud's service and the device's handshake.
+
+The device opens one stream per answer and sends ``Hello``: the question and how to
+decode (never its documents). The cloud checks that both sides share one vocabulary,
+retrieves its own top-k documents for the question, reads them, and answers ``Ready``
+with how long the answer may be; then both run a ``Peer`` on the stream. The cloud
+serves one answer at a time on its model (a llama.cpp context is not safe to share
+between threads); further streams wait their turn within their deadlines.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import threading
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, Literal, Protocol
+
+from coinfer.decoding.sampling import SamplingParams
+from coinfer.engines.dragon.config import DragonConfig, Retrieval
+from coinfer.engines.dragon.pipeline import CLOUD, Peer
+from coinfer.engines.dragon.side import Document, RagSide, document_prompt
+from coinfer.errors import ConfigError, TransportError
+from coinfer.models.base import SteerableModel
+from coinfer.transport.link import Stream, Tls, envelope_type
+
+__all__ = ["CloudLink", "CloudService", "hello", "tokenizer_digest"]
+
+log = logging.getLogger(__name__)
+
+VERSION = 1
+_PROBE = "def f(x):\n    return x * 2  # ünïcode 🙂 The quick brown fox."
+
+
+def tokenizer_digest(model: SteerableModel) -> bytes:
+    """A fingerprint of the model's vocabulary: both sides must tokenize alike."""
+    ids = ",".join(map(str, model.tokenize(_PROBE)))
+    return hashlib.sha256(f"{model.vocab_size}:{ids}".encode()).digest()
+
+
+@dataclass(frozen=True, kw_only=True)
+class CloudLink:
+    """Where the cloud is and how to talk to it: ``address`` host:port, ``token`` the
+    shared secret, ``deadline_s`` the most one answer's stream may last, ``idle_s`` the
+    most to wait for the cloud's next draft or decision before finishing on the device
+    alone, ``aggregator`` the side that aggregates, ``lookahead`` how far a side drafts
+    ahead of the accepted text (0: token-wise synchronous aggregation)."""
+
+    address: str
+    token: str
+    tls: Tls | None = None
+    deadline_s: float = 600.0
+    idle_s: float = 10.0
+    aggregator: Literal["device", "cloud"] = "device"
+    lookahead: int = 8
+
+    def __post_init__(self) -> None:
+        host, _, port = self.address.rpartition(":")
+        if not host or not port.isdigit():
+            raise ConfigError(
+                f"--cloud wants HOST:PORT, got {self.address!r}", hint="e.g. --cloud 127.0.0.1:50071"
+            )
+        if not self.token:
+            raise ConfigError("no token for the cloud link", hint="set COINFER_LINK_TOKEN on both sides")
+        if self.aggregator not in ("device", "cloud"):
+            raise ConfigError(f"aggregator must be device or cloud, got {self.aggregator!r}")
+        if self.lookahead < 0 or self.idle_s <= 0 or self.deadline_s <= 0:
+            raise ConfigError("lookahead must be >= 0 and the timeouts positive")
+
+
+def hello(
+    model: SteerableModel,
+    question: str,
+    config: DragonConfig,
+    link: CloudLink,
+    *,
+    seed: int,
+    max_tokens: int,
+    prompt_style: str,
+) -> Any:
+    """The device's first message."""
+    s = config.sampling
+    return envelope_type()(
+        hello={
+            "version": VERSION,
+            "question": question,
+            "top_k": config.top_k,
+            "temperature": s.temperature,
+            "sampling_top_k": s.top_k,
+            "sampling_top_p": s.top_p,
+            "seed": seed,
+            "max_tokens": max_tokens,
+            "prompt_style": prompt_style,
+            "vocab_size": model.vocab_size,
+            "tokenizer_digest": tokenizer_digest(model),
+            "cloud_aggregates": link.aggregator == "cloud",
+            "transfer_top_p": config.transfer_top_p,
+            "transfer_max_ids": config.transfer_max_ids,
+            "retrieval": config.retrieval,
+            "relevance_temperature": config.relevance_temperature,
+            "chunk_chars": config.chunk_chars,
+        }
+    )
+
+
+def _config_from(h: Any) -> DragonConfig:
+    """The device's settings, validated as if given here (``ConfigError`` otherwise)."""
+    sampling = SamplingParams(
+        temperature=h.temperature, top_k=h.sampling_top_k, top_p=h.sampling_top_p or 1.0
+    )
+    return DragonConfig(
+        max_tokens=max(1, h.max_tokens),
+        sampling=sampling,
+        top_k=h.top_k,
+        chunk_chars=h.chunk_chars or 400,
+        retrieval=h.retrieval or "fused",
+        relevance_temperature=h.relevance_temperature or 0.1,
+        transfer_top_p=h.transfer_top_p or 0.95,
+        transfer_max_ids=h.transfer_max_ids or 256,
+        seed=h.seed,
+    )
+
+
+class Retrieves(Protocol):
+    """What the cloud needs of its corpus (``Corpus``)."""
+
+    def retrieve(self, query: str, k: int, *, how: Retrieval, temperature: float) -> list[Document]: ...
+
+
+class CloudService:
+    """The cloud's side of every stream: its model and its corpus."""
+
+    def __init__(
+        self, model: SteerableModel, corpus: Retrieves, *, hello_timeout_s: float = 30.0, idle_s: float = 30.0
+    ) -> None:
+        self.model, self.corpus = model, corpus
+        self.hello_timeout_s, self.idle_s = hello_timeout_s, idle_s
+        self._busy = threading.Lock()
+        self.answers = 0
+
+    def serve(self, stream: Stream) -> None:
+        message = stream.recv(timeout=self.hello_timeout_s)
+        if message is None or message.WhichOneof("body") != "hello":
+            raise TransportError("a stream did not open with Hello")
+        h = message.hello
+        refused = self._refusal(h)
+        if refused:
+            stream.send(envelope_type()(ready={"refused": refused}))
+            log.warning("refused a stream: %s", refused)
+            return
+        config = _config_from(h)
+        with self._busy:
+            self._answer(stream, h, config)
+
+    def _refusal(self, h: Any) -> str | None:
+        if h.version != VERSION:
+            return f"protocol version {h.version}; this cloud speaks {VERSION}"
+        if h.vocab_size != self.model.vocab_size or h.tokenizer_digest != tokenizer_digest(self.model):
+            return f"the device's vocabulary differs from the cloud model's ({self.model.name})"
+        try:
+            _config_from(h)
+        except ConfigError as exc:
+            return str(exc).splitlines()[0]
+        return None
+
+    def _answer(self, stream: Stream, h: Any, config: DragonConfig) -> None:
+        docs = self.corpus.retrieve(
+            h.question, config.top_k, how=config.retrieval, temperature=config.relevance_temperature
+        )
+        side = RagSide(
+            self.model,
+            docs,
+            document_prompt(self.model, h.question, h.prompt_style or "chat"),
+            sampling=config.sampling,
+            seed=h.seed,
+            side=CLOUD,
+            transfer_top_p=config.transfer_top_p,
+            transfer_max_ids=config.transfer_max_ids,
+        )
+        try:
+            t0 = time.perf_counter()
+            side.start()
+            max_tokens = min(config.max_tokens, room(self.model, side.prefixes))
+            stream.send(
+                envelope_type()(
+                    ready={
+                        "documents": len(docs),
+                        "prefill_s": time.perf_counter() - t0,
+                        "max_tokens": max_tokens,
+                    }
+                )
+            )
+            peer = Peer(
+                side,
+                CLOUD,
+                aggregates=h.cloud_aggregates,
+                stream=stream,
+                sampling=config.sampling,
+                seed=h.seed,
+                max_tokens=max_tokens,
+                stop_ids=self.model.eos_ids,
+            )
+            peer.run(idle_timeout=self.idle_s)
+            self.answers += 1
+        finally:
+            side.close()
+
+
+def room(model: SteerableModel, prefixes: Sequence[list[int]]) -> int:
+    """How many tokens an answer may have before the longest document's sequence fills
+    the model's window."""
+    return max(0, model.n_ctx - max(len(p) for p in prefixes))

@@ -1,0 +1,151 @@
+"""Speculative Aggregation between a device and a cloud over gRPC on loopback: the text is
+the synchronous mixture's whichever side aggregates and however far the sides draft
+ahead, and a cloud that vanishes mid-answer leaves the device to finish alone."""
+
+from __future__ import annotations
+
+import importlib.util
+import threading
+import time
+from collections.abc import Callable, Iterator, Mapping
+
+import numpy as np
+import pytest
+
+from coinfer.decoding import SamplingParams
+from coinfer.engines.dragon import CloudLink, CloudService, Document, DragonConfig, RagSide, generate
+from coinfer.engines.dragon.aggregation import greedy_aggregate, side_weight
+from coinfer.testing import EOS, ScriptedModel
+from coinfer.transport.link import LinkServer
+
+pytestmark = pytest.mark.skipif(importlib.util.find_spec("grpc") is None, reason="needs the net extra")
+TOKEN = "test-token"
+QUESTION = "?"
+LENGTH = 24
+PROMPT = 4  # "A\n\n?": the document, a blank line, the question
+
+
+def _dist(prefix: list[int]) -> Mapping[int, float]:
+    """Document "A" (the device's) and "B" (the cloud's) disagree in a pattern that makes
+    each side's drafts win sometimes and lose sometimes."""
+    i = len(prefix) - PROMPT
+    if i >= LENGTH:
+        return {EOS: 1.0}
+    a = prefix[0] == ord("A")
+    step = (i * 7 + sum(prefix[PROMPT:]) % 5) % 3
+    if step == 0:
+        return {ord("a"): 0.8, ord("b"): 0.2} if a else {ord("b"): 0.55, ord("a"): 0.45}
+    if step == 1:
+        return {ord("c"): 0.5, ord("d"): 0.5 - 1e-3} if a else {ord("d"): 0.9, ord("c"): 0.1}
+    return {ord("e"): 0.6, ord("f"): 0.4} if a else {ord("e"): 0.7, ord("f"): 0.3}
+
+
+def _model(delay: float = 0.0) -> ScriptedModel:
+    def slow(prefix: list[int]) -> Mapping[int, float]:
+        time.sleep(delay)
+        return _dist(prefix)
+
+    return ScriptedModel(slow if delay else _dist, n_ctx=128)
+
+
+class _Corpus:
+    def retrieve(self, query: str, k: int, *, how: str, temperature: float) -> list[Document]:
+        return [Document("B", "B", 0.0)]
+
+
+DEVICE_DOCS = [Document("A", "A", 0.0)]
+
+
+@pytest.fixture
+def cloud() -> Iterator[Callable[..., LinkServer]]:
+    servers: list[LinkServer] = []
+
+    def start(delay: float = 0.0) -> LinkServer:
+        service = CloudService(_model(delay), _Corpus(), idle_s=5)
+        servers.append(LinkServer(service.serve, token=TOKEN).start())
+        return servers[-1]
+
+    yield start
+    for s in servers:
+        s.stop(0)
+
+
+def _synchronous_reference(sampling: SamplingParams = SamplingParams()) -> list[int]:  # noqa: B008
+    """Token-wise aggregation in one process: the text Speculative Aggregation must equal."""
+    model = _model()
+    sides = [
+        RagSide(
+            model,
+            docs,
+            lambda d: model.text_prompt(f"{d.text}\n\n{QUESTION}"),
+            sampling=sampling,
+            seed=0,
+            side=i,
+        )
+        for i, docs in enumerate([DEVICE_DOCS, [Document("B", "B", 0.0)]])
+    ]
+    for s in sides:
+        s.start()
+    text: list[int] = []
+    while True:
+        dev, cl = (s.draft() for s in sides)
+        out = greedy_aggregate(
+            dev.token, dev.dist.dense(), cl.token, cl.dist.dense(), side_weight(dev.log_h, cl.log_h)
+        )
+        if out.token == EOS:
+            return text
+        text.append(out.token)
+        for s in sides:
+            s.advance(out.token)
+
+
+def _ask(server: LinkServer, **link: object) -> object:
+    return generate(
+        _model(),
+        QUESTION,
+        documents=DEVICE_DOCS,
+        config=DragonConfig(max_tokens=64),
+        cloud=CloudLink(address=f"127.0.0.1:{server.port}", token=TOKEN, idle_s=5, **link),  # type: ignore[arg-type]
+        prompt_style="text",
+    )
+
+
+@pytest.mark.parametrize(
+    ("aggregator", "lookahead"), [("device", 8), ("device", 0), ("cloud", 8), ("cloud", 1)]
+)
+def test_greedy_text_is_the_synchronous_mixtures(cloud, aggregator: str, lookahead: int) -> None:  # type: ignore[no-untyped-def]
+    expected = _synchronous_reference()
+    out = _ask(cloud(), aggregator=aggregator, lookahead=lookahead)
+    assert out.tokens == expected and out.finish_reason == "stop"  # type: ignore[attr-defined]
+    extras = out.extras  # type: ignore[attr-defined]
+    assert extras["mode"] == "dragon" and "fallback" not in extras and extras["cloud_documents"] == 1
+    accepted, rejected = extras["accepted"], extras["rejected"]
+    assert accepted["device"] + rejected["device"] == len(expected) + 1  # every position, the end included
+    assert min(accepted.values()) > 0 and min(rejected.values()) > 0  # both sides won and lost
+
+
+def test_a_cloud_that_stops_mid_answer_leaves_the_device_to_finish(cloud) -> None:  # type: ignore[no-untyped-def]
+    server = cloud(delay=0.02)
+    threading.Timer(0.4, server.stop, args=(0,)).start()
+    started = time.monotonic()
+    out = _ask(server, aggregator="device", lookahead=4)
+    assert "fallback" in out.extras and "device alone" in out.extras["fallback"]  # type: ignore[attr-defined]
+    assert out.finish_reason == "stop" and len(out.tokens) == LENGTH  # type: ignore[attr-defined]
+    assert time.monotonic() - started < 60  # nothing hung
+    assert np.all(np.array(out.tokens) < 256)  # type: ignore[attr-defined]
+
+
+def test_a_refused_vocabulary_is_a_clear_error(cloud) -> None:  # type: ignore[no-untyped-def]
+    from coinfer.errors import ConfigError
+
+    server = cloud()
+    other = _model()
+    other.vocab_size = 300  # type: ignore[misc]
+    with pytest.raises(ConfigError, match="vocabulary"):
+        generate(
+            other,
+            QUESTION,
+            documents=DEVICE_DOCS,
+            cloud=CloudLink(address=f"127.0.0.1:{server.port}", token=TOKEN),
+            prompt_style="text",
+        )
