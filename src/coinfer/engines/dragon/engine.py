@@ -155,7 +155,14 @@ def _with_cloud(
 
 def _ready(stream: Stream, link: CloudLink, report: dict[str, Any]) -> int:
     """The cloud's ``Ready``: how long the answer may be. ``ConfigError`` when it refused."""
-    message = stream.recv(timeout=max(link.idle_s, 30.0))
+    try:
+        message = stream.recv(timeout=max(link.idle_s, 30.0))
+    except TransportError as exc:
+        if "UNAUTHENTICATED" in str(exc):  # a user's mistake, not a fault to ride out
+            raise ConfigError(
+                "the cloud refused this device's token", hint="set the same COINFER_LINK_TOKEN on both sides"
+            ) from exc
+        raise
     if message is None or message.WhichOneof("body") != "ready":
         raise TransportError("the cloud did not get ready in time")
     ready = message.ready

@@ -158,6 +158,8 @@ class Peer:
     def _may_draft(self) -> bool:
         if self.finished or self._restart:
             return True
+        if len(self.side.generated) >= self.max_tokens:  # the answer cannot be longer
+            return False
         ahead = len(self.side.generated) - len(self.text)
         if self.lookahead == 0:
             return ahead <= 0 and not self._queued_mine_at(len(self.text))

@@ -209,6 +209,9 @@ class CloudService:
 
 
 def room(model: SteerableModel, prefixes: Sequence[list[int]]) -> int:
-    """How many tokens an answer may have before the longest document's sequence fills
-    the model's window."""
+    """How many tokens an answer may have before the documents' sequences fill the model's
+    window: each sequence's own ``n_ctx``, or, where all sequences share the cells
+    (llama.cpp's unified cache), an equal share of what their prompts leave."""
+    if model.kv_cells_shared:
+        return max(0, (model.n_ctx - sum(len(p) for p in prefixes)) // max(1, len(prefixes)))
     return max(0, model.n_ctx - max(len(p) for p in prefixes))

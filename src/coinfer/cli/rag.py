@@ -1,0 +1,233 @@
+"""``coinfer rag``: retrieval-augmented answers from two private corpora (paper 003).
+
+``coinfer rag cloud`` serves a model and a corpus to devices; ``coinfer rag ask`` answers
+a question from the device's own corpus, and with ``--cloud HOST:PORT`` from the cloud's
+too, by Speculative Aggregation: documents never leave their side. Both ends read the
+shared secret from ``$COINFER_LINK_TOKEN``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import sys
+import threading
+from contextlib import suppress
+from pathlib import Path
+from typing import Any
+
+from coinfer.cli.common import (
+    add_model_flags,
+    add_output_flags,
+    add_sampling_flags,
+    err,
+    load_from_args,
+    sampling_from_args,
+)
+from coinfer.errors import ConfigError
+
+__all__ = ["READY_PREFIX", "add_parser", "cmd_ask", "cmd_cloud"]
+
+READY_PREFIX = "coinfer rag cloud: listening on "
+TOKEN_ENV = "COINFER_LINK_TOKEN"
+
+
+def _token() -> str:
+    token = os.environ.get(TOKEN_ENV, "")
+    if not token:
+        raise ConfigError(
+            f"${TOKEN_ENV} is not set",
+            hint=f"export {TOKEN_ENV}=<a shared secret> on the device and the cloud",
+        )
+    return token
+
+
+def _tls(args: argparse.Namespace) -> Any:
+    from coinfer.transport.link import Tls
+
+    def read(path: str | None) -> bytes | None:
+        if path is None:
+            return None
+        try:
+            return Path(path).read_bytes()
+        except OSError as exc:
+            raise ConfigError(f"cannot read {path}: {exc.strerror}", hint="pass a PEM file") from exc
+
+    cert, key, root = (
+        read(getattr(args, "tls_cert", None)),
+        read(getattr(args, "tls_key", None)),
+        read(getattr(args, "tls_root", None)),
+    )
+    if cert is None and key is None and root is None:
+        return None
+    return Tls(certificate=cert, key=key, root=root)
+
+
+def _config(args: argparse.Namespace) -> Any:
+    from coinfer.engines.dragon import DragonConfig
+
+    return DragonConfig(
+        max_tokens=args.max_tokens,
+        sampling=sampling_from_args(args),
+        top_k=args.top_k_docs,
+        chunk_chars=args.chunk_chars,
+        retrieval=args.retrieval,
+        relevance_temperature=args.relevance_temperature,
+    )
+
+
+def _corpus(args: argparse.Namespace, config: Any) -> Any:
+    from coinfer.engines.dragon import Corpus, read_corpus
+
+    return Corpus(read_corpus(args.corpus), chunk_chars=config.chunk_chars)
+
+
+def cmd_cloud(args: argparse.Namespace) -> int:
+    from coinfer.engines.dragon import CloudService
+    from coinfer.transport.link import LinkServer
+
+    token = _token()
+    host, _, port = args.listen.rpartition(":")
+    if not host or not port.isdigit():
+        raise ConfigError(
+            f"--listen wants HOST:PORT, got {args.listen!r}", hint="e.g. --listen 127.0.0.1:50071"
+        )
+    corpus = _corpus(args, _config(args))
+    model = load_from_args(args, quiet=True)
+    server = LinkServer(
+        CloudService(model, corpus).serve, token=token, host=host, port=int(port), tls=_tls(args)
+    )
+    try:
+        server.start()
+        print(f"{READY_PREFIX}{host}:{server.port} ({len(corpus.chunks)} chunks)", flush=True)
+        stop = threading.Event()
+        if threading.current_thread() is threading.main_thread():
+            signal.signal(signal.SIGTERM, lambda *_: stop.set())
+        with suppress(KeyboardInterrupt):
+            stop.wait()
+    finally:
+        server.stop(grace=1.0)
+        model.close()
+    return 0
+
+
+def cmd_ask(args: argparse.Namespace) -> int:
+    from coinfer.engines.dragon import CloudLink, stream
+
+    question = " ".join(args.question).strip()
+    if not question:
+        raise ConfigError(
+            "the question is empty", hint='coinfer rag ask --corpus DIR "what you want to know"'
+        )
+    config = _config(args)
+    link = None
+    if args.cloud:
+        link = CloudLink(
+            address=args.cloud,
+            token=_token(),
+            tls=_tls(args),
+            aggregator=args.aggregator,
+            lookahead=args.lookahead,
+            idle_s=args.cloud_timeout,
+        )
+    corpus = _corpus(args, config)
+    documents = corpus.retrieve(
+        question, config.top_k, how=config.retrieval, temperature=config.relevance_temperature
+    )
+    model = load_from_args(args, quiet=args.json)
+    try:
+        text, last = [], None
+        for last in stream(model, question, documents=documents, config=config, cloud=link):
+            text.append(last.text)
+            if not args.json:
+                sys.stdout.write(last.text)
+                sys.stdout.flush()
+    finally:
+        model.close()
+    assert last is not None  # a stream yields at least its last response
+    extras, stats = last.extras, last.stats
+    if args.json:
+        report = {
+            "text": "".join(text),
+            "finish_reason": last.finish_reason,
+            "tokens": stats.n_tokens,
+            "ttft_s": round(stats.ttft_s, 4),
+            "decode_tokens_per_s": round(stats.decode_tokens_per_s, 3),
+            **extras,
+        }
+        print(json.dumps(report, ensure_ascii=False))
+        return 0
+    print()
+    if "fallback" in extras:
+        err(f"note: {extras['fallback']}")
+    err(_summary(extras, stats))
+    return 0
+
+
+def _summary(extras: dict[str, Any], stats: Any) -> str:
+    line = f"{extras['mode']}: {len(extras['documents'])} device documents"
+    if "cloud_documents" in extras:
+        line += f", {extras['cloud_documents']} cloud documents"
+    if "accepted" in extras:
+        a, r = extras["accepted"], extras["rejected"]
+        shares = [f"{side} {a[side]}/{a[side] + r[side]}" for side in ("device", "cloud")]
+        line += "; drafts accepted " + ", ".join(shares)
+    return (
+        line + f"; {stats.n_tokens} tokens, TTFT {stats.ttft_s:.2f} s, {stats.decode_tokens_per_s:.1f} tok/s"
+    )
+
+
+def _add_rag_flags(p: argparse.ArgumentParser) -> None:
+    add_model_flags(p)
+    p.add_argument(
+        "--corpus", required=True, help="a folder of .txt, .md, .rst or .py files (this side's, private)"
+    )
+    p.add_argument(
+        "--docs", dest="top_k_docs", type=int, default=2, help="documents retrieved per side (default: 2)"
+    )
+    p.add_argument(
+        "--chunk-chars", type=int, default=400, help="characters per document chunk (default: 400)"
+    )
+    p.add_argument(
+        "--retrieval", default="fused", choices=["fused", "bm25", "dense"], help="how chunks are ranked"
+    )
+    p.add_argument(
+        "--relevance-temperature", type=float, default=0.1, help="mixture weights: softmax(similarity / this)"
+    )
+    p.add_argument("--tls-cert", default=None, help="PEM certificate chain (the cloud; enables TLS)")
+    p.add_argument("--tls-key", default=None, help="PEM private key (the cloud)")
+    p.add_argument("--tls-root", default=None, help="PEM root certificate the device trusts")
+
+
+def add_parser(sub: Any) -> None:
+    rag = sub.add_parser("rag", help="answer from the device's and the cloud's private documents (DRAGON)")
+    commands = rag.add_subparsers(dest="rag_command", required=True)
+
+    ask = commands.add_parser("ask", help="answer a question (with --cloud: from both sides' documents)")
+    _add_rag_flags(ask)
+    ask.add_argument("question", nargs="+")
+    ask.add_argument(
+        "--cloud", default=None, help="HOST:PORT of `coinfer rag cloud` (default: the device alone)"
+    )
+    ask.add_argument(
+        "--aggregator", default="device", choices=["device", "cloud"], help="the side that aggregates"
+    )
+    ask.add_argument(
+        "--lookahead", type=int, default=8, help="tokens a side drafts ahead (0: token-wise sync)"
+    )
+    ask.add_argument(
+        "--cloud-timeout", type=float, default=10.0, help="seconds without progress before finishing alone"
+    )
+    ask.add_argument("--max-tokens", type=int, default=256)
+    add_sampling_flags(ask)
+    add_output_flags(ask)
+    ask.set_defaults(func=cmd_ask)
+
+    cloud = commands.add_parser("cloud", help="serve a model and a corpus to devices")
+    _add_rag_flags(cloud)
+    cloud.add_argument(
+        "--listen", default="127.0.0.1:50071", help="HOST:PORT (default: loopback, %(default)s)"
+    )
+    cloud.set_defaults(func=cmd_cloud, max_tokens=256, temperature=0.0, top_k=0, top_p=1.0, seed=None)

@@ -1,0 +1,168 @@
+"""``coinfer rag cloud`` and ``coinfer rag ask`` as a user runs them: two real processes
+on loopback, SmolLM2 on both sides, each with its own corpus."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from coinfer.cli.rag import READY_PREFIX
+from tests.cli.run import assert_user_error, coinfer
+from tests.conftest import HAS_LLAMA, HAS_TORCH
+
+pytestmark = pytest.mark.skipif(
+    not (HAS_LLAMA and HAS_TORCH) or __import__("importlib").util.find_spec("grpc") is None,
+    reason="needs the llama, torch, rag and net extras",
+)
+TOKEN = {"COINFER_LINK_TOKEN": "a-shared-secret"}
+QUESTION = "Which simulation game should I buy?"
+
+
+def _corpus(folder: Path, files: dict[str, str]) -> str:
+    folder.mkdir()
+    for name, text in files.items():
+        (folder / name).write_text(text)
+    return str(folder)
+
+
+@pytest.fixture
+def corpora(tmp_path: Path) -> tuple[str, str]:
+    device = _corpus(tmp_path / "device", {"me.md": "I am Ada from Bergen. I prefer simulation games."})
+    cloud = _corpus(
+        tmp_path / "cloud",
+        {
+            "games.md": "The best-selling simulation games of 2024 were Farming Simulator 25 and The Sims 4.",
+            "weather.md": "Bergen is one of the rainiest cities in Europe.",
+        },
+    )
+    return device, cloud
+
+
+@pytest.fixture
+def cloud(corpora: tuple[str, str], smollm_path: Path) -> Iterator[tuple[subprocess.Popen[str], str]]:
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "coinfer",
+            "rag",
+            "cloud",
+            "--corpus",
+            corpora[1],
+            "-m",
+            "smollm2-135m",
+            "--listen",
+            "127.0.0.1:0",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+        env={**os.environ, **TOKEN},
+    )
+    assert proc.stdout is not None
+    line = proc.stdout.readline()
+    assert line.startswith(READY_PREFIX), line
+    address = line.removeprefix(READY_PREFIX).split()[0]
+    yield proc, address
+    proc.send_signal(signal.SIGTERM)
+    proc.wait(timeout=30)
+
+
+def _ask(device: str, *extra: str, env: dict[str, str] = TOKEN) -> subprocess.CompletedProcess[str]:
+    return coinfer("rag", "ask", "--corpus", device, "-m", "smollm2-135m", *extra, QUESTION, env=env)
+
+
+def test_ask_answers_from_both_corpora(
+    corpora: tuple[str, str], cloud: tuple[subprocess.Popen[str], str]
+) -> None:
+    import json
+
+    proc = _ask(corpora[0], "--cloud", cloud[1], "--max-tokens", "16", "--json")
+    assert proc.returncode == 0, proc.stderr
+    report = json.loads(proc.stdout)
+    assert report["mode"] == "dragon" and report["cloud_documents"] == 2 and "fallback" not in report
+    assert report["tokens"] == 16 and report["text"]
+    assert report["documents"] == ["me.md@0"]  # only the device's own; the cloud's never came
+
+
+def test_ask_without_a_cloud_is_device_only_rag(corpora: tuple[str, str], smollm_path: Path) -> None:
+    proc = _ask(corpora[0], "--max-tokens", "8")
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() and "device-only: 1 device documents" in proc.stderr
+
+
+def test_a_wrong_token_is_refused_and_the_cloud_serves_on(
+    corpora: tuple[str, str], cloud: tuple[subprocess.Popen[str], str]
+) -> None:
+    wrong = _ask(corpora[0], "--cloud", cloud[1], "--max-tokens", "4", env={"COINFER_LINK_TOKEN": "guess"})
+    assert_user_error(wrong, "refused this device's token", "COINFER_LINK_TOKEN")
+    right = _ask(corpora[0], "--cloud", cloud[1], "--max-tokens", "4")
+    assert right.returncode == 0 and "dragon:" in right.stderr, right.stderr
+
+
+def test_no_token_is_a_user_error(corpora: tuple[str, str]) -> None:
+    env = {k: v for k, v in os.environ.items() if k != "COINFER_LINK_TOKEN"}
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "coinfer",
+            "rag",
+            "ask",
+            "--corpus",
+            corpora[0],
+            "--cloud",
+            "127.0.0.1:9",
+            "q",
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+    )
+    assert_user_error(proc, "COINFER_LINK_TOKEN")
+
+
+def test_the_cloud_killed_mid_answer_leaves_the_device_to_finish(
+    corpora: tuple[str, str], cloud: tuple[subprocess.Popen[str], str]
+) -> None:
+    ask = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "coinfer",
+            "rag",
+            "ask",
+            "--corpus",
+            corpora[0],
+            "-m",
+            "smollm2-135m",
+            "--cloud",
+            cloud[1],
+            "--max-tokens",
+            "400",
+            "-t",
+            "0.8",
+            "--seed",
+            "5",
+            QUESTION,
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, **TOKEN},
+    )
+    assert ask.stdout is not None
+    first = ask.stdout.read(10)  # the answer is streaming
+    cloud[0].kill()
+    rest, err = ask.communicate(timeout=120)
+    assert ask.returncode == 0, err
+    assert "Traceback" not in err
+    assert "finished on the device alone" in err and "dragon:" in err
+    assert len(first + rest) > 10
