@@ -14,7 +14,7 @@ import pytest
 
 from coinfer.decoding import SamplingParams
 from coinfer.engines.dragon import CloudLink, CloudService, Document, DragonConfig, RagSide, generate
-from coinfer.engines.dragon.aggregation import greedy_aggregate, side_weight
+from coinfer.engines.dragon.aggregation import Uniforms, greedy_aggregate, side_weight, speculative_aggregate
 from coinfer.testing import EOS, ScriptedModel
 from coinfer.transport.link import LinkServer
 
@@ -70,7 +70,7 @@ def cloud() -> Iterator[Callable[..., LinkServer]]:
         s.stop(0)
 
 
-def _synchronous_reference(sampling: SamplingParams = SamplingParams()) -> list[int]:  # noqa: B008
+def _synchronous_reference(sampling: SamplingParams = SamplingParams(), seed: int = 0) -> list[int]:  # noqa: B008
     """Token-wise aggregation in one process: the text Speculative Aggregation must equal."""
     model = _model()
     sides = [
@@ -79,7 +79,7 @@ def _synchronous_reference(sampling: SamplingParams = SamplingParams()) -> list[
             docs,
             lambda d: model.text_prompt(f"{d.text}\n\n{QUESTION}"),
             sampling=sampling,
-            seed=0,
+            seed=seed,
             side=i,
         )
         for i, docs in enumerate([DEVICE_DOCS, [Document("B", "B", 0.0)]])
@@ -89,9 +89,11 @@ def _synchronous_reference(sampling: SamplingParams = SamplingParams()) -> list[
     text: list[int] = []
     while True:
         dev, cl = (s.draft() for s in sides)
-        out = greedy_aggregate(
-            dev.token, dev.dist.dense(), cl.token, cl.dist.dense(), side_weight(dev.log_h, cl.log_h)
-        )
+        p_dev, p_cl, eta = dev.dist.dense(), cl.dist.dense(), side_weight(dev.log_h, cl.log_h)
+        if sampling.greedy:
+            out = greedy_aggregate(dev.token, p_dev, cl.token, p_cl, eta)
+        else:
+            out = speculative_aggregate(dev.token, p_dev, cl.token, p_cl, eta, Uniforms.at(seed, len(text)))
         if out.token == EOS:
             return text
         text.append(out.token)
@@ -99,12 +101,12 @@ def _synchronous_reference(sampling: SamplingParams = SamplingParams()) -> list[
             s.advance(out.token)
 
 
-def _ask(server: LinkServer, **link: object) -> object:
+def _ask(server: LinkServer, config: DragonConfig = DragonConfig(max_tokens=64), **link: object) -> object:  # noqa: B008
     return generate(
         _model(),
         QUESTION,
         documents=DEVICE_DOCS,
-        config=DragonConfig(max_tokens=64),
+        config=config,
         cloud=CloudLink(address=f"127.0.0.1:{server.port}", token=TOKEN, idle_s=5, **link),  # type: ignore[arg-type]
         prompt_style="text",
     )
@@ -149,3 +151,12 @@ def test_a_refused_vocabulary_is_a_clear_error(cloud) -> None:  # type: ignore[n
             cloud=CloudLink(address=f"127.0.0.1:{server.port}", token=TOKEN),
             prompt_style="text",
         )
+
+
+@pytest.mark.parametrize(("aggregator", "lookahead"), [("device", 8), ("device", 0), ("cloud", 3)])
+def test_sampled_text_is_the_seeds_whichever_side_aggregates(cloud, aggregator: str, lookahead: int) -> None:  # type: ignore[no-untyped-def]
+    sampling = SamplingParams(temperature=1.0)
+    expected = _synchronous_reference(sampling, seed=7)
+    config = DragonConfig(max_tokens=64, sampling=sampling, seed=7)
+    out = _ask(cloud(), config, aggregator=aggregator, lookahead=lookahead)
+    assert out.tokens == expected  # type: ignore[attr-defined]

@@ -231,18 +231,19 @@ class Peer:
     # ---- the Aggregator ------------------------------------------------------------------
     def _aggregate_next(self, idle_timeout: float) -> None:
         position = len(self.text)
-        pair = self._wait_pair(position, idle_timeout)
-        local, remote = pair[self.me], pair[1 - self.me]
-        eta = side_weight(local.log_h, remote.log_h)
-        p_l, p_r = local.dist.dense(), remote.dist.dense()
+        device, cloud = self._wait_pair(position, idle_timeout)
+        eta = side_weight(device.log_h, cloud.log_h)  # the device's weight
+        p_device, p_cloud = device.dist.dense(), cloud.dist.dense()
+        # the device is always Algorithm 1's side a, whichever side aggregates: the same
+        # draws then give the same text wherever the aggregation runs
         out: Aggregated
         if self.sampling.greedy:
-            out = greedy_aggregate(local.token, p_l, remote.token, p_r, eta)
+            out = greedy_aggregate(device.token, p_device, cloud.token, p_cloud, eta)
         else:
             out = speculative_aggregate(
-                local.token, p_l, remote.token, p_r, eta, Uniforms.at(self.seed, position)
+                device.token, p_device, cloud.token, p_cloud, eta, Uniforms.at(self.seed, position)
             )
-        accepted = (out.accepted_a, out.accepted_b) if self.me == DEVICE else (out.accepted_b, out.accepted_a)
+        accepted = (out.accepted_a, out.accepted_b)
         self._send(
             self.envelope(
                 decision={
