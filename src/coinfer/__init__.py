@@ -12,8 +12,9 @@ Every engine follows one convention: a frozen ``Config``, ``stream(...)`` yieldi
 ``Response`` objects with one ``DecodeStats``, and a blocking ``generate(...)``:
 ``coinfer.generate`` / ``coinfer.stream`` (speculative decoding, ``SpecConfig``),
 ``coinfer.collective`` (several drafts vote), ``coinfer.llmcad`` (a resident draft's token
-trees for a target larger than its memory) and ``coinfer.minions`` (a local model reads,
-a remote one that never sees the documents answers).
+trees for a target larger than its memory), ``coinfer.minions`` (a local model reads,
+a remote one that never sees the documents answers) and ``coinfer.dragon`` (device and
+cloud answer together, each from its own private documents).
 """
 
 from __future__ import annotations
@@ -43,6 +44,7 @@ _EXPORTS = {
 }
 _ENGINES = {
     "collective": "coinfer.engines.collective",
+    "dragon": "coinfer.engines.dragon",
     "llmcad": "coinfer.engines.llmcad",
     "minions": "coinfer.engines.minions",
 }
@@ -61,6 +63,7 @@ __all__ = [
     "TextDrafter",
     "__version__",
     "collective",
+    "dragon",
     "generate",
     "llmcad",
     "load_model",
@@ -83,7 +86,7 @@ if TYPE_CHECKING:
         generate,
         stream,
     )
-    from coinfer.engines import collective, llmcad, minions
+    from coinfer.engines import collective, dragon, llmcad, minions
     from coinfer.models import SteerableModel, load_model
 
 
