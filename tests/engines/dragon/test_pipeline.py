@@ -124,6 +124,8 @@ def test_greedy_text_is_the_synchronous_mixtures(cloud, aggregator: str, lookahe
     accepted, rejected = extras["accepted"], extras["rejected"]
     assert accepted["device"] + rejected["device"] == len(expected) + 1  # every position, the end included
     assert min(accepted.values()) > 0 and min(rejected.values()) > 0  # both sides won and lost
+    if lookahead == 0:  # token-wise sync on both sides: no draft ever runs ahead to go stale
+        assert extras["stale_drafts"] == 0
 
 
 def test_a_cloud_that_stops_mid_answer_leaves_the_device_to_finish(cloud) -> None:  # type: ignore[no-untyped-def]

@@ -31,6 +31,7 @@ __all__ = ["CloudLink", "CloudService", "hello", "tokenizer_digest"]
 log = logging.getLogger(__name__)
 
 VERSION = 1
+MAX_LOOKAHEAD = 64
 _PROBE = "def f(x):\n    return x * 2  # ünïcode 🙂 The quick brown fox."
 
 
@@ -66,8 +67,8 @@ class CloudLink:
             raise ConfigError("no token for the cloud link", hint="set COINFER_LINK_TOKEN on both sides")
         if self.aggregator not in ("device", "cloud"):
             raise ConfigError(f"aggregator must be device or cloud, got {self.aggregator!r}")
-        if self.lookahead < 0 or self.idle_s <= 0 or self.deadline_s <= 0:
-            raise ConfigError("lookahead must be >= 0 and the timeouts positive")
+        if not 0 <= self.lookahead <= MAX_LOOKAHEAD or self.idle_s <= 0 or self.deadline_s <= 0:
+            raise ConfigError(f"lookahead must be in 0..{MAX_LOOKAHEAD} and the timeouts positive")
 
 
 def hello(
@@ -101,6 +102,7 @@ def hello(
             "retrieval": config.retrieval,
             "relevance_temperature": config.relevance_temperature,
             "chunk_chars": config.chunk_chars,
+            "lookahead": link.lookahead,
         }
     )
 
@@ -201,6 +203,7 @@ class CloudService:
                 seed=h.seed,
                 max_tokens=max_tokens,
                 stop_ids=self.model.eos_ids,
+                lookahead=min(h.lookahead, MAX_LOOKAHEAD),
             )
             peer.run(idle_timeout=self.idle_s)
             self.answers += 1
