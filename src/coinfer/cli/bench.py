@@ -1,4 +1,4 @@
-"""``coinfer bench decode|speculative|collective|minions``: the benchmarks, each writing
+"""``coinfer bench decode|speculative|collective|minions|llmcad|dragon``: the benchmarks, each writing
 ``results.json``, a Markdown table and plots; ``--json`` prints the summary to stdout."""
 
 from __future__ import annotations
@@ -167,6 +167,42 @@ def _add_llmcad(bench: Any) -> None:
     p.set_defaults(func=cmd_llmcad)
 
 
+def cmd_dragon(args: argparse.Namespace) -> int:
+    from coinfer.bench.dragon import DragonBenchConfig, run_dragon_bench
+
+    config = DragonBenchConfig(
+        out=args.out,
+        model=args.model,
+        max_tokens=args.max_tokens,
+        delays=tuple(ms / 1000 for ms in args.delays_ms),
+        questions=args.questions,
+        limit=args.limit,
+        quick=args.quick,
+    )
+    report = run_dragon_bench(config, log=err)
+    s = report["summary"]
+    line = (
+        f"DRAGON against DRDG/TW, latency reduction by delay: {s['latency_reduction_vs_tw']}; TTFT over "
+        f"device-only: {s['ttft_ratio_vs_device_only']}; wrote {args.out}/results.json"
+    )
+    return _done(args, s, [line])
+
+
+def _add_dragon(bench: Any) -> None:
+    p = bench.add_parser("dragon", help="device and cloud RAG together under injected network latency")
+    p.add_argument("--out", default="bench-results/dragon")
+    p.add_argument("--model", "-m", default=DEFAULT_MODEL, help="on both sides (default: %(default)s)")
+    p.add_argument("--max-tokens", type=int, default=48)
+    p.add_argument(
+        "--delays-ms", type=float, nargs="*", default=[0, 50, 100, 200, 300], help="added round-trip times"
+    )
+    p.add_argument("--questions", default=None, help="a JSONL file of questions (default: the built-in set)")
+    p.add_argument("--limit", type=int, default=None, help="the first N questions")
+    p.add_argument("--quick", action="store_true", help="SmolLM2, 16 tokens, 0/100/300 ms, two questions")
+    add_output_flags(p)
+    p.set_defaults(func=cmd_dragon)
+
+
 def add_parser(sub: Any) -> None:
     bench = sub.add_parser("bench", help="benchmarks").add_subparsers(dest="suite", required=True)
     p = bench.add_parser("decode", help="tokens/s and forward cost over k tokens, per model and backend")
@@ -204,6 +240,7 @@ def add_parser(sub: Any) -> None:
     p.set_defaults(func=cmd_collective)
 
     _add_llmcad(bench)
+    _add_dragon(bench)
 
     p = bench.add_parser("minions", help="local-remote protocols: accuracy against remote tokens and dollars")
     p.add_argument("--out", default="bench-results/minions")

@@ -1,0 +1,318 @@
+"""``coinfer bench dragon``: device and cloud answering together, under injected latency.
+
+The cloud is a real ``coinfer rag cloud`` process and every answer a real ``coinfer rag
+ask --json`` process, the two pinned to a core each where the machine has two (as the
+paper's testbed runs one process per side). Between them a ``LatencyRelay`` adds the
+round-trip time (0, 50, 100, 200, 300 ms; jitter 1/5 of it): this kernel has no
+``netem``, and without network namespaces the link is loopback (results say so).
+
+Workload (this first version): questions whose answer needs a fact only the device's
+corpus holds and one only the cloud's holds (``data/dragon/qa.jsonl``). Systems:
+device-only and cloud-only RAG (each side alone, no network), DRDG/TW (token-wise
+synchronous aggregation: ``--lookahead 0``), and DRAGON with the aggregator on the device
+and on the cloud. Per system and delay: per-token latency (decode time per token after
+the first), TTFT, bytes the device sent per token, the cloud's and the device's
+acceptance, and whether the answer holds each side's fact.
+
+Not yet here: the language-modelling workload with perplexity, CRCG, DRCG/Text/KV,
+DRDG/SW, the live scheduler, bandwidth limits with ``tbf``, plots.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import tempfile
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+from coinfer.bench.relay import LatencyRelay
+from coinfer.bench.report import environment, write_json, write_markdown
+from coinfer.errors import ConfigError
+
+__all__ = ["DELAYS", "SYSTEMS", "DragonBenchConfig", "run_dragon_bench"]
+
+DELAYS = (0.0, 0.05, 0.1, 0.2, 0.3)
+SYSTEMS = ("device-only", "cloud-only", "drdg-tw", "dragon-device", "dragon-cloud")
+_LINKED = {"drdg-tw": ["--lookahead", "0"], "dragon-device": [], "dragon-cloud": ["--aggregator", "cloud"]}
+_TOKEN = "bench-dragon"
+
+
+@dataclass(frozen=True, kw_only=True)
+class DragonBenchConfig:
+    out: str
+    model: str = "qwen2.5-coder-1.5b"
+    max_tokens: int = 48
+    delays: Sequence[float] = DELAYS
+    questions: str | None = None  # a JSONL file like data/dragon/qa.jsonl
+    limit: int | None = None  # the first N questions
+    quick: bool = False
+
+    def resolved(self) -> DragonBenchConfig:
+        """Quick: SmolLM2, 16 tokens, three delays, two questions."""
+        if not self.quick:
+            return self
+        return DragonBenchConfig(
+            out=self.out,
+            model="smollm2-135m",
+            max_tokens=16,
+            delays=(0.0, 0.1, 0.3),
+            questions=self.questions,
+            limit=self.limit or 2,
+        )
+
+
+def load_questions(path: str | None, limit: int | None) -> list[dict[str, Any]]:
+    text = (
+        Path(path).read_text()
+        if path
+        else resources.files("coinfer.bench").joinpath("data/dragon/qa.jsonl").read_text()
+    )
+    rows = [json.loads(line) for line in text.splitlines() if line.strip()]
+    for row in rows:
+        if not {"id", "question", "device", "cloud", "facts"} <= set(row):
+            raise ConfigError(f"a question needs id, question, device, cloud and facts: {row}")
+    return rows[:limit] if limit else rows
+
+
+def _pin(core: int | None) -> Callable[[], None] | None:
+    if core is None:
+        return None
+    return lambda: os.sched_setaffinity(0, {core})
+
+
+def _cores() -> tuple[int | None, int | None]:
+    """(device core, cloud core): one each where there are two, else unpinned."""
+    cores = sorted(os.sched_getaffinity(0))
+    return (cores[0], cores[1]) if len(cores) >= 2 else (None, None)
+
+
+def _write_corpus(folder: Path, files: dict[str, str]) -> str:
+    folder.mkdir(parents=True)
+    for name, text in files.items():
+        (folder / name).write_text(text)
+    return str(folder)
+
+
+class _Cloud:
+    """A ``coinfer rag cloud`` process on its own core, serving one corpus."""
+
+    def __init__(self, corpus: str, model: str, core: int | None) -> None:
+        self.proc = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "coinfer",
+                "rag",
+                "cloud",
+                "--corpus",
+                corpus,
+                "-m",
+                model,
+                "--threads",
+                "1",
+                "--listen",
+                "127.0.0.1:0",
+            ],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            text=True,
+            env={**os.environ, "COINFER_LINK_TOKEN": _TOKEN},
+            preexec_fn=_pin(core),
+        )
+        assert self.proc.stdout is not None
+        line = self.proc.stdout.readline()
+        if "listening on" not in line:
+            self.close()
+            raise ConfigError(f"coinfer rag cloud did not start: {line.strip() or 'no output'}")
+        self.port = int(line.split(" on ", 1)[1].split()[0].rpartition(":")[2])
+
+    def close(self) -> None:
+        self.proc.terminate()
+        self.proc.wait(timeout=60)
+
+
+def _ask(
+    model: str, corpus: str, question: str, max_tokens: int, core: int | None, link: list[str]
+) -> dict[str, Any]:
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "coinfer",
+            "rag",
+            "ask",
+            "--corpus",
+            corpus,
+            "-m",
+            model,
+            "--threads",
+            "1",
+            "--max-tokens",
+            str(max_tokens),
+            "--json",
+            *link,
+            question,
+        ],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "COINFER_LINK_TOKEN": _TOKEN},
+        preexec_fn=_pin(core),
+        timeout=1800,
+    )
+    if proc.returncode != 0:
+        return {"error": (proc.stderr.strip().splitlines() or ["failed"])[-1]}
+    return dict(json.loads(proc.stdout))
+
+
+def _row(system: str, delay: float | None, q: dict[str, Any], r: dict[str, Any]) -> dict[str, Any]:
+    row: dict[str, Any] = {"system": system, "delay_s": delay, "id": q["id"]}
+    if "error" in r:
+        return {**row, "error": r["error"]}
+    tokens = max(1, int(r["tokens"]))
+    text = r["text"].lower()
+    row.update(
+        latency_s=round(1 / r["decode_tokens_per_s"], 5) if r["decode_tokens_per_s"] else None,
+        ttft_s=r["ttft_s"],
+        tokens=r["tokens"],
+        bytes_sent_per_token=round(r.get("bytes_sent", 0) / tokens, 1),
+        accepted=r.get("accepted"),
+        rejected=r.get("rejected"),
+        fallback=r.get("fallback"),
+        facts={side: fact.lower() in text for side, fact in q["facts"].items()},
+        text=r["text"],
+    )
+    return row
+
+
+def run_dragon_bench(config: DragonBenchConfig, log: Callable[[str], None] = print) -> dict[str, Any]:
+    config = config.resolved()
+    questions = load_questions(config.questions, config.limit)
+    device_core, cloud_core = _cores()
+    rows: list[dict[str, Any]] = []
+    with tempfile.TemporaryDirectory(prefix="coinfer-bench-dragon-") as tmp:
+        for q in questions:
+            device = _write_corpus(Path(tmp) / q["id"] / "device", q["device"])
+            cloud_dir = _write_corpus(Path(tmp) / q["id"] / "cloud", q["cloud"])
+            for system, corpus, core in (
+                ("device-only", device, device_core),
+                ("cloud-only", cloud_dir, cloud_core),
+            ):
+                log(f"{q['id']}: {system}")
+                rows.append(
+                    _row(
+                        system,
+                        None,
+                        q,
+                        _ask(config.model, corpus, q["question"], config.max_tokens, core, []),
+                    )
+                )
+            cloud = _Cloud(cloud_dir, config.model, cloud_core)
+            try:
+                for delay in config.delays:
+                    with LatencyRelay(("127.0.0.1", cloud.port), rtt_s=delay, jitter_s=delay / 5) as relay:
+                        for system, flags in _LINKED.items():
+                            log(f"{q['id']}: {system} at {delay * 1000:.0f} ms")
+                            link = ["--cloud", f"127.0.0.1:{relay.port}", "--cloud-timeout", "60", *flags]
+                            r = _ask(
+                                config.model, device, q["question"], config.max_tokens, device_core, link
+                            )
+                            rows.append(_row(system, delay, q, r))
+            finally:
+                cloud.close()
+    summary = summarize(rows, config.delays)
+    report = {
+        "config": {
+            "model": config.model,
+            "max_tokens": config.max_tokens,
+            "delays_s": list(config.delays),
+            "questions": [q["id"] for q in questions],
+            "link": "loopback through a user-space latency relay",
+            "pinned": device_core is not None,
+        },
+        "environment": environment(),
+        "summary": summary,
+        "runs": rows,
+    }
+    out = Path(config.out)
+    write_json(out / "results.json", report)
+    write_markdown(out / "results.md", markdown(report))
+    return report
+
+
+def _mean(values: list[float]) -> float | None:
+    return round(sum(values) / len(values), 5) if values else None
+
+
+def summarize(rows: list[dict[str, Any]], delays: Sequence[float]) -> dict[str, Any]:
+    """Per system and delay: mean latency per token and TTFT; DRAGON's latency reduction
+    against DRDG/TW per delay (1 - DRAGON / TW, the better aggregation side); TTFT
+    against device-only; how often each system's answer held both sides' facts."""
+    ok = [r for r in rows if "error" not in r and r.get("latency_s")]
+
+    def mean_of(key: str, system: str, delay: float | None) -> float | None:
+        return _mean([r[key] for r in ok if r["system"] == system and r["delay_s"] == delay])
+
+    latency = {s: {str(d): mean_of("latency_s", s, d) for d in delays} for s in _LINKED}
+    ttft = {s: {str(d): mean_of("ttft_s", s, d) for d in delays} for s in _LINKED}
+    alone = {
+        s: {"latency_s": mean_of("latency_s", s, None), "ttft_s": mean_of("ttft_s", s, None)}
+        for s in ("device-only", "cloud-only")
+    }
+    reduction: dict[str, float | None] = {}
+    for d in delays:
+        tw = latency["drdg-tw"][str(d)]
+        best = min(
+            (v for v in (latency["dragon-device"][str(d)], latency["dragon-cloud"][str(d)]) if v),
+            default=None,
+        )
+        reduction[str(d)] = round(1 - best / tw, 4) if tw and best else None
+    device_ttft = alone["device-only"]["ttft_s"]
+    ttft_ratio: dict[str, float | None] = {}
+    for d in delays:
+        linked = ttft["dragon-device"][str(d)]
+        ttft_ratio[str(d)] = round(linked / device_ttft, 3) if linked and device_ttft else None
+    both = {s: _mean([float(all(r["facts"].values())) for r in ok if r["system"] == s]) for s in SYSTEMS}
+    return {
+        "latency_s": latency,
+        "ttft_s": ttft,
+        "alone": alone,
+        "latency_reduction_vs_tw": reduction,
+        "ttft_ratio_vs_device_only": ttft_ratio,
+        "answers_with_both_facts": both,
+        "failed": [{k: r[k] for k in ("system", "delay_s", "id", "error")} for r in rows if "error" in r],
+    }
+
+
+def markdown(report: dict[str, Any]) -> str:
+    s, c = report["summary"], report["config"]
+    lines = [
+        "# coinfer bench dragon",
+        "",
+        f"Model {c['model']} on both sides, {c['max_tokens']} tokens per answer, "
+        f"{len(c['questions'])} questions; {c['link']}; one core per side: {c['pinned']}.",
+        "",
+        "| system | " + " | ".join(f"{float(d) * 1000:.0f} ms" for d in c["delays_s"]) + " |",
+        "|---|" + "---|" * len(c["delays_s"]),
+    ]
+    for system in _LINKED:
+        cells = [s["latency_s"][system][str(d)] for d in c["delays_s"]]
+        lines.append(f"| {system} s/token | " + " | ".join(str(v) for v in cells) + " |")
+    for system, v in s["alone"].items():
+        lines.append(
+            f"| {system} s/token (no link) | " + " | ".join(str(v["latency_s"]) for _ in c["delays_s"]) + " |"
+        )
+    lines += [
+        "",
+        f"DRAGON's latency reduction against DRDG/TW by delay: {s['latency_reduction_vs_tw']}.",
+        f"DRAGON (device aggregates) TTFT over device-only's: {s['ttft_ratio_vs_device_only']}.",
+        f"Answers holding both sides' facts: {s['answers_with_both_facts']}.",
+        f"Failed runs: {len(s['failed'])}.",
+        "",
+    ]
+    return "\n".join(lines)

@@ -1,0 +1,51 @@
+"""``coinfer bench dragon`` end to end on SmolLM2: real cloud and device processes through
+the latency relay, every system measured, the summary the issue asks for."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+from pathlib import Path
+
+import pytest
+
+from coinfer.bench.dragon import SYSTEMS, DragonBenchConfig, load_questions, run_dragon_bench
+from coinfer.errors import ConfigError
+from tests.conftest import HAS_LLAMA, HAS_TORCH
+
+
+def test_the_built_in_questions_need_both_sides() -> None:
+    questions = load_questions(None, None)
+    assert len(questions) >= 6
+    for q in questions:
+        device, cloud = " ".join(q["device"].values()), " ".join(q["cloud"].values())
+        assert q["facts"]["device"] in device and q["facts"]["device"] not in cloud, q["id"]
+        assert q["facts"]["cloud"] in cloud and q["facts"]["cloud"] not in device, q["id"]
+
+
+def test_a_question_file_without_both_corpora_is_refused(tmp_path: Path) -> None:
+    bad = tmp_path / "q.jsonl"
+    bad.write_text(json.dumps({"id": "x", "question": "?", "device": {}}) + "\n")
+    with pytest.raises(ConfigError, match="needs id"):
+        load_questions(str(bad), None)
+
+
+@pytest.mark.skipif(
+    not (HAS_LLAMA and HAS_TORCH) or importlib.util.find_spec("grpc") is None,
+    reason="needs the llama, torch, rag and net extras",
+)
+def test_a_quick_run_measures_every_system_at_every_delay(tmp_path: Path, smollm_path: Path) -> None:
+    config = DragonBenchConfig(
+        out=str(tmp_path), model="smollm2-135m", max_tokens=12, delays=(0.0, 0.1), limit=1
+    )
+    report = run_dragon_bench(config, log=lambda _: None)
+    s = report["summary"]
+    assert s["failed"] == []
+    assert {r["system"] for r in report["runs"]} == set(SYSTEMS)
+    assert set(s["latency_reduction_vs_tw"]) == {"0.0", "0.1"} and all(
+        v is not None for v in s["latency_reduction_vs_tw"].values()
+    )
+    assert all(v is not None for v in s["ttft_ratio_vs_device_only"].values())
+    linked = [r for r in report["runs"] if r["delay_s"] is not None]
+    assert all(r["fallback"] is None and r["accepted"] for r in linked)
+    assert (tmp_path / "results.json").is_file() and "DRDG/TW" in (tmp_path / "results.md").read_text()
