@@ -99,31 +99,38 @@ def _write_corpus(folder: Path, files: dict[str, str]) -> str:
     return str(folder)
 
 
+def _rag(command: str, corpus: str, model: str, *extra: str) -> list[str]:
+    """The command line of ``coinfer rag COMMAND`` on one thread."""
+    return [
+        sys.executable,
+        "-m",
+        "coinfer",
+        "rag",
+        command,
+        "--corpus",
+        corpus,
+        "-m",
+        model,
+        "--threads",
+        "1",
+        *extra,
+    ]
+
+
+def _child(core: int | None) -> dict[str, Any]:
+    """How a side's process starts: the link's token, pinned to ``core``."""
+    return {"text": True, "env": {**os.environ, "COINFER_LINK_TOKEN": _TOKEN}, "preexec_fn": _pin(core)}
+
+
 class _Cloud:
     """A ``coinfer rag cloud`` process on its own core, serving one corpus."""
 
     def __init__(self, corpus: str, model: str, core: int | None) -> None:
         self.proc = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "coinfer",
-                "rag",
-                "cloud",
-                "--corpus",
-                corpus,
-                "-m",
-                model,
-                "--threads",
-                "1",
-                "--listen",
-                "127.0.0.1:0",
-            ],
+            _rag("cloud", corpus, model, "--listen", "127.0.0.1:0"),
             stdout=subprocess.PIPE,
             stderr=subprocess.DEVNULL,
-            text=True,
-            env={**os.environ, "COINFER_LINK_TOKEN": _TOKEN},
-            preexec_fn=_pin(core),
+            **_child(core),
         )
         assert self.proc.stdout is not None
         line = self.proc.stdout.readline()
@@ -140,31 +147,8 @@ class _Cloud:
 def _ask(
     model: str, corpus: str, question: str, max_tokens: int, core: int | None, link: list[str]
 ) -> dict[str, Any]:
-    proc = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "coinfer",
-            "rag",
-            "ask",
-            "--corpus",
-            corpus,
-            "-m",
-            model,
-            "--threads",
-            "1",
-            "--max-tokens",
-            str(max_tokens),
-            "--json",
-            *link,
-            question,
-        ],
-        capture_output=True,
-        text=True,
-        env={**os.environ, "COINFER_LINK_TOKEN": _TOKEN},
-        preexec_fn=_pin(core),
-        timeout=1800,
-    )
+    args = _rag("ask", corpus, model, "--max-tokens", str(max_tokens), "--json", *link, question)
+    proc = subprocess.run(args, capture_output=True, timeout=1800, **_child(core))
     if proc.returncode != 0:
         return {"error": (proc.stderr.strip().splitlines() or ["failed"])[-1]}
     return dict(json.loads(proc.stdout))

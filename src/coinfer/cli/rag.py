@@ -55,11 +55,7 @@ def _tls(args: argparse.Namespace) -> Any:
         except OSError as exc:
             raise ConfigError(f"cannot read {path}: {exc.strerror}", hint="pass a PEM file") from exc
 
-    cert, key, root = (
-        read(getattr(args, "tls_cert", None)),
-        read(getattr(args, "tls_key", None)),
-        read(getattr(args, "tls_root", None)),
-    )
+    cert, key, root = read(args.tls_cert), read(args.tls_key), read(args.tls_root)
     if cert is None and key is None and root is None:
         return None
     return Tls(certificate=cert, key=key, root=root)
@@ -78,10 +74,10 @@ def _config(args: argparse.Namespace) -> Any:
     )
 
 
-def _corpus(args: argparse.Namespace, config: Any) -> Any:
+def _corpus(args: argparse.Namespace) -> Any:
     from coinfer.engines.dragon import Corpus, read_corpus
 
-    return Corpus(read_corpus(args.corpus), chunk_chars=config.chunk_chars)
+    return Corpus(read_corpus(args.corpus), chunk_chars=args.chunk_chars)
 
 
 def cmd_cloud(args: argparse.Namespace) -> int:
@@ -94,7 +90,7 @@ def cmd_cloud(args: argparse.Namespace) -> int:
         raise ConfigError(
             f"--listen wants HOST:PORT, got {args.listen!r}", hint="e.g. --listen 127.0.0.1:50071"
         )
-    corpus = _corpus(args, _config(args))
+    corpus = _corpus(args)
     model = load_from_args(args, quiet=True)
     server = LinkServer(
         CloudService(model, corpus).serve, token=token, host=host, port=int(port), tls=_tls(args)
@@ -132,7 +128,7 @@ def cmd_ask(args: argparse.Namespace) -> int:
             lookahead=args.lookahead,
             idle_s=args.cloud_timeout,
         )
-    corpus = _corpus(args, config)
+    corpus = _corpus(args)
     documents = corpus.retrieve(
         question, config.top_k, how=config.retrieval, temperature=config.relevance_temperature
     )
@@ -230,4 +226,4 @@ def add_parser(sub: Any) -> None:
     cloud.add_argument(
         "--listen", default="127.0.0.1:50071", help="HOST:PORT (default: loopback, %(default)s)"
     )
-    cloud.set_defaults(func=cmd_cloud, max_tokens=256, temperature=0.0, top_k=0, top_p=1.0, seed=None)
+    cloud.set_defaults(func=cmd_cloud)

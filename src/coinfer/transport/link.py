@@ -27,7 +27,7 @@ from typing import Any
 
 from coinfer.errors import ConfigError, MissingDependencyError, TransportError
 
-__all__ = ["LinkServer", "Stream", "connect", "envelope_type"]
+__all__ = ["LinkServer", "Stream", "Tls", "connect", "envelope_type"]
 
 log = logging.getLogger(__name__)
 

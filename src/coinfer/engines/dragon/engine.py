@@ -28,9 +28,9 @@ from coinfer.decoding.detok import IncrementalDetokenizer
 from coinfer.decoding.response import DecodeStats, Response, collect
 from coinfer.decoding.sampling import PositionDraws
 from coinfer.engines.dragon.config import DragonConfig
-from coinfer.engines.dragon.pipeline import DEVICE, Peer
+from coinfer.engines.dragon.pipeline import Peer
 from coinfer.engines.dragon.remote import CloudLink, hello, room
-from coinfer.engines.dragon.side import Document, RagSide, document_prompt
+from coinfer.engines.dragon.side import DEVICE, Document, RagSide, document_prompt
 from coinfer.errors import ConfigError, TransportError
 from coinfer.models.base import SteerableModel
 from coinfer.transport.link import Stream, connect

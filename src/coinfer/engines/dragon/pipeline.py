@@ -35,14 +35,12 @@ from coinfer.engines.dragon.aggregation import (
     side_weight,
     speculative_aggregate,
 )
-from coinfer.engines.dragon.side import Draft, RagSide
+from coinfer.engines.dragon.side import CLOUD, DEVICE, Draft, RagSide
 from coinfer.errors import TransportError
 from coinfer.transport.link import Stream, envelope_type
 from coinfer.transport.sparse import SparseDistribution, decode, encode
 
 __all__ = ["Peer", "PeerStats"]
-
-DEVICE, CLOUD = 0, 1
 
 
 @dataclass
@@ -161,13 +159,9 @@ class Peer:
         if len(self.side.generated) >= self.max_tokens:  # the answer cannot be longer
             return False
         ahead = len(self.side.generated) - len(self.text)
-        if self.lookahead == 0:
-            return ahead <= 0 and not self._queued_mine_at(len(self.text))
+        if self.lookahead == 0:  # synchronous: this position's draft not yet out
+            return ahead <= 0 and self._published_at < len(self.text)
         return ahead < self.lookahead
-
-    def _queued_mine_at(self, position: int) -> bool:
-        """On a synchronous side, whether this position's draft is already out."""
-        return self._published_at >= position
 
     def _publish(self, draft: Draft, epoch: int) -> None:
         self._published_at = draft.position

@@ -20,8 +20,8 @@ from typing import Any, Literal, Protocol
 
 from coinfer.decoding.sampling import SamplingParams
 from coinfer.engines.dragon.config import DragonConfig, Retrieval
-from coinfer.engines.dragon.pipeline import CLOUD, Peer
-from coinfer.engines.dragon.side import Document, RagSide, document_prompt
+from coinfer.engines.dragon.pipeline import Peer
+from coinfer.engines.dragon.side import CLOUD, Document, RagSide, document_prompt
 from coinfer.errors import ConfigError, TransportError
 from coinfer.models.base import SteerableModel
 from coinfer.transport.link import Stream, Tls, envelope_type
@@ -140,32 +140,30 @@ class CloudService:
         self.model, self.corpus = model, corpus
         self.hello_timeout_s, self.idle_s = hello_timeout_s, idle_s
         self._busy = threading.Lock()
-        self.answers = 0
 
     def serve(self, stream: Stream) -> None:
         message = stream.recv(timeout=self.hello_timeout_s)
         if message is None or message.WhichOneof("body") != "hello":
             raise TransportError("a stream did not open with Hello")
         h = message.hello
-        refused = self._refusal(h)
-        if refused:
-            stream.send(envelope_type()(ready={"refused": refused}))
-            log.warning("refused a stream: %s", refused)
+        config = self._accept(h)
+        if isinstance(config, str):
+            stream.send(envelope_type()(ready={"refused": config}))
+            log.warning("refused a stream: %s", config)
             return
-        config = _config_from(h)
         with self._busy:
             self._answer(stream, h, config)
 
-    def _refusal(self, h: Any) -> str | None:
+    def _accept(self, h: Any) -> DragonConfig | str:
+        """The device's settings, or why this cloud refuses them."""
         if h.version != VERSION:
             return f"protocol version {h.version}; this cloud speaks {VERSION}"
         if h.vocab_size != self.model.vocab_size or h.tokenizer_digest != tokenizer_digest(self.model):
             return f"the device's vocabulary differs from the cloud model's ({self.model.name})"
         try:
-            _config_from(h)
+            return _config_from(h)
         except ConfigError as exc:
             return str(exc).splitlines()[0]
-        return None
 
     def _answer(self, stream: Stream, h: Any, config: DragonConfig) -> None:
         docs = self.corpus.retrieve(
@@ -206,7 +204,6 @@ class CloudService:
                 lookahead=min(h.lookahead, MAX_LOOKAHEAD),
             )
             peer.run(idle_timeout=self.idle_s)
-            self.answers += 1
         finally:
             side.close()
 

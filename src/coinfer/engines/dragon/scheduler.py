@@ -18,9 +18,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-__all__ = ["Profile", "choose_aggregator", "latency_per_token"]
+from coinfer.engines.dragon.side import CLOUD, DEVICE
 
-DEVICE, CLOUD = 0, 1
+__all__ = ["CLOUD", "DEVICE", "Profile", "choose_aggregator", "latency_per_token"]
 
 
 def latency_per_token(c_local: float, c_remote: float, rtt: float, remote_acceptance: float) -> float:

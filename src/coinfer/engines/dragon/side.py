@@ -28,7 +28,9 @@ from coinfer.errors import ConfigError
 from coinfer.models.base import Seq, SteerableModel
 from coinfer.transport.sparse import SparseDistribution, sparsify
 
-__all__ = ["Document", "Draft", "RagSide", "document_prompt", "draw"]
+__all__ = ["CLOUD", "DEVICE", "Document", "Draft", "RagSide", "document_prompt", "draw"]
+
+DEVICE, CLOUD = 0, 1  # a side's number: its stream of draws, its index in per-side pairs
 
 
 @dataclass(frozen=True)
@@ -104,6 +106,8 @@ class RagSide:
             )
         self.model, self.documents = model, list(documents)
         self.sampling, self.seed, self.side = sampling, seed, side
+        # what is mixed: the request's distribution, or the model's own (temperature 1) when greedy
+        self._mixed = SamplingParams(temperature=1.0) if sampling.greedy else sampling
         self.transfer = (transfer_top_p, transfer_max_ids)
         self.relevance = np.array([d.relevance for d in documents], dtype=np.float64)
         self.prefixes = [prompt_for(d) for d in self.documents]
@@ -162,8 +166,7 @@ class RagSide:
         travels) and its ``log h``."""
         if self._rows is None:
             raise ConfigError("start() the side before asking for its distribution")
-        params = self.sampling if not self.sampling.greedy else SamplingParams(temperature=1.0)
-        probs = np.stack([probs_from_logits(row, params) for row in self._rows])
+        probs = np.stack([probs_from_logits(row, self._mixed) for row in self._rows])
         p, log_h = local_mixture(probs, self.relevance)
         return sparsify(p, *self.transfer), log_h
 
