@@ -9,13 +9,14 @@ round-trip time (0, 50, 100, 200, 300 ms; jitter 1/5 of it): this kernel has no
 Workload (this first version): questions whose answer needs a fact only the device's
 corpus holds and one only the cloud's holds (``data/dragon/qa.jsonl``). Systems:
 device-only and cloud-only RAG (each side alone, no network), DRDG/TW (token-wise
-synchronous aggregation: ``--lookahead 0``), and DRAGON with the aggregator on the device
-and on the cloud. Per system and delay: per-token latency (decode time per token after
-the first), TTFT, bytes the device sent per token, the cloud's and the device's
-acceptance, and whether the answer holds each side's fact.
+synchronous aggregation: ``--lookahead 0``), and DRAGON with the aggregator fixed on the
+device, fixed on the cloud, and moved by the live scheduler. Per system and delay:
+per-token latency (decode time per token after the first), TTFT, bytes the device sent
+per token, the cloud's and the device's acceptance, and whether the answer holds each
+side's fact.
 
 Not yet here: the language-modelling workload with perplexity, CRCG, DRCG/Text/KV,
-DRDG/SW, the live scheduler, bandwidth limits with ``tbf``, plots.
+DRDG/SW, bandwidth limits with ``tbf``, plots.
 """
 
 from __future__ import annotations
@@ -38,8 +39,13 @@ from coinfer.errors import ConfigError
 __all__ = ["DELAYS", "SYSTEMS", "DragonBenchConfig", "run_dragon_bench"]
 
 DELAYS = (0.0, 0.05, 0.1, 0.2, 0.3)
-SYSTEMS = ("device-only", "cloud-only", "drdg-tw", "dragon-device", "dragon-cloud")
-_LINKED = {"drdg-tw": ["--lookahead", "0"], "dragon-device": [], "dragon-cloud": ["--aggregator", "cloud"]}
+SYSTEMS = ("device-only", "cloud-only", "drdg-tw", "dragon-device", "dragon-cloud", "dragon-live")
+_LINKED = {
+    "drdg-tw": ["--lookahead", "0", "--aggregator", "device"],
+    "dragon-device": ["--aggregator", "device"],
+    "dragon-cloud": ["--aggregator", "cloud"],
+    "dragon-live": ["--aggregator", "auto"],
+}
 _TOKEN = "bench-dragon"
 
 
@@ -235,7 +241,8 @@ def _mean(values: list[float]) -> float | None:
 
 def summarize(rows: list[dict[str, Any]], delays: Sequence[float]) -> dict[str, Any]:
     """Per system and delay: mean latency per token and TTFT; DRAGON's latency reduction
-    against DRDG/TW per delay (1 - DRAGON / TW, the better aggregation side); TTFT
+    against DRDG/TW per delay (1 - DRAGON / TW, the better fixed aggregation side); the
+    live scheduler's latency over the better fixed side's (at most 1 is the target); TTFT
     against device-only; how often each system's answer held both sides' facts."""
     ok = [r for r in rows if "error" not in r and r.get("latency_s")]
 
@@ -249,6 +256,7 @@ def summarize(rows: list[dict[str, Any]], delays: Sequence[float]) -> dict[str, 
         for s in ("device-only", "cloud-only")
     }
     reduction: dict[str, float | None] = {}
+    live_ratio: dict[str, float | None] = {}
     for d in delays:
         tw = latency["drdg-tw"][str(d)]
         best = min(
@@ -256,6 +264,8 @@ def summarize(rows: list[dict[str, Any]], delays: Sequence[float]) -> dict[str, 
             default=None,
         )
         reduction[str(d)] = round(1 - best / tw, 4) if tw and best else None
+        live = latency["dragon-live"][str(d)]
+        live_ratio[str(d)] = round(live / best, 3) if live and best else None
     device_ttft = alone["device-only"]["ttft_s"]
     ttft_ratio: dict[str, float | None] = {}
     for d in delays:
@@ -267,6 +277,7 @@ def summarize(rows: list[dict[str, Any]], delays: Sequence[float]) -> dict[str, 
         "ttft_s": ttft,
         "alone": alone,
         "latency_reduction_vs_tw": reduction,
+        "live_over_best_fixed": live_ratio,
         "ttft_ratio_vs_device_only": ttft_ratio,
         "answers_with_both_facts": both,
         "failed": [{k: r[k] for k in ("system", "delay_s", "id", "error")} for r in rows if "error" in r],
@@ -294,6 +305,7 @@ def markdown(report: dict[str, Any]) -> str:
     lines += [
         "",
         f"DRAGON's latency reduction against DRDG/TW by delay: {s['latency_reduction_vs_tw']}.",
+        f"The live scheduler's latency over the better fixed side's: {s['live_over_best_fixed']}.",
         f"DRAGON (device aggregates) TTFT over device-only's: {s['ttft_ratio_vs_device_only']}.",
         f"Answers holding both sides' facts: {s['answers_with_both_facts']}.",
         f"Failed runs: {len(s['failed'])}.",

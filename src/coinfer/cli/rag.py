@@ -208,7 +208,10 @@ def add_parser(sub: Any) -> None:
         "--cloud", default=None, help="HOST:PORT of `coinfer rag cloud` (default: the device alone)"
     )
     ask.add_argument(
-        "--aggregator", default="device", choices=["device", "cloud"], help="the side that aggregates"
+        "--aggregator",
+        default="auto",
+        choices=["auto", "device", "cloud"],
+        help="the side that aggregates (auto: the live scheduler moves it; default auto)",
     )
     ask.add_argument(
         "--lookahead", type=int, default=8, help="tokens a side drafts ahead (0: token-wise sync)"

@@ -15,6 +15,7 @@ import pytest
 from coinfer.decoding import SamplingParams
 from coinfer.engines.dragon import CloudLink, CloudService, Document, DragonConfig, RagSide, generate
 from coinfer.engines.dragon.aggregation import Uniforms, greedy_aggregate, side_weight, speculative_aggregate
+from coinfer.engines.dragon.scheduler import LiveScheduler
 from coinfer.testing import EOS, ScriptedModel
 from coinfer.transport.link import LinkServer
 
@@ -162,3 +163,31 @@ def test_sampled_text_is_the_seeds_whichever_side_aggregates(cloud, aggregator: 
     config = DragonConfig(max_tokens=64, sampling=sampling, seed=7)
     out = _ask(cloud(), config, aggregator=aggregator, lookahead=lookahead)
     assert out.tokens == expected  # type: ignore[attr-defined]
+
+
+class _EveryFewTokens(LiveScheduler):
+    """Moves the aggregator every ``min_gap`` positions, whatever the profile says."""
+
+    def next_side(self, current: int, position: int) -> int:
+        return 1 - current if position - self.moved_at >= self.min_gap else current
+
+
+@pytest.mark.parametrize("sampling", [SamplingParams(), SamplingParams(temperature=1.0)])
+def test_moving_the_aggregator_mid_answer_keeps_the_text(
+    cloud, monkeypatch, sampling: SamplingParams
+) -> None:  # type: ignore[no-untyped-def]
+    """The live scheduler hands the role back and forth (here forced every 3 positions,
+    on both sides): no draft is lost or double-counted and the text is the one a fixed
+    aggregator gives."""
+    from coinfer.engines.dragon import engine, remote
+
+    monkeypatch.setattr(engine, "LiveScheduler", lambda: _EveryFewTokens(min_gap=3))
+    monkeypatch.setattr(remote, "LiveScheduler", lambda: _EveryFewTokens(min_gap=3))
+    expected = _synchronous_reference(sampling, seed=7)
+    config = DragonConfig(max_tokens=64, sampling=sampling, seed=7)
+    out = _ask(cloud(delay=0.005), config, aggregator="auto", lookahead=4)
+    assert out.tokens == expected  # type: ignore[attr-defined]
+    extras = out.extras  # type: ignore[attr-defined]
+    assert "fallback" not in extras and extras["aggregator"] == "auto"
+    assert extras["handovers"] >= len(expected) // 3 - 1
+    assert extras["accepted"]["device"] + extras["rejected"]["device"] == len(expected) + 1

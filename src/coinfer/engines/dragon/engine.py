@@ -30,6 +30,7 @@ from coinfer.decoding.sampling import PositionDraws
 from coinfer.engines.dragon.config import DragonConfig
 from coinfer.engines.dragon.pipeline import Peer
 from coinfer.engines.dragon.remote import CloudLink, hello, room
+from coinfer.engines.dragon.scheduler import LiveScheduler
 from coinfer.engines.dragon.side import DEVICE, Document, RagSide, document_prompt
 from coinfer.errors import ConfigError, TransportError
 from coinfer.models.base import SteerableModel
@@ -124,13 +125,14 @@ def _with_cloud(
         peer = Peer(
             side,
             DEVICE,
-            aggregates=link.aggregator == "device",
+            aggregates=link.aggregator != "cloud",
             stream=stream,
             sampling=config.sampling,
             seed=seed,
             max_tokens=max_tokens,
             stop_ids=model.eos_ids,
             lookahead=link.lookahead,
+            schedule=LiveScheduler() if link.aggregator == "auto" else None,
         )
         report.update(mode="dragon", aggregator=link.aggregator)
         for step in _follow(peer, link.idle_s, report):
@@ -218,6 +220,7 @@ def _record(peer: Peer, report: dict[str, Any]) -> None:
         rejected={"device": peer.stats.rejected[0], "cloud": peer.stats.rejected[1]},
         bytes_sent=peer.stats.bytes_sent,
         stale_drafts=peer.stats.stale,
+        handovers=peer.stats.handovers,
     )
 
 

@@ -13,6 +13,14 @@ epoch still in flight are dropped when they arrive, never waited for.
 ``lookahead=0`` is token-wise synchronous aggregation (DRDG/TW): a side drafts one
 position, then waits for its decision before decoding anything more.
 
+With a ``LiveScheduler`` (§5's scheduler, live) the aggregator profiles both sides'
+decoding times, their acceptance and the round-trip time (Ping/Pong), and when Eq. 6
+prefers the other side it hands the role over with a decision: its own drafts still
+pending go over to the new aggregator, which keeps its own (every side keeps a copy of
+what it drafted), and drafts that crossed the handover on the wire are dropped as stale.
+Each position's draws are the same wherever it is aggregated, so a move never changes
+the text.
+
 A Peer holds no sockets of its own: it reads and writes ``Envelope`` messages on the
 stream it is given, so one class serves the device (a gRPC client) and the cloud (a gRPC
 server).
@@ -35,6 +43,7 @@ from coinfer.engines.dragon.aggregation import (
     side_weight,
     speculative_aggregate,
 )
+from coinfer.engines.dragon.scheduler import LiveScheduler, Profile
 from coinfer.engines.dragon.side import CLOUD, DEVICE, Draft, RagSide
 from coinfer.errors import TransportError
 from coinfer.transport.link import Stream, envelope_type
@@ -42,16 +51,19 @@ from coinfer.transport.sparse import SparseDistribution, decode, encode
 
 __all__ = ["Peer", "PeerStats"]
 
+PING_EVERY = 16  # positions between the live scheduler's round-trip measurements
+
 
 @dataclass
 class PeerStats:
     """What one answer's aggregation did: drafts each side had accepted and rejected,
-    bytes this side sent, the drafts dropped as stale."""
+    bytes this side sent, the drafts dropped as stale, the aggregator's moves."""
 
     accepted: list[int] = field(default_factory=lambda: [0, 0])
     rejected: list[int] = field(default_factory=lambda: [0, 0])
     bytes_sent: int = 0
     stale: int = 0
+    handovers: int = 0
 
 
 @dataclass(frozen=True)
@@ -61,13 +73,15 @@ class _Drafted:
     token: int
     dist: SparseDistribution
     log_h: float
+    decode_s: float
 
 
 class Peer:
     """One side's Decoder and, where ``aggregates``, the Aggregator.
 
-    ``end``: called with the answer's token list and the reason once it is complete
-    ("stop" or "length"). Tokens arrive in ``tokens`` as they are decided.
+    ``aggregates``: whether this side aggregates first; ``schedule``: the live scheduler
+    that may move the role (None: it stays). ``on_token`` is called with each token as
+    it is decided.
     """
 
     def __init__(
@@ -82,11 +96,12 @@ class Peer:
         max_tokens: int,
         stop_ids: frozenset[int],
         lookahead: int = 8,
+        schedule: LiveScheduler | None = None,
         on_token: Callable[[int], None] | None = None,
     ) -> None:
         self.side, self.me, self.aggregates, self.stream = side, me, aggregates, stream
         self.sampling, self.seed, self.max_tokens, self.stop_ids = sampling, seed, max_tokens, stop_ids
-        self.lookahead = lookahead
+        self.lookahead, self.schedule = lookahead, schedule
         self.on_token = on_token
         self.envelope = envelope_type()
         self.vocab_size = side.model.vocab_size
@@ -99,6 +114,8 @@ class Peer:
         self._queues: list[deque[_Drafted]] = [deque(), deque()]
         self._failure: str | None = None
         self._published_at = -1  # the position of this side's latest draft
+        self._send_lock = threading.Lock()  # what a handover sends goes out before any later draft
+        self._pings: dict[int, float] = {}
         self._decoder = threading.Thread(target=self._decode_loop, name=f"dragon-decoder-{me}", daemon=True)
         self._reader = threading.Thread(target=self._read_loop, name=f"dragon-reader-{me}", daemon=True)
 
@@ -164,24 +181,30 @@ class Peer:
         return ahead < self.lookahead
 
     def _publish(self, draft: Draft, epoch: int) -> None:
+        """Into this side's own queue, and to the aggregator when it is the other side."""
         self._published_at = draft.position
-        if self.aggregates:
-            item = _Drafted(epoch, draft.position, draft.token, draft.dist, draft.log_h)
+        item = _Drafted(epoch, draft.position, draft.token, draft.dist, draft.log_h, draft.decode_s)
+        with self._send_lock:
             with self._cond:
+                if epoch != self._epoch[self.me]:
+                    return  # rejected while it was being published
                 self._queues[self.me].append(item)
+                remote = not self.aggregates
                 self._cond.notify_all()
-            return
-        message = self.envelope(
+            if remote:
+                self._send(self._draft_message(item))
+
+    def _draft_message(self, item: _Drafted) -> Any:
+        return self.envelope(
             draft={
-                "position": draft.position,
-                "epoch": epoch,
-                "token": draft.token,
-                "dist": encode(draft.dist),
-                "log_h": draft.log_h,
-                "decode_s": draft.decode_s,
+                "position": item.position,
+                "epoch": item.epoch,
+                "token": item.token,
+                "dist": encode(item.dist),
+                "log_h": item.log_h,
+                "decode_s": item.decode_s,
             }
         )
-        self._send(message)
 
     # ---- messages ------------------------------------------------------------------------
     def _send(self, message: Any) -> None:
@@ -200,16 +223,27 @@ class Peer:
 
     def _receive(self, message: Any) -> None:
         kind = message.WhichOneof("body")
-        if kind == "draft" and self.aggregates:
+        if kind == "draft":
             d = message.draft
-            other = 1 - self.me
-            item = _Drafted(d.epoch, d.position, d.token, decode(d.dist, self.vocab_size), d.log_h)
+            item = _Drafted(
+                d.epoch, d.position, d.token, decode(d.dist, self.vocab_size), d.log_h, d.decode_s
+            )
             with self._cond:
-                self._queues[other].append(item)
-                self._cond.notify_all()
+                if self.aggregates:
+                    self._queues[1 - self.me].append(item)
+                    self._cond.notify_all()
+                else:  # sent before the other side learnt that it aggregates now
+                    self.stats.stale += 1
         elif kind == "decision" and not self.aggregates:
             d = message.decision
-            self._apply(d.position, d.token, (d.device_accepted, d.cloud_accepted))
+            handover = d.profile if d.handover else None
+            self._apply(d.position, d.token, (d.device_accepted, d.cloud_accepted), handover=handover)
+        elif kind == "ping":
+            self._send(self.envelope(pong={"id": message.ping.id}))
+        elif kind == "pong":
+            sent = self._pings.pop(message.pong.id, None)
+            if sent is not None and self.schedule is not None:
+                self.schedule.profile.round_trip(time.monotonic() - sent)
         elif kind == "done":
             with self._cond:
                 self.finished = self.finished or (message.done.reason or "stop")
@@ -225,6 +259,9 @@ class Peer:
     # ---- the Aggregator ------------------------------------------------------------------
     def _aggregate_next(self, idle_timeout: float) -> None:
         position = len(self.text)
+        if self.schedule is not None and position % PING_EVERY == 0:
+            self._pings[position] = time.monotonic()
+            self._send(self.envelope(ping={"id": position}))
         device, cloud = self._wait_pair(position, idle_timeout)
         eta = side_weight(device.log_h, cloud.log_h)  # the device's weight
         p_device, p_cloud = device.dist.dense(), cloud.dist.dense()
@@ -238,19 +275,57 @@ class Peer:
                 device.token, p_device, cloud.token, p_cloud, eta, Uniforms.at(self.seed, position)
             )
         accepted = (out.accepted_a, out.accepted_b)
-        self._send(
-            self.envelope(
-                decision={
-                    "position": position,
-                    "token": out.token,
-                    "device_accepted": accepted[DEVICE],
-                    "cloud_accepted": accepted[CLOUD],
-                }
-            )
-        )
-        self._apply(position, out.token, accepted)
+        moves = self._moves(position, out.token, (device, cloud), accepted)
+        decision: dict[str, Any] = {
+            "position": position,
+            "token": out.token,
+            "device_accepted": accepted[DEVICE],
+            "cloud_accepted": accepted[CLOUD],
+        }
+        if moves and self.schedule is not None:
+            decision.update(handover=True, profile=_profile_message(self.schedule.profile))
+        with self._send_lock:
+            self._send(self.envelope(decision=decision))
+            self._apply(position, out.token, accepted)
+            if moves:
+                self._hand_over()
         if self.finished:
             self._send(self.envelope(done={"reason": self.finished}))
+
+    def _moves(
+        self, position: int, token: int, pair: tuple[_Drafted, _Drafted], accepted: tuple[bool, bool]
+    ) -> bool:
+        """The live scheduler's step: profile this position, and whether the other side
+        should aggregate from the next one (never on the answer's last token)."""
+        if self.schedule is None:
+            return False
+        profile = self.schedule.profile
+        for s in (DEVICE, CLOUD):
+            profile.decoded(s, pair[s].decode_s)
+            profile.judged(s, accepted[s])
+        if token in self.stop_ids or position + 1 >= self.max_tokens:
+            return False
+        return self.schedule.next_side(self.me, position + 1) != self.me
+
+    def _hand_over(self) -> None:
+        """The other side aggregates now: it gets this side's pending drafts (it has its
+        own); called with the send lock held, so they go out before any later draft."""
+        with self._cond:
+            self.aggregates = False
+            self.stats.handovers += 1
+            mine = [d for d in self._queues[self.me] if d.epoch == self._epoch[self.me]]
+            self._queues[1 - self.me].clear()
+        for item in mine:
+            self._send(self._draft_message(item))
+
+    def _take_over(self, profile: Any, position: int) -> None:
+        """A handover received (under the lock): this side aggregates from ``position``."""
+        self.aggregates = True
+        self.stats.handovers += 1
+        self._queues[1 - self.me].clear()
+        if self.schedule is not None:
+            self.schedule.profile = _profile_from(profile, self.schedule.profile.zeta)
+            self.schedule.moved_at = position
 
     def _wait_pair(self, position: int, idle_timeout: float) -> list[_Drafted]:
         """Both sides' drafts for ``position`` of their current epochs (older ones dropped)."""
@@ -273,9 +348,10 @@ class Peer:
             self.stats.stale += 1
         return queue[0] if queue and queue[0].position == position else None
 
-    def _apply(self, position: int, token: int, accepted: tuple[bool, bool]) -> None:
+    def _apply(self, position: int, token: int, accepted: tuple[bool, bool], *, handover: Any = None) -> None:
         """A decision, on either side: the token joins the text; a side whose draft was
-        rejected starts a new epoch (its queue is emptied, its decoder restarts)."""
+        rejected starts a new epoch (its queue is emptied, its decoder restarts). With
+        ``handover`` (the sender's profile) this side aggregates from the next position."""
         with self._cond:
             if position != len(self.text):
                 self._failure = f"a decision for position {position} arrived at {len(self.text)}"
@@ -297,6 +373,8 @@ class Peer:
                 self.finished = "stop"
             elif len(self.text) >= self.max_tokens:
                 self.finished = "length"
+            if handover is not None:
+                self._take_over(handover, len(self.text))
             self._cond.notify_all()
         if self.on_token is not None:
             self.on_token(token)
@@ -313,3 +391,22 @@ class Peer:
     def _check_failure(self) -> None:
         if self._failure and not self.finished:
             raise TransportError(self._failure)
+
+
+def _profile_message(p: Profile) -> dict[str, float]:
+    return {
+        "device_decode_s": p.decode_s[DEVICE] or 0.0,
+        "cloud_decode_s": p.decode_s[CLOUD] or 0.0,
+        "device_acceptance": p.acceptance[DEVICE] or 0.0,
+        "cloud_acceptance": p.acceptance[CLOUD] or 0.0,
+        "rtt_s": p.rtt or 0.0,
+    }
+
+
+def _profile_from(m: Any, zeta: float) -> Profile:
+    return Profile(
+        zeta=zeta,
+        decode_s=[m.device_decode_s, m.cloud_decode_s],
+        acceptance=[m.device_acceptance, m.cloud_acceptance],
+        rtt=m.rtt_s,
+    )

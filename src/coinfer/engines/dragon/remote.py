@@ -21,6 +21,7 @@ from typing import Any, Literal, Protocol
 from coinfer.decoding.sampling import SamplingParams
 from coinfer.engines.dragon.config import DragonConfig, Retrieval
 from coinfer.engines.dragon.pipeline import Peer
+from coinfer.engines.dragon.scheduler import LiveScheduler
 from coinfer.engines.dragon.side import CLOUD, Document, RagSide, document_prompt
 from coinfer.errors import ConfigError, TransportError
 from coinfer.models.base import SteerableModel
@@ -46,15 +47,16 @@ class CloudLink:
     """Where the cloud is and how to talk to it: ``address`` host:port, ``token`` the
     shared secret, ``deadline_s`` the most one answer's stream may last, ``idle_s`` the
     most to wait for the cloud's next draft or decision before finishing on the device
-    alone, ``aggregator`` the side that aggregates, ``lookahead`` how far a side drafts
-    ahead of the accepted text (0: token-wise synchronous aggregation)."""
+    alone, ``aggregator`` the side that aggregates ("auto": the device first, then the
+    side the live scheduler prefers), ``lookahead`` how far a side drafts ahead of the
+    accepted text (0: token-wise synchronous aggregation)."""
 
     address: str
     token: str
     tls: Tls | None = None
     deadline_s: float = 600.0
     idle_s: float = 10.0
-    aggregator: Literal["device", "cloud"] = "device"
+    aggregator: Literal["device", "cloud", "auto"] = "auto"
     lookahead: int = 8
 
     def __post_init__(self) -> None:
@@ -65,8 +67,8 @@ class CloudLink:
             )
         if not self.token:
             raise ConfigError("no token for the cloud link", hint="set COINFER_LINK_TOKEN on both sides")
-        if self.aggregator not in ("device", "cloud"):
-            raise ConfigError(f"aggregator must be device or cloud, got {self.aggregator!r}")
+        if self.aggregator not in ("device", "cloud", "auto"):
+            raise ConfigError(f"aggregator must be device, cloud or auto, got {self.aggregator!r}")
         if not 0 <= self.lookahead <= MAX_LOOKAHEAD or self.idle_s <= 0 or self.deadline_s <= 0:
             raise ConfigError(f"lookahead must be in 0..{MAX_LOOKAHEAD} and the timeouts positive")
 
@@ -103,6 +105,7 @@ def hello(
             "relevance_temperature": config.relevance_temperature,
             "chunk_chars": config.chunk_chars,
             "lookahead": link.lookahead,
+            "scheduled": link.aggregator == "auto",
         }
     )
 
@@ -202,6 +205,7 @@ class CloudService:
                 max_tokens=max_tokens,
                 stop_ids=self.model.eos_ids,
                 lookahead=min(h.lookahead, MAX_LOOKAHEAD),
+                schedule=LiveScheduler() if h.scheduled else None,
             )
             peer.run(idle_timeout=self.idle_s)
         finally:

@@ -6,7 +6,7 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 DESCRIPTOR: _descriptor.FileDescriptor
 
 class Hello(_message.Message):
-    __slots__ = ("version", "question", "top_k", "temperature", "sampling_top_k", "sampling_top_p", "seed", "max_tokens", "prompt_style", "vocab_size", "tokenizer_digest", "cloud_aggregates", "transfer_top_p", "transfer_max_ids", "retrieval", "relevance_temperature", "chunk_chars", "lookahead")
+    __slots__ = ("version", "question", "top_k", "temperature", "sampling_top_k", "sampling_top_p", "seed", "max_tokens", "prompt_style", "vocab_size", "tokenizer_digest", "cloud_aggregates", "transfer_top_p", "transfer_max_ids", "retrieval", "relevance_temperature", "chunk_chars", "lookahead", "scheduled")
     VERSION_FIELD_NUMBER: _ClassVar[int]
     QUESTION_FIELD_NUMBER: _ClassVar[int]
     TOP_K_FIELD_NUMBER: _ClassVar[int]
@@ -25,6 +25,7 @@ class Hello(_message.Message):
     RELEVANCE_TEMPERATURE_FIELD_NUMBER: _ClassVar[int]
     CHUNK_CHARS_FIELD_NUMBER: _ClassVar[int]
     LOOKAHEAD_FIELD_NUMBER: _ClassVar[int]
+    SCHEDULED_FIELD_NUMBER: _ClassVar[int]
     version: int
     question: str
     top_k: int
@@ -43,7 +44,8 @@ class Hello(_message.Message):
     relevance_temperature: float
     chunk_chars: int
     lookahead: int
-    def __init__(self, version: _Optional[int] = ..., question: _Optional[str] = ..., top_k: _Optional[int] = ..., temperature: _Optional[float] = ..., sampling_top_k: _Optional[int] = ..., sampling_top_p: _Optional[float] = ..., seed: _Optional[int] = ..., max_tokens: _Optional[int] = ..., prompt_style: _Optional[str] = ..., vocab_size: _Optional[int] = ..., tokenizer_digest: _Optional[bytes] = ..., cloud_aggregates: _Optional[bool] = ..., transfer_top_p: _Optional[float] = ..., transfer_max_ids: _Optional[int] = ..., retrieval: _Optional[str] = ..., relevance_temperature: _Optional[float] = ..., chunk_chars: _Optional[int] = ..., lookahead: _Optional[int] = ...) -> None: ...
+    scheduled: bool
+    def __init__(self, version: _Optional[int] = ..., question: _Optional[str] = ..., top_k: _Optional[int] = ..., temperature: _Optional[float] = ..., sampling_top_k: _Optional[int] = ..., sampling_top_p: _Optional[float] = ..., seed: _Optional[int] = ..., max_tokens: _Optional[int] = ..., prompt_style: _Optional[str] = ..., vocab_size: _Optional[int] = ..., tokenizer_digest: _Optional[bytes] = ..., cloud_aggregates: _Optional[bool] = ..., transfer_top_p: _Optional[float] = ..., transfer_max_ids: _Optional[int] = ..., retrieval: _Optional[str] = ..., relevance_temperature: _Optional[float] = ..., chunk_chars: _Optional[int] = ..., lookahead: _Optional[int] = ..., scheduled: _Optional[bool] = ...) -> None: ...
 
 class Ready(_message.Message):
     __slots__ = ("documents", "prefill_s", "max_tokens", "refused")
@@ -74,16 +76,46 @@ class Draft(_message.Message):
     def __init__(self, position: _Optional[int] = ..., epoch: _Optional[int] = ..., token: _Optional[int] = ..., dist: _Optional[bytes] = ..., log_h: _Optional[float] = ..., decode_s: _Optional[float] = ...) -> None: ...
 
 class Decision(_message.Message):
-    __slots__ = ("position", "token", "device_accepted", "cloud_accepted")
+    __slots__ = ("position", "token", "device_accepted", "cloud_accepted", "handover", "profile")
     POSITION_FIELD_NUMBER: _ClassVar[int]
     TOKEN_FIELD_NUMBER: _ClassVar[int]
     DEVICE_ACCEPTED_FIELD_NUMBER: _ClassVar[int]
     CLOUD_ACCEPTED_FIELD_NUMBER: _ClassVar[int]
+    HANDOVER_FIELD_NUMBER: _ClassVar[int]
+    PROFILE_FIELD_NUMBER: _ClassVar[int]
     position: int
     token: int
     device_accepted: bool
     cloud_accepted: bool
-    def __init__(self, position: _Optional[int] = ..., token: _Optional[int] = ..., device_accepted: _Optional[bool] = ..., cloud_accepted: _Optional[bool] = ...) -> None: ...
+    handover: bool
+    profile: Profile
+    def __init__(self, position: _Optional[int] = ..., token: _Optional[int] = ..., device_accepted: _Optional[bool] = ..., cloud_accepted: _Optional[bool] = ..., handover: _Optional[bool] = ..., profile: _Optional[_Union[Profile, _Mapping]] = ...) -> None: ...
+
+class Profile(_message.Message):
+    __slots__ = ("device_decode_s", "cloud_decode_s", "device_acceptance", "cloud_acceptance", "rtt_s")
+    DEVICE_DECODE_S_FIELD_NUMBER: _ClassVar[int]
+    CLOUD_DECODE_S_FIELD_NUMBER: _ClassVar[int]
+    DEVICE_ACCEPTANCE_FIELD_NUMBER: _ClassVar[int]
+    CLOUD_ACCEPTANCE_FIELD_NUMBER: _ClassVar[int]
+    RTT_S_FIELD_NUMBER: _ClassVar[int]
+    device_decode_s: float
+    cloud_decode_s: float
+    device_acceptance: float
+    cloud_acceptance: float
+    rtt_s: float
+    def __init__(self, device_decode_s: _Optional[float] = ..., cloud_decode_s: _Optional[float] = ..., device_acceptance: _Optional[float] = ..., cloud_acceptance: _Optional[float] = ..., rtt_s: _Optional[float] = ...) -> None: ...
+
+class Ping(_message.Message):
+    __slots__ = ("id",)
+    ID_FIELD_NUMBER: _ClassVar[int]
+    id: int
+    def __init__(self, id: _Optional[int] = ...) -> None: ...
+
+class Pong(_message.Message):
+    __slots__ = ("id",)
+    ID_FIELD_NUMBER: _ClassVar[int]
+    id: int
+    def __init__(self, id: _Optional[int] = ...) -> None: ...
 
 class Done(_message.Message):
     __slots__ = ("reason",)
@@ -92,15 +124,19 @@ class Done(_message.Message):
     def __init__(self, reason: _Optional[str] = ...) -> None: ...
 
 class Envelope(_message.Message):
-    __slots__ = ("hello", "ready", "draft", "decision", "done")
+    __slots__ = ("hello", "ready", "draft", "decision", "done", "ping", "pong")
     HELLO_FIELD_NUMBER: _ClassVar[int]
     READY_FIELD_NUMBER: _ClassVar[int]
     DRAFT_FIELD_NUMBER: _ClassVar[int]
     DECISION_FIELD_NUMBER: _ClassVar[int]
     DONE_FIELD_NUMBER: _ClassVar[int]
+    PING_FIELD_NUMBER: _ClassVar[int]
+    PONG_FIELD_NUMBER: _ClassVar[int]
     hello: Hello
     ready: Ready
     draft: Draft
     decision: Decision
     done: Done
-    def __init__(self, hello: _Optional[_Union[Hello, _Mapping]] = ..., ready: _Optional[_Union[Ready, _Mapping]] = ..., draft: _Optional[_Union[Draft, _Mapping]] = ..., decision: _Optional[_Union[Decision, _Mapping]] = ..., done: _Optional[_Union[Done, _Mapping]] = ...) -> None: ...
+    ping: Ping
+    pong: Pong
+    def __init__(self, hello: _Optional[_Union[Hello, _Mapping]] = ..., ready: _Optional[_Union[Ready, _Mapping]] = ..., draft: _Optional[_Union[Draft, _Mapping]] = ..., decision: _Optional[_Union[Decision, _Mapping]] = ..., done: _Optional[_Union[Done, _Mapping]] = ..., ping: _Optional[_Union[Ping, _Mapping]] = ..., pong: _Optional[_Union[Pong, _Mapping]] = ...) -> None: ...
