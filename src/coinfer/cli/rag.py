@@ -118,8 +118,10 @@ def cmd_ask(args: argparse.Namespace) -> int:
             "the question is empty", hint='coinfer rag ask --corpus DIR "what you want to know"'
         )
     config = _config(args)
-    link = None
+    link = channel = None
     if args.cloud:
+        from coinfer.engines.dragon import open_channel
+
         link = CloudLink(
             address=args.cloud,
             token=_token(),
@@ -128,20 +130,26 @@ def cmd_ask(args: argparse.Namespace) -> int:
             lookahead=args.lookahead,
             idle_s=args.cloud_timeout,
         )
+        channel = open_channel(link)  # connects while the model loads
     corpus = _corpus(args)
-    documents = corpus.retrieve(
-        question, config.top_k, how=config.retrieval, temperature=config.relevance_temperature
-    )
     model = load_from_args(args, quiet=args.json)
+
+    def documents() -> list[Any]:  # retrieved once the cloud has the question
+        return corpus.retrieve(
+            question, config.top_k, how=config.retrieval, temperature=config.relevance_temperature
+        )
+
     try:
         text, last = [], None
-        for last in stream(model, question, documents=documents, config=config, cloud=link):
+        for last in stream(model, question, documents=documents, config=config, cloud=link, channel=channel):
             text.append(last.text)
             if not args.json:
                 sys.stdout.write(last.text)
                 sys.stdout.flush()
     finally:
         model.close()
+        if channel is not None:
+            channel.close()
     assert last is not None  # a stream yields at least its last response
     extras, stats = last.extras, last.stats
     if args.json:

@@ -43,6 +43,11 @@ _LIMITS = [
     ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
     ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
 ]
+_RECONNECT = [  # a kept channel tries a server that went away again within seconds
+    ("grpc.initial_reconnect_backoff_ms", 500),
+    ("grpc.min_reconnect_backoff_ms", 500),
+    ("grpc.max_reconnect_backoff_ms", 4_000),
+]
 _CLOSED = object()
 
 
@@ -234,25 +239,46 @@ class LinkServer:
             stream.close()
 
 
-def connect(address: str, *, token: str, deadline_s: float, tls: Tls | None = None) -> tuple[Stream, Any]:
-    """Open a stream to the server at ``host:port`` that lasts at most ``deadline_s``; the
-    stream and the channel (close it when done)."""
-    grpc = _grpc()
-    envelope = envelope_type()
-    options = [*_LIMITS, *_KEEPALIVE]
-    if tls is not None:
-        channel = grpc.secure_channel(address, grpc.ssl_channel_credentials(tls.root), options=options)
-    else:
-        channel = grpc.insecure_channel(address, options=options)
-    call_method = channel.stream_stream(
-        METHOD, request_serializer=envelope.SerializeToString, response_deserializer=envelope.FromString
-    )
-    stream = Stream()
-    call = call_method(
-        stream.outgoing(),
-        metadata=[("authorization", f"Bearer {token}")],
-        timeout=deadline_s,
-        compression=grpc.Compression.Gzip,
-    )
-    threading.Thread(target=stream.read_from, args=(call, _describe), daemon=True).start()
-    return stream, channel
+class Channel:
+    """A connection to a link server at ``host:port``, opened at once in the background and
+    kept: every stream rides it, so a stream opened later pays no handshake, and gRPC
+    reconnects it when the server comes back after a failure."""
+
+    def __init__(self, address: str, *, tls: Tls | None = None) -> None:
+        grpc = _grpc()
+        envelope = envelope_type()
+        options = [*_LIMITS, *_KEEPALIVE, *_RECONNECT]
+        if tls is not None:
+            self._channel = grpc.secure_channel(
+                address, grpc.ssl_channel_credentials(tls.root), options=options
+            )
+        else:
+            self._channel = grpc.insecure_channel(address, options=options)
+        self._ready = grpc.channel_ready_future(self._channel)  # starts connecting now
+        self._method = self._channel.stream_stream(
+            METHOD, request_serializer=envelope.SerializeToString, response_deserializer=envelope.FromString
+        )
+
+    def stream(self, *, token: str, deadline_s: float) -> Stream:
+        """A new stream that lasts at most ``deadline_s``."""
+        grpc = _grpc()
+        stream = Stream()
+        call = self._method(
+            stream.outgoing(),
+            metadata=[("authorization", f"Bearer {token}")],
+            timeout=deadline_s,
+            compression=grpc.Compression.Gzip,
+        )
+        threading.Thread(target=stream.read_from, args=(call, _describe), daemon=True).start()
+        return stream
+
+    def close(self) -> None:
+        self._ready.cancel()
+        self._channel.close()
+
+
+def connect(address: str, *, token: str, deadline_s: float, tls: Tls | None = None) -> tuple[Stream, Channel]:
+    """Open a channel and one stream on it that lasts at most ``deadline_s``; the stream
+    and the channel (close it when done)."""
+    channel = Channel(address, tls=tls)
+    return channel.stream(token=token, deadline_s=deadline_s), channel

@@ -191,3 +191,44 @@ def test_moving_the_aggregator_mid_answer_keeps_the_text(
     assert "fallback" not in extras and extras["aggregator"] == "auto"
     assert extras["handovers"] >= len(expected) // 3 - 1
     assert extras["accepted"]["device"] + extras["rejected"]["device"] == len(expected) + 1
+
+
+def test_a_kept_channel_serves_answer_after_answer_and_finds_a_returned_cloud(cloud) -> None:  # type: ignore[no-untyped-def]
+    """One channel for many answers (no handshake each time); while the cloud is gone the
+    device answers alone, and once it is back on its port the same channel uses it."""
+    from coinfer.engines.dragon import open_channel
+
+    server = cloud()
+    link = CloudLink(address=f"127.0.0.1:{server.port}", token=TOKEN, idle_s=5, aggregator="device")
+    expected = _synchronous_reference()
+    retrieved: list[float] = []
+
+    def documents() -> list[Document]:
+        retrieved.append(time.monotonic())
+        return DEVICE_DOCS
+
+    def ask(channel: object) -> object:
+        return generate(
+            _model(), QUESTION, documents=documents, cloud=link, channel=channel, prompt_style="text"
+        )
+
+    channel = open_channel(link)
+    try:
+        for _ in range(2):
+            out = ask(channel)
+            assert out.tokens == expected and out.extras["mode"] == "dragon"  # type: ignore[attr-defined]
+        server.stop(0)
+        alone = ask(channel)
+        assert "fallback" in alone.extras and alone.tokens  # type: ignore[attr-defined]
+        back = CloudService(_model(), _Corpus(), idle_s=5)
+        servers = LinkServer(back.serve, token=TOKEN, port=server.port).start()
+        try:
+            deadline = time.monotonic() + 20
+            while "fallback" in (out := ask(channel)).extras and time.monotonic() < deadline:  # type: ignore[attr-defined]
+                time.sleep(0.2)
+            assert out.extras["mode"] == "dragon" and out.tokens == expected  # type: ignore[attr-defined]
+        finally:
+            servers.stop(0)
+    finally:
+        channel.close()
+    assert len(retrieved) >= 4  # the callable retrieved anew for every answer

@@ -8,7 +8,7 @@ their next-token distributions are mixed by Speculative Aggregation.
 
 from coinfer.engines.dragon.config import DragonConfig
 from coinfer.engines.dragon.corpus import Corpus, read_corpus
-from coinfer.engines.dragon.engine import generate, generate_tokens, stream
+from coinfer.engines.dragon.engine import Documents, generate, generate_tokens, open_channel, stream
 from coinfer.engines.dragon.remote import CloudLink, CloudService
 from coinfer.engines.dragon.side import Document, Draft, RagSide, document_prompt
 
@@ -17,12 +17,14 @@ __all__ = [
     "CloudService",
     "Corpus",
     "Document",
+    "Documents",
     "Draft",
     "DragonConfig",
     "RagSide",
     "document_prompt",
     "generate",
     "generate_tokens",
+    "open_channel",
     "read_corpus",
     "stream",
 ]

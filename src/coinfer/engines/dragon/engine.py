@@ -7,6 +7,12 @@ is device-only RAG (``coinfer rag ask`` without ``--cloud``). Given a ``CloudLin
 cloud's documents join the same mixture through Speculative Aggregation (``Peer``): the
 device sends the question, never its documents.
 
+Time to first token counts from the question: with a cloud, the device sends its
+``Hello`` first and then retrieves and reads its own documents (``documents`` may be a
+callable that retrieves them), so the cloud's retrieval and prefill run alongside the
+device's; a ``Channel`` kept across answers (``open_channel``) spares each answer the
+connection's handshake.
+
 When the link fails mid-answer (the cloud killed, the network cut, a cloud silent for
 ``idle_s``), the device finishes the answer on its own documents from the text agreed so
 far, logs a warning, and says so in ``extras["fallback"]``; the next answer tries the
@@ -21,7 +27,7 @@ from __future__ import annotations
 import logging
 import queue
 import threading
-from collections.abc import Generator, Iterator, Sequence
+from collections.abc import Callable, Generator, Iterator, Sequence
 from typing import Any
 
 from coinfer.decoding.detok import IncrementalDetokenizer
@@ -34,22 +40,30 @@ from coinfer.engines.dragon.scheduler import LiveScheduler
 from coinfer.engines.dragon.side import DEVICE, Document, RagSide, document_prompt
 from coinfer.errors import ConfigError, TransportError
 from coinfer.models.base import SteerableModel
-from coinfer.transport.link import Stream, connect
+from coinfer.transport.link import Channel, Stream
 
-__all__ = ["generate", "generate_tokens", "stream"]
+__all__ = ["Documents", "generate", "generate_tokens", "open_channel", "stream"]
 
 log = logging.getLogger(__name__)
 
 Step = tuple[list[int], str | None]  # tokens decided, and why the answer ends there (or None)
+Documents = Sequence[Document] | Callable[[], Sequence[Document]]  # given, or retrieved when needed
+
+
+def open_channel(link: CloudLink) -> Channel:
+    """A connection to the cloud, started now and kept for as many answers as the caller
+    likes (pass it as ``channel``); close it when done."""
+    return Channel(link.address, tls=link.tls)
 
 
 def generate_tokens(
     model: SteerableModel,
     question: str,
     *,
-    documents: Sequence[Document],
+    documents: Documents,
     config: DragonConfig = DragonConfig(),  # noqa: B008  (frozen, so a shared default is safe)
     cloud: CloudLink | None = None,
+    channel: Channel | None = None,
     prompt_style: str = "chat",
     report: dict[str, Any] | None = None,
 ) -> Iterator[Step]:
@@ -59,9 +73,34 @@ def generate_tokens(
     documents and acceptance, bytes sent, a fallback's reason."""
     report = report if report is not None else {}
     seed = PositionDraws(config.sampling.seed if config.seed is None else config.seed).seed
-    side = RagSide(
+    report.update(mode="device-only")
+    if cloud is None:
+        side = _device_side(model, question, documents, config, seed, prompt_style, report)
+        try:
+            side.start()
+            yield from _device_alone(side, [], min(config.max_tokens, room(model, side.prefixes)))
+        finally:
+            side.close()
+        return
+    yield from _with_cloud(model, question, documents, config, cloud, channel, seed, prompt_style, report)
+
+
+def _device_side(
+    model: SteerableModel,
+    question: str,
+    documents: Documents,
+    config: DragonConfig,
+    seed: int,
+    prompt_style: str,
+    report: dict[str, Any],
+) -> RagSide:
+    """The device's Decoder over its documents (retrieved now when ``documents`` is a
+    callable)."""
+    docs = list(documents() if callable(documents) else documents)
+    report["documents"] = [d.name for d in docs]
+    return RagSide(
         model,
-        documents,
+        docs,
         document_prompt(model, question, prompt_style),
         sampling=config.sampling,
         seed=seed,
@@ -69,16 +108,6 @@ def generate_tokens(
         transfer_top_p=config.transfer_top_p,
         transfer_max_ids=config.transfer_max_ids,
     )
-    max_tokens = min(config.max_tokens, room(model, side.prefixes))
-    report.update(mode="device-only", documents=[d.name for d in documents])
-    try:
-        if cloud is None:
-            side.start()
-            yield from _device_alone(side, [], max_tokens)
-        else:
-            yield from _with_cloud(side, question, config, cloud, seed, max_tokens, prompt_style, report)
-    finally:
-        side.close()
 
 
 def _device_alone(side: RagSide, text: list[int], max_tokens: int) -> Iterator[Step]:
@@ -102,26 +131,56 @@ def _device_alone(side: RagSide, text: list[int], max_tokens: int) -> Iterator[S
 
 
 def _with_cloud(
-    side: RagSide,
+    model: SteerableModel,
     question: str,
+    documents: Documents,
     config: DragonConfig,
     link: CloudLink,
+    channel: Channel | None,
     seed: int,
-    max_tokens: int,
     prompt_style: str,
     report: dict[str, Any],
 ) -> Iterator[Step]:
+    own = channel is None
+    channel = channel or open_channel(link)
+    stream = channel.stream(token=link.token, deadline_s=link.deadline_s)
+    try:
+        # the Hello first: the cloud retrieves and reads its documents while the device does
+        sent: TransportError | None = None
+        try:
+            stream.send(hello(model, question, config, link, seed=seed, prompt_style=prompt_style))
+        except TransportError as exc:
+            sent = exc
+        side = _device_side(model, question, documents, config, seed, prompt_style, report)
+        try:
+            yield from _together(side, stream, sent, config, link, seed, report)
+        finally:
+            side.close()
+    finally:
+        stream.close()
+        if own:
+            channel.close()
+
+
+def _together(
+    side: RagSide,
+    stream: Stream,
+    sent: TransportError | None,
+    config: DragonConfig,
+    link: CloudLink,
+    seed: int,
+    report: dict[str, Any],
+) -> Iterator[Step]:
+    """Speculative Aggregation with the cloud; on a failed link, the device alone from the
+    text agreed so far."""
     model = side.model
-    stream: Stream | None = None
-    channel: Any = None
+    max_tokens = min(config.max_tokens, room(model, side.prefixes))
     text: list[int] = []
     try:
-        stream, channel = connect(link.address, token=link.token, deadline_s=link.deadline_s, tls=link.tls)
-        stream.send(
-            hello(model, question, config, link, seed=seed, max_tokens=max_tokens, prompt_style=prompt_style)
-        )
-        side.start()  # while the cloud retrieves and reads its documents
-        max_tokens = _ready(stream, link, report)
+        if sent is not None:
+            raise sent
+        side.start()
+        max_tokens = min(max_tokens, _ready(stream, link, report))
         peer = Peer(
             side,
             DEVICE,
@@ -141,15 +200,15 @@ def _with_cloud(
         stream.finish(timeout=link.idle_s)  # the last decision and Done reach the cloud
         return
     except TransportError as exc:
+        if "UNAUTHENTICATED" in str(exc):  # a user's mistake, not a fault to ride out
+            raise ConfigError(
+                "the cloud refused this device's token", hint="set the same COINFER_LINK_TOKEN on both sides"
+            ) from exc
+        stream.close()
         report["fallback"] = f"finished on the device alone: {exc}"
         log.warning(
             "the cloud link failed after %d tokens (%s); finishing on the device alone", len(text), exc
         )
-    finally:
-        if stream is not None:
-            stream.close()
-        if channel is not None:
-            channel.close()
     if not side.started:
         side.start()
     yield from _device_alone(side, text, max_tokens)
@@ -157,14 +216,7 @@ def _with_cloud(
 
 def _ready(stream: Stream, link: CloudLink, report: dict[str, Any]) -> int:
     """The cloud's ``Ready``: how long the answer may be. ``ConfigError`` when it refused."""
-    try:
-        message = stream.recv(timeout=max(link.idle_s, 30.0))
-    except TransportError as exc:
-        if "UNAUTHENTICATED" in str(exc):  # a user's mistake, not a fault to ride out
-            raise ConfigError(
-                "the cloud refused this device's token", hint="set the same COINFER_LINK_TOKEN on both sides"
-            ) from exc
-        raise
+    message = stream.recv(timeout=max(link.idle_s, 30.0))
     if message is None or message.WhichOneof("body") != "ready":
         raise TransportError("the cloud did not get ready in time")
     ready = message.ready
@@ -228,9 +280,10 @@ def stream(
     model: SteerableModel,
     question: str,
     *,
-    documents: Sequence[Document],
+    documents: Documents,
     config: DragonConfig = DragonConfig(),  # noqa: B008
     cloud: CloudLink | None = None,
+    channel: Channel | None = None,
     prompt_style: str = "chat",
 ) -> Generator[Response, None, None]:
     """One ``Response`` per decided token; ``extras`` holds the mode ("dragon" or
@@ -245,6 +298,7 @@ def stream(
         documents=documents,
         config=config,
         cloud=cloud,
+        channel=channel,
         prompt_style=prompt_style,
         report=report,
     )
@@ -262,13 +316,22 @@ def generate(
     model: SteerableModel,
     question: str,
     *,
-    documents: Sequence[Document],
+    documents: Documents,
     config: DragonConfig = DragonConfig(),  # noqa: B008
     cloud: CloudLink | None = None,
+    channel: Channel | None = None,
     prompt_style: str = "chat",
 ) -> Response:
     """Generate to the end: one ``Response`` with the whole text and every token."""
     return collect(
-        stream(model, question, documents=documents, config=config, cloud=cloud, prompt_style=prompt_style),
+        stream(
+            model,
+            question,
+            documents=documents,
+            config=config,
+            cloud=cloud,
+            channel=channel,
+            prompt_style=prompt_style,
+        ),
         model.detokenize,
     )

@@ -28,6 +28,7 @@ server).
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
 from collections import deque
@@ -136,6 +137,9 @@ class Peer:
                 else:
                     self._wait_progress(idle_timeout)
                 if self.finished:
+                    if not self.aggregates:  # the other side may allow a longer answer
+                        with contextlib.suppress(TransportError):
+                            self._send(self.envelope(done={"reason": self.finished}))
                     return self.finished
         finally:
             self.stop()
@@ -262,7 +266,10 @@ class Peer:
         if self.schedule is not None and position % PING_EVERY == 0:
             self._pings[position] = time.monotonic()
             self._send(self.envelope(ping={"id": position}))
-        device, cloud = self._wait_pair(position, idle_timeout)
+        pair = self._wait_pair(position, idle_timeout)
+        if pair is None:  # the other side ended the answer
+            return
+        device, cloud = pair
         eta = side_weight(device.log_h, cloud.log_h)  # the device's weight
         p_device, p_cloud = device.dist.dense(), cloud.dist.dense()
         # the device is always Algorithm 1's side a, whichever side aggregates: the same
@@ -327,11 +334,14 @@ class Peer:
             self.schedule.profile = _profile_from(profile, self.schedule.profile.zeta)
             self.schedule.moved_at = position
 
-    def _wait_pair(self, position: int, idle_timeout: float) -> list[_Drafted]:
-        """Both sides' drafts for ``position`` of their current epochs (older ones dropped)."""
+    def _wait_pair(self, position: int, idle_timeout: float) -> list[_Drafted] | None:
+        """Both sides' drafts for ``position`` of their current epochs (older ones dropped);
+        None once the answer is finished."""
         deadline = time.monotonic() + idle_timeout
         with self._cond:
             while True:
+                if self.finished:
+                    return None
                 self._check_failure()
                 heads = [self._head(s, position) for s in (DEVICE, CLOUD)]
                 if heads[0] is not None and heads[1] is not None:

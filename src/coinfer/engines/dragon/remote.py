@@ -80,10 +80,10 @@ def hello(
     link: CloudLink,
     *,
     seed: int,
-    max_tokens: int,
     prompt_style: str,
 ) -> Any:
-    """The device's first message."""
+    """The device's first message (sent before the device has retrieved: the answer's
+    length is agreed in ``Ready``, and the device may end it sooner at its own limit)."""
     s = config.sampling
     return envelope_type()(
         hello={
@@ -94,7 +94,7 @@ def hello(
             "sampling_top_k": s.top_k,
             "sampling_top_p": s.top_p,
             "seed": seed,
-            "max_tokens": max_tokens,
+            "max_tokens": config.max_tokens,
             "prompt_style": prompt_style,
             "vocab_size": model.vocab_size,
             "tokenizer_digest": tokenizer_digest(model),
