@@ -36,7 +36,7 @@ def test_a_question_file_without_both_corpora_is_refused(tmp_path: Path) -> None
 )
 def test_a_quick_run_measures_every_system_at_every_delay(tmp_path: Path, smollm_path: Path) -> None:
     config = DragonBenchConfig(
-        out=str(tmp_path), model="smollm2-135m", max_tokens=12, delays=(0.0, 0.1), limit=1
+        out=str(tmp_path), model="smollm2-135m", max_tokens=12, delays=(0.0, 0.1), limit=1, workloads=("qa",)
     )
     report = run_dragon_bench(config, log=lambda _: None)
     s = report["summary"]
@@ -49,3 +49,4 @@ def test_a_quick_run_measures_every_system_at_every_delay(tmp_path: Path, smollm
     linked = [r for r in report["runs"] if r["delay_s"] is not None]
     assert all(r["fallback"] is None and r["accepted"] for r in linked)
     assert (tmp_path / "results.json").is_file() and "DRDG/TW" in (tmp_path / "results.md").read_text()
+    assert s["live_over_best_fixed"]["0.1"] is not None

@@ -15,8 +15,11 @@ per-token latency (decode time per token after the first), TTFT, bytes the devic
 per token, the cloud's and the device's acceptance, and whether the answer holds each
 side's fact.
 
-Not yet here: the language-modelling workload with perplexity, CRCG, DRCG/Text/KV,
-DRDG/SW, bandwidth limits with ``tbf``, plots.
+The language-modelling workload (``dragon_lm``) scores perplexity in one process: no-RAG,
+device-only, cloud-only, CRCG, DRCG and DRAGON on the same tokens.
+
+Not yet here: the TTFT of DRCG/Text and DRCG/KV and the latency of DRDG/SW, bandwidth
+limits with ``tbf``.
 """
 
 from __future__ import annotations
@@ -32,8 +35,9 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
+from coinfer.bench.dragon_lm import LM_SYSTEMS, LmWorkload, perplexities
 from coinfer.bench.relay import LatencyRelay
-from coinfer.bench.report import environment, write_json, write_markdown
+from coinfer.bench.report import environment, pyplot, write_json, write_markdown
 from coinfer.errors import ConfigError
 
 __all__ = ["DELAYS", "SYSTEMS", "DragonBenchConfig", "run_dragon_bench"]
@@ -58,6 +62,8 @@ class DragonBenchConfig:
     questions: str | None = None  # a JSONL file like data/dragon/qa.jsonl
     limit: int | None = None  # the first N questions
     quick: bool = False
+    workloads: Sequence[str] = ("qa", "lm")
+    lm: LmWorkload = LmWorkload(window=256, windows=12)
 
     def resolved(self) -> DragonBenchConfig:
         """Quick: SmolLM2, 16 tokens, three delays, two questions."""
@@ -70,6 +76,8 @@ class DragonBenchConfig:
             delays=(0.0, 0.1, 0.3),
             questions=self.questions,
             limit=self.limit or 2,
+            workloads=self.workloads,
+            lm=LmWorkload(window=96, windows=2, corpus_modules=self.lm.eval_modules[:2]),
         )
 
 
@@ -182,7 +190,45 @@ def _row(system: str, delay: float | None, q: dict[str, Any], r: dict[str, Any])
 
 def run_dragon_bench(config: DragonBenchConfig, log: Callable[[str], None] = print) -> dict[str, Any]:
     config = config.resolved()
-    questions = load_questions(config.questions, config.limit)
+    unknown = set(config.workloads) - {"qa", "lm"}
+    if unknown or not config.workloads:
+        raise ConfigError(f"unknown workloads {sorted(unknown)}", hint="choose from qa and lm")
+    questions = load_questions(config.questions, config.limit) if "qa" in config.workloads else []
+    rows = _qa_runs(config, questions, log)
+    lm = _lm_runs(config, log) if "lm" in config.workloads else None
+    summary = summarize(rows, config.delays)
+    summary.update(_lm_summary(lm))
+    report = {
+        "config": {
+            "model": config.model,
+            "max_tokens": config.max_tokens,
+            "delays_s": list(config.delays),
+            "questions": [q["id"] for q in questions],
+            "link": "loopback through a user-space latency relay",
+            "pinned": _cores()[0] is not None,
+            "workloads": list(config.workloads),
+            "lm": {
+                "window": config.lm.window,
+                "windows": config.lm.windows,
+                "documents_per_side": config.lm.top_k,
+            },
+        },
+        "environment": environment(),
+        "summary": summary,
+        "runs": rows,
+        "lm_windows": lm["windows"] if lm else [],
+    }
+    out = Path(config.out)
+    write_json(out / "results.json", report)
+    write_markdown(out / "results.md", markdown(report))
+    plot(out, report)
+    return report
+
+
+def _qa_runs(
+    config: DragonBenchConfig, questions: list[dict[str, Any]], log: Callable[[str], None]
+) -> list[dict[str, Any]]:
+    """Question answering: every system on every question, the linked ones at every delay."""
     device_core, cloud_core = _cores()
     rows: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory(prefix="coinfer-bench-dragon-") as tmp:
@@ -194,14 +240,8 @@ def run_dragon_bench(config: DragonBenchConfig, log: Callable[[str], None] = pri
                 ("cloud-only", cloud_dir, cloud_core),
             ):
                 log(f"{q['id']}: {system}")
-                rows.append(
-                    _row(
-                        system,
-                        None,
-                        q,
-                        _ask(config.model, corpus, q["question"], config.max_tokens, core, []),
-                    )
-                )
+                r = _ask(config.model, corpus, q["question"], config.max_tokens, core, [])
+                rows.append(_row(system, None, q, r))
             cloud = _Cloud(cloud_dir, config.model, cloud_core)
             try:
                 for delay in config.delays:
@@ -215,24 +255,70 @@ def run_dragon_bench(config: DragonBenchConfig, log: Callable[[str], None] = pri
                             rows.append(_row(system, delay, q, r))
             finally:
                 cloud.close()
-    summary = summarize(rows, config.delays)
-    report = {
-        "config": {
-            "model": config.model,
-            "max_tokens": config.max_tokens,
-            "delays_s": list(config.delays),
-            "questions": [q["id"] for q in questions],
-            "link": "loopback through a user-space latency relay",
-            "pinned": device_core is not None,
+    return rows
+
+
+def _lm_runs(config: DragonBenchConfig, log: Callable[[str], None]) -> dict[str, Any]:
+    """Language modelling in this process, on every core this process may use."""
+    from coinfer.models import load_model
+
+    model = load_model(config.model, n_threads=len(os.sched_getaffinity(0)))
+    try:
+        return perplexities(model, config.lm, log)
+    finally:
+        model.close()
+
+
+def _lm_summary(lm: dict[str, Any] | None) -> dict[str, Any]:
+    """Perplexity per system, and DRAGON's over the best centralized baseline's (CRCG or
+    DRCG: at most 1 is the target) and over each side alone's (below 1)."""
+    if lm is None:
+        return {"perplexity": None}
+    p = lm["perplexity"]
+    best_central = min(p["crcg"], p["drcg"])
+    return {
+        "perplexity": p,
+        "perplexity_by_half": lm["perplexity_by_half"],
+        "dragon_perplexity_over_best_centralized": round(p["dragon"] / best_central, 4),
+        "dragon_perplexity_over_alone": {
+            s: round(p["dragon"] / p[s], 4) for s in ("device-only", "cloud-only")
         },
-        "environment": environment(),
-        "summary": summary,
-        "runs": rows,
     }
-    out = Path(config.out)
-    write_json(out / "results.json", report)
-    write_markdown(out / "results.md", markdown(report))
-    return report
+
+
+def plot(out: Path, report: dict[str, Any]) -> list[Path]:
+    """``latency.png`` and ``ttft.png``: each linked system against the added delay, the
+    sides alone as lines (written only with matplotlib, the ``bench`` extra)."""
+    plt = pyplot()
+    s, delays = report["summary"], report["config"]["delays_s"]
+    if plt is None or not report["runs"]:
+        return []
+    written = []
+    for key, name, label in (
+        ("latency_s", "latency.png", "seconds per token"),
+        ("ttft_s", "ttft.png", "TTFT (s)"),
+    ):
+        fig, ax = plt.subplots(figsize=(6, 3.8))
+        for system in _LINKED:
+            points = [(d * 1000, s[key][system][str(d)]) for d in delays if s[key][system][str(d)]]
+            ax.plot([x for x, _ in points], [y for _, y in points], marker="o", label=system)
+        for system, values in s["alone"].items():
+            if values[key]:
+                ax.axhline(
+                    values[key],
+                    linestyle="--",
+                    linewidth=1,
+                    color="grey" if system == "cloud-only" else "black",
+                    label=system,
+                )
+        ax.set_xlabel("added round-trip time (ms)")
+        ax.set_ylabel(label)
+        ax.legend(fontsize=7)
+        fig.tight_layout()
+        fig.savefig(out / name, dpi=120)
+        plt.close(fig)
+        written.append(out / name)
+    return written
 
 
 def _mean(values: list[float]) -> float | None:
@@ -302,6 +388,13 @@ def markdown(report: dict[str, Any]) -> str:
         lines.append(
             f"| {system} s/token (no link) | " + " | ".join(str(v["latency_s"]) for _ in c["delays_s"]) + " |"
         )
+    for system in _LINKED:
+        cells = [s["ttft_s"][system][str(d)] for d in c["delays_s"]]
+        lines.append(f"| {system} TTFT s | " + " | ".join(str(v) for v in cells) + " |")
+    for system, v in s["alone"].items():
+        lines.append(
+            f"| {system} TTFT s (no link) | " + " | ".join(str(v["ttft_s"]) for _ in c["delays_s"]) + " |"
+        )
     lines += [
         "",
         f"DRAGON's latency reduction against DRDG/TW by delay: {s['latency_reduction_vs_tw']}.",
@@ -311,4 +404,25 @@ def markdown(report: dict[str, Any]) -> str:
         f"Failed runs: {len(s['failed'])}.",
         "",
     ]
+    if s.get("perplexity"):
+        lm = c["lm"]
+        lines += [
+            f"Language modelling: {lm['windows']} windows of {lm['window']} tokens over CPython's "
+            f"documentation, {lm['documents_per_side']} documents per side.",
+            "",
+            "| system | perplexity | half a | half b |",
+            "|---|---|---|---|",
+        ]
+        halves = s["perplexity_by_half"]
+        for system in LM_SYSTEMS:
+            lines.append(
+                f"| {system} | {s['perplexity'][system]} | {halves['a'][system]} | {halves['b'][system]} |"
+            )
+        lines += [
+            "",
+            f"DRAGON's perplexity over the best centralized baseline's: "
+            f"{s['dragon_perplexity_over_best_centralized']}; over each side alone's: "
+            f"{s['dragon_perplexity_over_alone']}.",
+            "",
+        ]
     return "\n".join(lines)

@@ -169,6 +169,7 @@ def _add_llmcad(bench: Any) -> None:
 
 def cmd_dragon(args: argparse.Namespace) -> int:
     from coinfer.bench.dragon import DragonBenchConfig, run_dragon_bench
+    from coinfer.bench.dragon_lm import LmWorkload
 
     config = DragonBenchConfig(
         out=args.out,
@@ -178,12 +179,15 @@ def cmd_dragon(args: argparse.Namespace) -> int:
         questions=args.questions,
         limit=args.limit,
         quick=args.quick,
+        workloads=tuple(args.workloads),
+        **({"lm": LmWorkload(window=args.lm_window, windows=args.lm_windows)} if not args.quick else {}),
     )
     report = run_dragon_bench(config, log=err)
     s = report["summary"]
     line = (
         f"DRAGON against DRDG/TW, latency reduction by delay: {s['latency_reduction_vs_tw']}; TTFT over "
-        f"device-only: {s['ttft_ratio_vs_device_only']}; wrote {args.out}/results.json"
+        f"device-only: {s['ttft_ratio_vs_device_only']}; perplexity: {s['perplexity']}; "
+        f"wrote {args.out}/results.json"
     )
     return _done(args, s, [line])
 
@@ -198,7 +202,12 @@ def _add_dragon(bench: Any) -> None:
     )
     p.add_argument("--questions", default=None, help="a JSONL file of questions (default: the built-in set)")
     p.add_argument("--limit", type=int, default=None, help="the first N questions")
-    p.add_argument("--quick", action="store_true", help="SmolLM2, 16 tokens, 0/100/300 ms, two questions")
+    p.add_argument("--workloads", nargs="+", default=["qa", "lm"], choices=["qa", "lm"], help="default: both")
+    p.add_argument("--lm-windows", type=int, default=12, help="language-modelling windows (default: 12)")
+    p.add_argument("--lm-window", type=int, default=256, help="tokens per window (default: 256)")
+    p.add_argument(
+        "--quick", action="store_true", help="SmolLM2, 16 tokens, 0/100/300 ms, two questions, two windows"
+    )
     add_output_flags(p)
     p.set_defaults(func=cmd_dragon)
 
