@@ -232,3 +232,31 @@ def test_a_kept_channel_serves_answer_after_answer_and_finds_a_returned_cloud(cl
     finally:
         channel.close()
     assert len(retrieved) >= 4  # the callable retrieved anew for every answer
+
+
+@pytest.mark.parametrize("slow_from", [0, 6])
+def test_a_slow_cloud_never_holds_the_device_past_its_deadline(slow_from: int) -> None:
+    """The cloud takes 3 s per token from its ``slow_from``-th token on (0: already while
+    reading its documents); the device waits ``idle_s`` = 0.5 s, then finishes alone."""
+
+    def slow(prefix: list[int]) -> Mapping[int, float]:
+        if len(prefix) - PROMPT >= slow_from:
+            time.sleep(3.0)
+        return _dist(prefix)
+
+    service = CloudService(ScriptedModel(slow, n_ctx=128), _Corpus(), idle_s=5)
+    server = LinkServer(service.serve, token=TOKEN).start()
+    try:
+        started = time.monotonic()
+        out = generate(
+            _model(),
+            QUESTION,
+            documents=DEVICE_DOCS,
+            cloud=CloudLink(address=f"127.0.0.1:{server.port}", token=TOKEN, idle_s=0.5, aggregator="device"),
+            prompt_style="text",
+        )
+        elapsed = time.monotonic() - started
+    finally:
+        server.stop(0)
+    assert "fallback" in out.extras and out.finish_reason == "stop" and len(out.tokens) == LENGTH
+    assert elapsed < 3.0  # one idle_s and the device's own decoding, never the cloud's 3 s

@@ -215,8 +215,9 @@ def _together(
 
 
 def _ready(stream: Stream, link: CloudLink, report: dict[str, Any]) -> int:
-    """The cloud's ``Ready``: how long the answer may be. ``ConfigError`` when it refused."""
-    message = stream.recv(timeout=max(link.idle_s, 30.0))
+    """The cloud's ``Ready``: how long the answer may be, waited for at most ``idle_s``
+    once the device has read its own documents. ``ConfigError`` when it refused."""
+    message = stream.recv(timeout=link.idle_s)
     if message is None or message.WhichOneof("body") != "ready":
         raise TransportError("the cloud did not get ready in time")
     ready = message.ready
