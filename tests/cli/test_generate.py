@@ -104,13 +104,22 @@ def test_ctrl_c_keeps_what_was_generated(smollm_path: Path) -> None:
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
+        # as a terminal's foreground job: a suite started in the background (`make test &`)
+        # ignores SIGINT, and a child would inherit that
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )
     assert proc.stdout is not None
     first = proc.stdout.read(20)  # wait until text is streaming
     time.sleep(0.5)
+    status = Path(f"/proc/{proc.pid}/status").read_text() if proc.poll() is None else "exited"
+    signals = [line for line in status.splitlines() if line.startswith(("SigBlk", "SigIgn", "SigCgt"))]
     proc.send_signal(signal.SIGINT)
-    rest, err = proc.communicate(timeout=60)
-    assert proc.returncode == 130, err
+    try:
+        rest, err = proc.communicate(timeout=60)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        raise
+    assert proc.returncode == 130, f"{err}\nthe child's signals when interrupted: {signals}"
     assert len(first + rest) >= 20
     assert "Traceback" not in err
     assert "interrupted" in err.strip().splitlines()[-1]
