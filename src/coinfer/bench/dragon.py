@@ -279,9 +279,13 @@ def _lm_summary(lm: dict[str, Any] | None) -> dict[str, Any]:
     return {
         "perplexity": p,
         "perplexity_by_half": lm["perplexity_by_half"],
-        "dragon_perplexity_over_best_centralized": round(p["dragon"] / best_central, 4),
+        "dragon_perplexity_over_best_centralized": {
+            s: round(p[s] / best_central, 4) for s in ("dragon", "dragon-dynamic") if p.get(s)
+        },
         "dragon_perplexity_over_alone": {
-            s: round(p["dragon"] / p[s], 4) for s in ("device-only", "cloud-only")
+            s: {a: round(p[s] / p[a], 4) for a in ("device-only", "cloud-only")}
+            for s in ("dragon", "dragon-dynamic")
+            if p.get(s)
         },
     }
 

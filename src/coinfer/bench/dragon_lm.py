@@ -19,7 +19,9 @@ Systems, each scoring the same tokens:
   and differ only in how it gets there);
 - ``dragon``: each side's REPLUG mixture, mixed by the sides' weights (``side_weight`` of
   their ``log h``): the distribution Speculative Aggregation samples, so DRDG/TW and
-  DRDG/SW score the same.
+  DRDG/SW score the same;
+- ``dragon-dynamic``: the same with dynamic weights: every 16 tokens each document's
+  relevance is re-scored against the query and the text so far (``Corpus.rescorer``).
 
 Windows alternate between two halves ("a" and "b"); nothing here is tuned on either, and
 both are reported.
@@ -38,13 +40,14 @@ from typing import Any
 import numpy as np
 
 from coinfer.engines.dragon.aggregation import side_weight
-from coinfer.engines.dragon.corpus import Corpus
+from coinfer.engines.dragon.corpus import Corpus, Rescore
 from coinfer.engines.dragon.side import Document
 from coinfer.models.base import SteerableModel
 
 __all__ = ["LM_SYSTEMS", "LmWorkload", "perplexities", "stdlib_documents"]
 
-LM_SYSTEMS = ("no-rag", "device-only", "cloud-only", "crcg", "drcg", "dragon")
+LM_SYSTEMS = ("no-rag", "device-only", "cloud-only", "crcg", "drcg", "dragon", "dragon-dynamic")
+RESCORE_EVERY = 16  # tokens between re-scorings of the dynamic weights (the engine's default)
 CORPUS_MODULES = [
     "argparse",
     "collections",
@@ -215,7 +218,11 @@ def replug(doc_logps: np.ndarray, relevance: np.ndarray) -> tuple[np.ndarray, fl
 
 
 def score_window(
-    model: SteerableModel, window: Window, device: list[Document], cloud: list[Document]
+    model: SteerableModel,
+    window: Window,
+    device: list[Document],
+    cloud: list[Document],
+    rescore: Rescore | None = None,
 ) -> dict[str, np.ndarray]:
     """Every system's log-probabilities of the window's scored tokens."""
 
@@ -229,7 +236,10 @@ def score_window(
 
     (p_dev, h_dev), (p_cloud, h_cloud) = side(device), side(cloud)
     eta = side_weight(h_dev, h_cloud)  # the device's weight
-    return {
+    dynamic = {}
+    if rescore is not None:
+        dynamic["dragon-dynamic"] = _dynamic(model, window, (device, cloud), per_doc, rescore)
+    return dynamic | {
         "no-rag": continuation_logprobs(model, model.text_prompt(""), window),
         "device-only": p_dev,
         "cloud-only": p_cloud,
@@ -239,13 +249,39 @@ def score_window(
     }
 
 
+def _dynamic(
+    model: SteerableModel,
+    window: Window,
+    sides: tuple[list[Document], list[Document]],
+    per_doc: dict[int, np.ndarray],
+    rescore: Rescore,
+) -> np.ndarray:
+    """DRAGON with dynamic weights: position t's documents weighted by their relevance
+    re-scored at the last multiple of ``RESCORE_EVERY`` before t, as the engine's sides do."""
+    out = []
+    for start in range(0, len(window.ids) - window.query, RESCORE_EVERY):
+        text = model.detokenize(window.ids[window.query : window.query + start])
+        mixed = []
+        for docs in sides:
+            logps = np.stack([per_doc[id(d)][start : start + RESCORE_EVERY] for d in docs])
+            relevance = rescore(docs, text) if start else np.array([d.relevance for d in docs])
+            mixed.append(replug(logps, relevance))
+        (p_dev, h_dev), (p_cloud, h_cloud) = mixed
+        eta = side_weight(h_dev, h_cloud)
+        out.append(np.logaddexp(math.log(eta) + p_dev, math.log1p(-eta) + p_cloud))
+    return np.concatenate(out)
+
+
+def query_text(model: SteerableModel, window: Window) -> str:
+    return model.detokenize(window.ids[: window.query])
+
+
 def retrieve_split(
     corpus: Corpus, window: Window, model: SteerableModel, top_k: int
 ) -> tuple[list[Document], list[Document]]:
     """(device's, cloud's) documents: the top 2 k chunks not from the window's own module;
     the first half the cloud's, the second the device's (§7.2)."""
-    query = model.detokenize(window.ids[: window.query])
-    found = corpus.retrieve(query, 2 * top_k + 40)
+    found = corpus.retrieve(query_text(model, window), 2 * top_k + 40)
     others = [d for d in found if not d.name.startswith(f"{window.module}@")][: 2 * top_k]
     return others[top_k:], others[:top_k]
 
@@ -261,7 +297,8 @@ def perplexities(
     for i, window in enumerate(windows(model, docs, work)):
         log(f"lm window {i + 1}: {window.module} ({window.half})")
         device, cloud = retrieve_split(corpus, window, model, work.top_k)
-        logps = score_window(model, window, device, cloud)
+        rescore = corpus.rescorer(query_text(model, window))
+        logps = score_window(model, window, device, cloud, rescore)
         for system, values in logps.items():
             scored[window.half][system].append(values)
         rows.append(

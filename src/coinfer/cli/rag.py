@@ -71,6 +71,7 @@ def _config(args: argparse.Namespace) -> Any:
         chunk_chars=args.chunk_chars,
         retrieval=args.retrieval,
         relevance_temperature=args.relevance_temperature,
+        rescore_every=args.rescore_every,
     )
 
 
@@ -141,7 +142,11 @@ def cmd_ask(args: argparse.Namespace) -> int:
 
     try:
         text, last = [], None
-        for last in stream(model, question, documents=documents, config=config, cloud=link, channel=channel):
+        rescore = corpus.rescorer(question, temperature=config.relevance_temperature)
+        replies = stream(
+            model, question, documents=documents, config=config, cloud=link, channel=channel, rescore=rescore
+        )
+        for last in replies:
             text.append(last.text)
             if not args.json:
                 sys.stdout.write(last.text)
@@ -226,6 +231,12 @@ def add_parser(sub: Any) -> None:
     )
     ask.add_argument(
         "--cloud-timeout", type=float, default=10.0, help="seconds without progress before finishing alone"
+    )
+    ask.add_argument(
+        "--rescore-every",
+        type=int,
+        default=16,
+        help="dynamic weights: re-score the documents every N tokens on both sides (0: never; default 16)",
     )
     ask.add_argument("--max-tokens", type=int, default=256)
     add_sampling_flags(ask)

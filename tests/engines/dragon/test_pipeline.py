@@ -53,6 +53,9 @@ class _Corpus:
     def retrieve(self, query: str, k: int, *, how: str, temperature: float) -> list[Document]:
         return [Document("B", "B", 0.0)]
 
+    def rescorer(self, question: str, *, temperature: float) -> Callable[..., np.ndarray]:
+        return lambda docs, text: np.zeros(len(docs))  # as retrieved: the reference's weights
+
 
 DEVICE_DOCS = [Document("A", "A", 0.0)]
 
@@ -71,7 +74,11 @@ def cloud() -> Iterator[Callable[..., LinkServer]]:
         s.stop(0)
 
 
-def _synchronous_reference(sampling: SamplingParams = SamplingParams(), seed: int = 0) -> list[int]:  # noqa: B008
+def _synchronous_reference(
+    sampling: SamplingParams = SamplingParams(),  # noqa: B008
+    seed: int = 0,
+    rescore: Callable[..., np.ndarray] | None = None,
+) -> list[int]:
     """Token-wise aggregation in one process: the text Speculative Aggregation must equal."""
     model = _model()
     sides = [
@@ -82,6 +89,8 @@ def _synchronous_reference(sampling: SamplingParams = SamplingParams(), seed: in
             sampling=sampling,
             seed=seed,
             side=i,
+            rescore=rescore,
+            rescore_every=4,
         )
         for i, docs in enumerate([DEVICE_DOCS, [Document("B", "B", 0.0)]])
     ]
@@ -260,3 +269,30 @@ def test_a_slow_cloud_never_holds_the_device_past_its_deadline(slow_from: int) -
         server.stop(0)
     assert "fallback" in out.extras and out.finish_reason == "stop" and len(out.tokens) == LENGTH
     assert elapsed < 3.0  # one idle_s and the device's own decoding, never the cloud's 3 s
+
+
+def _by_text(docs: object, text: str) -> np.ndarray:
+    """Dynamic weights for the test: document "A" (the device's) gains weight with every
+    "d" in the text until its near-tie of c and d decides (both sides apply it to their
+    own documents)."""
+    return np.array([text.count("d") * 3.0 if d.name == "A" else 0.0 for d in docs])  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize("aggregator", ["device", "cloud"])
+def test_dynamic_weights_keep_the_text_the_synchronous_mixtures(cloud, monkeypatch, aggregator: str) -> None:  # type: ignore[no-untyped-def]
+    """Both sides re-score every 4 tokens against the agreed text: the weights move, and
+    the text is still the token-wise mixture's with the same re-scoring."""
+    monkeypatch.setattr(_Corpus, "rescorer", lambda self, question, *, temperature: _by_text)
+    expected = _synchronous_reference(rescore=_by_text)
+    assert expected != _synchronous_reference()  # the re-scoring changes the text
+    config = DragonConfig(max_tokens=64, rescore_every=4)
+    out = generate(
+        _model(),
+        QUESTION,
+        documents=DEVICE_DOCS,
+        config=config,
+        cloud=CloudLink(address=f"127.0.0.1:{cloud().port}", token=TOKEN, idle_s=5, aggregator=aggregator),
+        prompt_style="text",
+        rescore=_by_text,
+    )
+    assert out.tokens == expected and "fallback" not in out.extras  # type: ignore[attr-defined]

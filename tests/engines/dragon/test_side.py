@@ -91,3 +91,37 @@ def test_one_document_on_smollm_is_plain_greedy_decoding(smollm_llama) -> None: 
     )
     assert out.tokens == plain(smollm_llama, prompt, 12).tokens
     assert smollm_llama.live_sequences == 0
+
+
+def test_dynamic_weights_follow_the_text_at_each_rescoring_point() -> None:
+    """Re-scored every 2 tokens against the text so far: the weights after "b?" lean to A
+    (the re-scorer prefers A once the text holds a "b"), and they are a function of the
+    agreed text alone, so a rollback recomputes them rather than keep stale ones."""
+    calls: list[str] = []
+
+    def rescore(docs: object, text: str) -> np.ndarray:
+        calls.append(text)
+        return np.array([np.log(4.0), 0.0]) if "b" in text else np.array([0.0, 0.0])
+
+    model = _model()
+    side = RagSide(
+        model,
+        _docs(1.0),
+        lambda d: model.text_prompt(f"{d.text}\n\n{QUESTION}"),
+        sampling=SamplingParams(),
+        seed=1,
+        side=0,
+        rescore=rescore,
+        rescore_every=2,
+    )
+    side.start()
+    assert side.draft().token == ord("b") and calls == []  # the retrieval weights until token 2
+    side.advance(ord("b"))
+    assert side.draft().token == ord("b") and calls == []  # 1 token: still not a rescoring point
+    side.advance(ord("b"))
+    assert side.draft().token == ord("a") and calls == ["bb"]  # A weighs 4x now: a 0.58
+    side.draft()
+    assert calls == ["bb"]  # kept while the text up to the point is unchanged
+    side.sync(list(b"aa"))
+    assert side.draft().token == ord("b") and calls == ["bb", "aa"]  # back to equal weights
+    side.close()

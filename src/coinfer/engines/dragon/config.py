@@ -25,6 +25,8 @@ class DragonConfig:
     are comparable only on one scale, so weights always come from the embeddings);
     ``transfer_top_p`` / ``transfer_max_ids``: the head of a side's distribution that
     travels (§7.1; 0.8 in the paper, 0.95 here so that greedy text rarely depends on it);
+    ``rescore_every``: dynamic weights (§4), each document's relevance re-scored against
+    the text so far every this many tokens (0: the weights of retrieval throughout);
     ``seed``: the draws of sampled decoding (None: a random one).
     """
 
@@ -36,6 +38,7 @@ class DragonConfig:
     relevance_temperature: float = 0.1
     transfer_top_p: float = 0.95
     transfer_max_ids: int = 256
+    rescore_every: int = 16
     seed: int | None = None
 
     def __post_init__(self) -> None:
@@ -51,5 +54,7 @@ class DragonConfig:
             raise ConfigError(f"relevance_temperature must be a positive number, got {t!r}")
         if not 0 < self.transfer_top_p <= 1:
             raise ConfigError(f"transfer_top_p must be in (0, 1], got {self.transfer_top_p!r}")
+        if not isinstance(self.rescore_every, int) or not 0 <= self.rescore_every <= 4096:
+            raise ConfigError(f"rescore_every must be in 0..4096, got {self.rescore_every!r}")
         if not isinstance(self.transfer_max_ids, int) or not 1 <= self.transfer_max_ids <= 4096:
             raise ConfigError(f"transfer_max_ids must be in 1..4096, got {self.transfer_max_ids!r}")

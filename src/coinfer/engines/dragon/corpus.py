@@ -5,7 +5,8 @@ Chunks are ranked by BM25, by MiniLM embeddings, or by both fused with reciproca
 relevance ``R(d, x)`` is its embedding similarity to the query over
 ``relevance_temperature``: BM25 scores depend on each corpus's statistics, so only the
 embeddings put the device's and the cloud's documents on one scale, which Eq. 4's
-weights need.
+weights need. ``rescorer`` gives the dynamic weights of §4: the same similarity, against
+the question and the text generated so far.
 """
 
 from __future__ import annotations
@@ -13,14 +14,17 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
+import numpy as np
+
 from coinfer.engines.dragon.config import Retrieval
-from coinfer.engines.dragon.side import Document
+from coinfer.engines.dragon.side import Document, Rescore
 from coinfer.errors import ConfigError
 from coinfer.retrieval import BM25Retriever, Chunk, DenseRetriever, chunk_documents
 
-__all__ = ["Corpus", "read_corpus"]
+__all__ = ["Corpus", "Rescore", "read_corpus"]
 
 _RRF_K = 60
+_CONTEXT_CHARS = 1200  # the latest generated text a re-scoring reads (MiniLM reads 256 tokens)
 _SUFFIXES = (".txt", ".md", ".rst", ".py")
 
 
@@ -74,3 +78,17 @@ class Corpus:
             for rank, chunk in enumerate(ranking):
                 fused[chunk] = fused.get(chunk, 0.0) + 1.0 / (_RRF_K + rank + 1)
         return sorted(fused, key=lambda c: -fused[c])[:k]
+
+    def rescorer(self, question: str, *, temperature: float = 0.1) -> Rescore:
+        """Dynamic weights: each document's relevance against the question and the text
+        generated so far (its last ``_CONTEXT_CHARS``), on the scale of ``retrieve``."""
+        vectors: dict[str, np.ndarray] = {}
+
+        def rescore(documents: Sequence[Document], text: str) -> np.ndarray:
+            missing = [d.text for d in documents if d.text not in vectors]
+            if missing:
+                vectors.update(zip(missing, self.dense.embed(missing), strict=True))
+            query = self.dense.embed([f"{question}\n{text[-_CONTEXT_CHARS:]}"])[0]
+            return np.array([float(vectors[d.text] @ query) for d in documents]) / temperature
+
+        return rescore

@@ -37,7 +37,7 @@ from coinfer.engines.dragon.config import DragonConfig
 from coinfer.engines.dragon.pipeline import Peer
 from coinfer.engines.dragon.remote import CloudLink, hello, room
 from coinfer.engines.dragon.scheduler import LiveScheduler
-from coinfer.engines.dragon.side import DEVICE, Document, RagSide, document_prompt
+from coinfer.engines.dragon.side import DEVICE, Document, RagSide, Rescore, document_prompt
 from coinfer.errors import ConfigError, TransportError
 from coinfer.models.base import SteerableModel
 from coinfer.transport.link import Channel, Stream
@@ -65,24 +65,29 @@ def generate_tokens(
     cloud: CloudLink | None = None,
     channel: Channel | None = None,
     prompt_style: str = "chat",
+    rescore: Rescore | None = None,
     report: dict[str, Any] | None = None,
 ) -> Iterator[Step]:
     """Yield the answer's tokens as they are decided, with why it ends (None until then):
     "stop" at an end-of-generation token (not output), "length" at ``max_tokens`` or a
-    full window. ``report`` (a dict) receives what the extras show: the mode, the cloud's
-    documents and acceptance, bytes sent, a fallback's reason."""
+    full window. ``rescore`` (e.g. ``Corpus.rescorer(question)``) makes the device's
+    weights dynamic (``config.rescore_every``). ``report`` (a dict) receives what the
+    extras show: the mode, the cloud's documents and acceptance, bytes sent, a fallback's
+    reason."""
     report = report if report is not None else {}
     seed = PositionDraws(config.sampling.seed if config.seed is None else config.seed).seed
     report.update(mode="device-only")
     if cloud is None:
-        side = _device_side(model, question, documents, config, seed, prompt_style, report)
+        side = _device_side(model, question, documents, config, seed, prompt_style, rescore, report)
         try:
             side.start()
             yield from _device_alone(side, [], min(config.max_tokens, room(model, side.prefixes)))
         finally:
             side.close()
         return
-    yield from _with_cloud(model, question, documents, config, cloud, channel, seed, prompt_style, report)
+    yield from _with_cloud(
+        model, question, documents, config, cloud, channel, seed, prompt_style, rescore, report
+    )
 
 
 def _device_side(
@@ -92,6 +97,7 @@ def _device_side(
     config: DragonConfig,
     seed: int,
     prompt_style: str,
+    rescore: Rescore | None,
     report: dict[str, Any],
 ) -> RagSide:
     """The device's Decoder over its documents (retrieved now when ``documents`` is a
@@ -107,6 +113,8 @@ def _device_side(
         side=DEVICE,
         transfer_top_p=config.transfer_top_p,
         transfer_max_ids=config.transfer_max_ids,
+        rescore=rescore,
+        rescore_every=config.rescore_every,
     )
 
 
@@ -139,6 +147,7 @@ def _with_cloud(
     channel: Channel | None,
     seed: int,
     prompt_style: str,
+    rescore: Rescore | None,
     report: dict[str, Any],
 ) -> Iterator[Step]:
     own = channel is None
@@ -151,7 +160,7 @@ def _with_cloud(
             stream.send(hello(model, question, config, link, seed=seed, prompt_style=prompt_style))
         except TransportError as exc:
             sent = exc
-        side = _device_side(model, question, documents, config, seed, prompt_style, report)
+        side = _device_side(model, question, documents, config, seed, prompt_style, rescore, report)
         try:
             yield from _together(side, stream, sent, config, link, seed, report)
         finally:
@@ -286,6 +295,7 @@ def stream(
     cloud: CloudLink | None = None,
     channel: Channel | None = None,
     prompt_style: str = "chat",
+    rescore: Rescore | None = None,
 ) -> Generator[Response, None, None]:
     """One ``Response`` per decided token; ``extras`` holds the mode ("dragon" or
     "device-only"), the documents, the drafts each side had accepted and rejected, the
@@ -301,6 +311,7 @@ def stream(
         cloud=cloud,
         channel=channel,
         prompt_style=prompt_style,
+        rescore=rescore,
         report=report,
     )
     for tokens, finished in steps:
@@ -322,6 +333,7 @@ def generate(
     cloud: CloudLink | None = None,
     channel: Channel | None = None,
     prompt_style: str = "chat",
+    rescore: Rescore | None = None,
 ) -> Response:
     """Generate to the end: one ``Response`` with the whole text and every token."""
     return collect(
@@ -333,6 +345,7 @@ def generate(
             cloud=cloud,
             channel=channel,
             prompt_style=prompt_style,
+            rescore=rescore,
         ),
         model.detokenize,
     )

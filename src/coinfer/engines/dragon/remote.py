@@ -22,7 +22,7 @@ from coinfer.decoding.sampling import SamplingParams
 from coinfer.engines.dragon.config import DragonConfig, Retrieval
 from coinfer.engines.dragon.pipeline import Peer
 from coinfer.engines.dragon.scheduler import LiveScheduler
-from coinfer.engines.dragon.side import CLOUD, Document, RagSide, document_prompt
+from coinfer.engines.dragon.side import CLOUD, Document, RagSide, Rescore, document_prompt
 from coinfer.errors import ConfigError, TransportError
 from coinfer.models.base import SteerableModel
 from coinfer.transport.link import Stream, Tls, envelope_type
@@ -106,6 +106,7 @@ def hello(
             "chunk_chars": config.chunk_chars,
             "lookahead": link.lookahead,
             "scheduled": link.aggregator == "auto",
+            "rescore_every": config.rescore_every,
         }
     )
 
@@ -124,6 +125,7 @@ def _config_from(h: Any) -> DragonConfig:
         relevance_temperature=h.relevance_temperature or 0.1,
         transfer_top_p=h.transfer_top_p or 0.95,
         transfer_max_ids=h.transfer_max_ids or 256,
+        rescore_every=h.rescore_every,
         seed=h.seed,
     )
 
@@ -132,6 +134,8 @@ class Retrieves(Protocol):
     """What the cloud needs of its corpus (``Corpus``)."""
 
     def retrieve(self, query: str, k: int, *, how: Retrieval, temperature: float) -> list[Document]: ...
+
+    def rescorer(self, question: str, *, temperature: float) -> Rescore: ...
 
 
 class CloudService:
@@ -181,6 +185,8 @@ class CloudService:
             side=CLOUD,
             transfer_top_p=config.transfer_top_p,
             transfer_max_ids=config.transfer_max_ids,
+            rescore=self.corpus.rescorer(h.question, temperature=config.relevance_temperature),
+            rescore_every=config.rescore_every,
         )
         try:
             t0 = time.perf_counter()

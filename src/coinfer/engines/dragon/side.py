@@ -28,7 +28,7 @@ from coinfer.errors import ConfigError
 from coinfer.models.base import Seq, SteerableModel
 from coinfer.transport.sparse import SparseDistribution, sparsify
 
-__all__ = ["CLOUD", "DEVICE", "Document", "Draft", "RagSide", "document_prompt", "draw"]
+__all__ = ["CLOUD", "DEVICE", "Document", "Draft", "RagSide", "Rescore", "document_prompt", "draw"]
 
 DEVICE, CLOUD = 0, 1  # a side's number: its stream of draws, its index in per-side pairs
 
@@ -41,6 +41,9 @@ class Document:
     name: str
     text: str
     relevance: float
+
+
+Rescore = Callable[[Sequence[Document], str], np.ndarray]  # (documents, text so far) -> relevance
 
 
 @dataclass(frozen=True)
@@ -82,7 +85,9 @@ def draw(seed: int, position: int, side: int) -> float:
 
 class RagSide:
     """The documents of one side on ``model``; ``side`` (0 device, 1 cloud) picks its
-    stream of draws."""
+    stream of draws. With ``rescore`` the weights are dynamic (§4): every
+    ``rescore_every`` tokens the documents' relevance is re-scored against the text so
+    far (a function of the agreed text alone, so both sides' text stays deterministic)."""
 
     def __init__(
         self,
@@ -95,6 +100,8 @@ class RagSide:
         side: int,
         transfer_top_p: float = 0.95,
         transfer_max_ids: int = 256,
+        rescore: Rescore | None = None,
+        rescore_every: int = 16,
     ) -> None:
         if not documents:
             raise ConfigError("a side needs at least one document", hint="retrieve with top_k >= 1")
@@ -110,6 +117,8 @@ class RagSide:
         self._mixed = SamplingParams(temperature=1.0) if sampling.greedy else sampling
         self.transfer = (transfer_top_p, transfer_max_ids)
         self.relevance = np.array([d.relevance for d in documents], dtype=np.float64)
+        self.rescore, self.rescore_every = rescore, rescore_every
+        self._rescored: tuple[tuple[int, ...], np.ndarray] | None = None
         self.prefixes = [prompt_for(d) for d in self.documents]
         self.generated: list[int] = []
         self._seqs: list[Seq] = []
@@ -167,8 +176,24 @@ class RagSide:
         if self._rows is None:
             raise ConfigError("start() the side before asking for its distribution")
         probs = np.stack([probs_from_logits(row, self._mixed) for row in self._rows])
-        p, log_h = local_mixture(probs, self.relevance)
+        p, log_h = local_mixture(probs, self.current_relevance())
         return sparsify(p, *self.transfer), log_h
+
+    def current_relevance(self) -> np.ndarray:
+        """The documents' relevance for the next token: as retrieved, or (dynamic weights)
+        re-scored against the generated text up to the last multiple of ``rescore_every``."""
+        if self.rescore is None or self.rescore_every <= 0:
+            return self.relevance
+        upto = len(self.generated) // self.rescore_every * self.rescore_every
+        if upto == 0:
+            return self.relevance
+        text = tuple(self.generated[:upto])
+        if self._rescored is None or self._rescored[0] != text:
+            scores = np.asarray(
+                self.rescore(self.documents, self.model.detokenize(list(text))), dtype=np.float64
+            )
+            self._rescored = (text, scores)
+        return self._rescored[1]
 
     def draft(self) -> Draft:
         """The side's next token, drawn from its own distribution (its most likely when

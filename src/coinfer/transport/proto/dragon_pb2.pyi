@@ -6,7 +6,7 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 DESCRIPTOR: _descriptor.FileDescriptor
 
 class Hello(_message.Message):
-    __slots__ = ("version", "question", "top_k", "temperature", "sampling_top_k", "sampling_top_p", "seed", "max_tokens", "prompt_style", "vocab_size", "tokenizer_digest", "cloud_aggregates", "transfer_top_p", "transfer_max_ids", "retrieval", "relevance_temperature", "chunk_chars", "lookahead", "scheduled")
+    __slots__ = ("version", "question", "top_k", "temperature", "sampling_top_k", "sampling_top_p", "seed", "max_tokens", "prompt_style", "vocab_size", "tokenizer_digest", "cloud_aggregates", "transfer_top_p", "transfer_max_ids", "retrieval", "relevance_temperature", "chunk_chars", "lookahead", "scheduled", "rescore_every")
     VERSION_FIELD_NUMBER: _ClassVar[int]
     QUESTION_FIELD_NUMBER: _ClassVar[int]
     TOP_K_FIELD_NUMBER: _ClassVar[int]
@@ -26,6 +26,7 @@ class Hello(_message.Message):
     CHUNK_CHARS_FIELD_NUMBER: _ClassVar[int]
     LOOKAHEAD_FIELD_NUMBER: _ClassVar[int]
     SCHEDULED_FIELD_NUMBER: _ClassVar[int]
+    RESCORE_EVERY_FIELD_NUMBER: _ClassVar[int]
     version: int
     question: str
     top_k: int
@@ -45,7 +46,8 @@ class Hello(_message.Message):
     chunk_chars: int
     lookahead: int
     scheduled: bool
-    def __init__(self, version: _Optional[int] = ..., question: _Optional[str] = ..., top_k: _Optional[int] = ..., temperature: _Optional[float] = ..., sampling_top_k: _Optional[int] = ..., sampling_top_p: _Optional[float] = ..., seed: _Optional[int] = ..., max_tokens: _Optional[int] = ..., prompt_style: _Optional[str] = ..., vocab_size: _Optional[int] = ..., tokenizer_digest: _Optional[bytes] = ..., cloud_aggregates: _Optional[bool] = ..., transfer_top_p: _Optional[float] = ..., transfer_max_ids: _Optional[int] = ..., retrieval: _Optional[str] = ..., relevance_temperature: _Optional[float] = ..., chunk_chars: _Optional[int] = ..., lookahead: _Optional[int] = ..., scheduled: _Optional[bool] = ...) -> None: ...
+    rescore_every: int
+    def __init__(self, version: _Optional[int] = ..., question: _Optional[str] = ..., top_k: _Optional[int] = ..., temperature: _Optional[float] = ..., sampling_top_k: _Optional[int] = ..., sampling_top_p: _Optional[float] = ..., seed: _Optional[int] = ..., max_tokens: _Optional[int] = ..., prompt_style: _Optional[str] = ..., vocab_size: _Optional[int] = ..., tokenizer_digest: _Optional[bytes] = ..., cloud_aggregates: _Optional[bool] = ..., transfer_top_p: _Optional[float] = ..., transfer_max_ids: _Optional[int] = ..., retrieval: _Optional[str] = ..., relevance_temperature: _Optional[float] = ..., chunk_chars: _Optional[int] = ..., lookahead: _Optional[int] = ..., scheduled: _Optional[bool] = ..., rescore_every: _Optional[int] = ...) -> None: ...
 
 class Ready(_message.Message):
     __slots__ = ("documents", "prefill_s", "max_tokens", "refused")
