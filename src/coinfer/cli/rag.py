@@ -110,8 +110,26 @@ def cmd_cloud(args: argparse.Namespace) -> int:
     return 0
 
 
+def _link(args: argparse.Namespace) -> tuple[Any, Any]:
+    """The cloud link of ``--cloud`` and its channel, connecting at once (while the model
+    loads); (None, None) without a cloud."""
+    if not args.cloud:
+        return None, None
+    from coinfer.engines.dragon import CloudLink, open_channel
+
+    link = CloudLink(
+        address=args.cloud,
+        token=_token(),
+        tls=_tls(args),
+        aggregator=args.aggregator,
+        lookahead=args.lookahead,
+        idle_s=args.cloud_timeout,
+    )
+    return link, open_channel(link)
+
+
 def cmd_ask(args: argparse.Namespace) -> int:
-    from coinfer.engines.dragon import CloudLink, stream
+    from coinfer.engines.dragon import stream
 
     question = " ".join(args.question).strip()
     if not question:
@@ -119,19 +137,7 @@ def cmd_ask(args: argparse.Namespace) -> int:
             "the question is empty", hint='coinfer rag ask --corpus DIR "what you want to know"'
         )
     config = _config(args)
-    link = channel = None
-    if args.cloud:
-        from coinfer.engines.dragon import open_channel
-
-        link = CloudLink(
-            address=args.cloud,
-            token=_token(),
-            tls=_tls(args),
-            aggregator=args.aggregator,
-            lookahead=args.lookahead,
-            idle_s=args.cloud_timeout,
-        )
-        channel = open_channel(link)  # connects while the model loads
+    link, channel = _link(args)
     corpus = _corpus(args)
     model = load_from_args(args, quiet=args.json)
 
