@@ -35,7 +35,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from coinfer.bench.dragon_lm import LM_SYSTEMS, LmWorkload, perplexities
+from coinfer.bench.dragon_lm import LmWorkload, perplexities
 from coinfer.bench.relay import LatencyRelay
 from coinfer.bench.report import environment, pyplot, write_json, write_markdown
 from coinfer.errors import ConfigError
@@ -385,20 +385,13 @@ def markdown(report: dict[str, Any]) -> str:
         "| system | " + " | ".join(f"{float(d) * 1000:.0f} ms" for d in c["delays_s"]) + " |",
         "|---|" + "---|" * len(c["delays_s"]),
     ]
-    for system in _LINKED:
-        cells = [s["latency_s"][system][str(d)] for d in c["delays_s"]]
-        lines.append(f"| {system} s/token | " + " | ".join(str(v) for v in cells) + " |")
-    for system, v in s["alone"].items():
-        lines.append(
-            f"| {system} s/token (no link) | " + " | ".join(str(v["latency_s"]) for _ in c["delays_s"]) + " |"
-        )
-    for system in _LINKED:
-        cells = [s["ttft_s"][system][str(d)] for d in c["delays_s"]]
-        lines.append(f"| {system} TTFT s | " + " | ".join(str(v) for v in cells) + " |")
-    for system, v in s["alone"].items():
-        lines.append(
-            f"| {system} TTFT s (no link) | " + " | ".join(str(v["ttft_s"]) for _ in c["delays_s"]) + " |"
-        )
+    for key, unit in (("latency_s", "s/token"), ("ttft_s", "TTFT s")):
+        for system in _LINKED:
+            cells = [s[key][system][str(d)] for d in c["delays_s"]]
+            lines.append(f"| {system} {unit} | " + " | ".join(str(v) for v in cells) + " |")
+        for system, v in s["alone"].items():  # no link: one figure for every delay
+            cells = [v[key]] * len(c["delays_s"])
+            lines.append(f"| {system} {unit} (no link) | " + " | ".join(str(x) for x in cells) + " |")
     lines += [
         "",
         f"DRAGON's latency reduction against DRDG/TW by delay: {s['latency_reduction_vs_tw']}.",
@@ -418,7 +411,7 @@ def markdown(report: dict[str, Any]) -> str:
             "|---|---|---|---|",
         ]
         halves = s["perplexity_by_half"]
-        for system in LM_SYSTEMS:
+        for system in s["perplexity"]:  # in dragon_lm.LM_SYSTEMS' order
             lines.append(
                 f"| {system} | {s['perplexity'][system]} | {halves['a'][system]} | {halves['b'][system]} |"
             )

@@ -77,10 +77,6 @@ class Profile:
     def round_trip(self, seconds: float) -> None:
         self.rtt = self._mix(self.rtt, seconds)
 
-    @property
-    def measured(self) -> bool:
-        return self.rtt is not None and None not in self.decode_s and None not in self.acceptance
-
     def choose(self, current: int, *, margin: float = 0.0) -> int:
         """The side to aggregate next; the current one until everything was measured."""
         d, a = self.decode_s, self.acceptance
