@@ -50,3 +50,14 @@ def test_a_quick_run_measures_every_system_at_every_delay(tmp_path: Path, smollm
     assert all(r["fallback"] is None and r["accepted"] for r in linked)
     assert (tmp_path / "results.json").is_file() and "DRDG/TW" in (tmp_path / "results.md").read_text()
     assert s["live_over_best_fixed"]["0.1"] is not None
+    assert all(v is not None for v in s["both_reduction_vs_tw"].values())
+    assert "Both sides aggregating" in (tmp_path / "results.md").read_text()
+
+
+def test_unknown_systems_are_refused_before_anything_runs(tmp_path: Path) -> None:
+    config = DragonBenchConfig(
+        out=str(tmp_path), systems=("dragon-both", "dragon-everywhere"), workloads=("qa",)
+    )
+    with pytest.raises(ConfigError, match="unknown systems"):
+        run_dragon_bench(config, log=lambda _: None)
+    assert not (tmp_path / "results.json").exists()

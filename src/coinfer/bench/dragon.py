@@ -43,13 +43,16 @@ from coinfer.errors import ConfigError
 __all__ = ["DELAYS", "SYSTEMS", "DragonBenchConfig", "run_dragon_bench"]
 
 DELAYS = (0.0, 0.05, 0.1, 0.2, 0.3)
-SYSTEMS = ("device-only", "cloud-only", "drdg-tw", "dragon-device", "dragon-cloud", "dragon-live")
+_ALONE = ("device-only", "cloud-only")
 _LINKED = {
     "drdg-tw": ["--lookahead", "0", "--aggregator", "device"],
     "dragon-device": ["--aggregator", "device"],
     "dragon-cloud": ["--aggregator", "cloud"],
     "dragon-live": ["--aggregator", "auto"],
+    "drdg-tw-both": ["--lookahead", "0", "--aggregator", "both"],
+    "dragon-both": ["--aggregator", "both"],
 }
+SYSTEMS = (*_ALONE, *_LINKED)
 _TOKEN = "bench-dragon"
 
 
@@ -64,6 +67,7 @@ class DragonBenchConfig:
     quick: bool = False
     workloads: Sequence[str] = ("qa", "lm")
     lm: LmWorkload = LmWorkload(window=256, windows=12)
+    systems: Sequence[str] = SYSTEMS
 
     def resolved(self) -> DragonBenchConfig:
         """Quick: SmolLM2, 16 tokens, three delays, two questions."""
@@ -78,6 +82,7 @@ class DragonBenchConfig:
             limit=self.limit or 2,
             workloads=self.workloads,
             lm=LmWorkload(window=96, windows=2, corpus_modules=self.lm.eval_modules[:2]),
+            systems=self.systems,
         )
 
 
@@ -193,6 +198,10 @@ def run_dragon_bench(config: DragonBenchConfig, log: Callable[[str], None] = pri
     unknown = set(config.workloads) - {"qa", "lm"}
     if unknown or not config.workloads:
         raise ConfigError(f"unknown workloads {sorted(unknown)}", hint="choose from qa and lm")
+    if set(config.systems) - set(SYSTEMS) or not config.systems:
+        raise ConfigError(
+            f"unknown systems in {list(config.systems)}", hint=f"choose from {', '.join(SYSTEMS)}"
+        )
     questions = load_questions(config.questions, config.limit) if "qa" in config.workloads else []
     rows = _qa_runs(config, questions, log)
     lm = _lm_runs(config, log) if "lm" in config.workloads else None
@@ -207,6 +216,7 @@ def run_dragon_bench(config: DragonBenchConfig, log: Callable[[str], None] = pri
             "link": "loopback through a user-space latency relay",
             "pinned": _cores()[0] is not None,
             "workloads": list(config.workloads),
+            "systems": [x for x in SYSTEMS if x in config.systems],
             "lm": {
                 "window": config.lm.window,
                 "windows": config.lm.windows,
@@ -239,6 +249,8 @@ def _qa_runs(
                 ("device-only", device, device_core),
                 ("cloud-only", cloud_dir, cloud_core),
             ):
+                if system not in config.systems:
+                    continue
                 log(f"{q['id']}: {system}")
                 r = _ask(config.model, corpus, q["question"], config.max_tokens, core, [])
                 rows.append(_row(system, None, q, r))
@@ -247,6 +259,8 @@ def _qa_runs(
                 for delay in config.delays:
                     with LatencyRelay(("127.0.0.1", cloud.port), rtt_s=delay, jitter_s=delay / 5) as relay:
                         for system, flags in _LINKED.items():
+                            if system not in config.systems:
+                                continue
                             log(f"{q['id']}: {system} at {delay * 1000:.0f} ms")
                             link = ["--cloud", f"127.0.0.1:{relay.port}", "--cloud-timeout", "60", *flags]
                             r = _ask(
@@ -333,7 +347,8 @@ def summarize(rows: list[dict[str, Any]], delays: Sequence[float]) -> dict[str, 
     """Per system and delay: mean latency per token and TTFT; DRAGON's latency reduction
     against DRDG/TW per delay (1 - DRAGON / TW, the better fixed aggregation side); the
     live scheduler's latency over the better fixed side's (at most 1 is the target); TTFT
-    against device-only; how often each system's answer held both sides' facts."""
+    against device-only; how often each system's answer held both sides' facts. Symmetric
+    aggregation (``both``, not in the paper) gets its own reduction and ratio."""
     ok = [r for r in rows if "error" not in r and r.get("latency_s")]
 
     def mean_of(key: str, system: str, delay: float | None) -> float | None:
@@ -342,36 +357,50 @@ def summarize(rows: list[dict[str, Any]], delays: Sequence[float]) -> dict[str, 
     latency = {s: {str(d): mean_of("latency_s", s, d) for d in delays} for s in _LINKED}
     ttft = {s: {str(d): mean_of("ttft_s", s, d) for d in delays} for s in _LINKED}
     alone = {
-        s: {"latency_s": mean_of("latency_s", s, None), "ttft_s": mean_of("ttft_s", s, None)}
-        for s in ("device-only", "cloud-only")
+        s: {"latency_s": mean_of("latency_s", s, None), "ttft_s": mean_of("ttft_s", s, None)} for s in _ALONE
     }
-    reduction: dict[str, float | None] = {}
-    live_ratio: dict[str, float | None] = {}
-    for d in delays:
-        tw = latency["drdg-tw"][str(d)]
-        best = min(
+    best = {
+        str(d): min(
             (v for v in (latency["dragon-device"][str(d)], latency["dragon-cloud"][str(d)]) if v),
             default=None,
         )
-        reduction[str(d)] = round(1 - best / tw, 4) if tw and best else None
-        live = latency["dragon-live"][str(d)]
-        live_ratio[str(d)] = round(live / best, 3) if live and best else None
+        for d in delays
+    }
+    tw = latency["drdg-tw"]
     device_ttft = alone["device-only"]["ttft_s"]
-    ttft_ratio: dict[str, float | None] = {}
-    for d in delays:
-        linked = ttft["dragon-device"][str(d)]
-        ttft_ratio[str(d)] = round(linked / device_ttft, 3) if linked and device_ttft else None
     both = {s: _mean([float(all(r["facts"].values())) for r in ok if r["system"] == s]) for s in SYSTEMS}
     return {
         "latency_s": latency,
         "ttft_s": ttft,
         "alone": alone,
-        "latency_reduction_vs_tw": reduction,
-        "live_over_best_fixed": live_ratio,
-        "ttft_ratio_vs_device_only": ttft_ratio,
+        "latency_reduction_vs_tw": _by_delay(best, tw, lambda a, b: round(1 - a / b, 4)),
+        "live_over_best_fixed": _by_delay(latency["dragon-live"], best, lambda a, b: round(a / b, 3)),
+        "ttft_ratio_vs_device_only": _by_delay(
+            ttft["dragon-device"], None, lambda a, _: round(a / device_ttft, 3)
+        )
+        if device_ttft
+        else dict.fromkeys(best),
+        "both_reduction_vs_tw": _by_delay(latency["dragon-both"], tw, lambda a, b: round(1 - a / b, 4)),
+        "both_over_best_fixed": _by_delay(latency["dragon-both"], best, lambda a, b: round(a / b, 3)),
+        "both_ttft_ratio_vs_device_only": _by_delay(
+            ttft["dragon-both"], None, lambda a, _: round(a / device_ttft, 3)
+        )
+        if device_ttft
+        else dict.fromkeys(best),
         "answers_with_both_facts": both,
         "failed": [{k: r[k] for k in ("system", "delay_s", "id", "error")} for r in rows if "error" in r],
     }
+
+
+def _by_delay(
+    a: dict[str, float | None], b: dict[str, float | None] | None, f: Callable[[float, float], float]
+) -> dict[str, float | None]:
+    """``f(a[d], b[d])`` per delay, None where either is missing (``b`` None: ``f(a[d], 1)``)."""
+    out: dict[str, float | None] = {}
+    for d, x in a.items():
+        y = 1.0 if b is None else b.get(d)
+        out[d] = f(x, y) if x and y else None
+    return out
 
 
 def markdown(report: dict[str, Any]) -> str:
@@ -386,17 +415,28 @@ def markdown(report: dict[str, Any]) -> str:
         "|---|" + "---|" * len(c["delays_s"]),
     ]
     for key, unit in (("latency_s", "s/token"), ("ttft_s", "TTFT s")):
-        for system in _LINKED:
-            cells = [s[key][system][str(d)] for d in c["delays_s"]]
-            lines.append(f"| {system} {unit} | " + " | ".join(str(v) for v in cells) + " |")
+        for system, by_delay in s[key].items():
+            cells = [by_delay[str(d)] for d in c["delays_s"]]
+            if any(cells):
+                lines.append(f"| {system} {unit} | " + " | ".join(str(v) for v in cells) + " |")
         for system, v in s["alone"].items():  # no link: one figure for every delay
             cells = [v[key]] * len(c["delays_s"])
-            lines.append(f"| {system} {unit} (no link) | " + " | ".join(str(x) for x in cells) + " |")
+            if v[key] is not None:
+                lines.append(f"| {system} {unit} (no link) | " + " | ".join(str(x) for x in cells) + " |")
     lines += [
         "",
         f"DRAGON's latency reduction against DRDG/TW by delay: {s['latency_reduction_vs_tw']}.",
         f"The live scheduler's latency over the better fixed side's: {s['live_over_best_fixed']}.",
         f"DRAGON (device aggregates) TTFT over device-only's: {s['ttft_ratio_vs_device_only']}.",
+        *(
+            [
+                f"Both sides aggregating: latency reduction against DRDG/TW {s['both_reduction_vs_tw']}; "
+                f"latency over the better fixed side's {s['both_over_best_fixed']}; "
+                f"TTFT over device-only's {s['both_ttft_ratio_vs_device_only']}.",
+            ]
+            if any((s.get("both_reduction_vs_tw") or {}).values())
+            else []
+        ),
         f"Answers holding both sides' facts: {s['answers_with_both_facts']}.",
         f"Failed runs: {len(s['failed'])}.",
         "",

@@ -168,7 +168,7 @@ def _add_llmcad(bench: Any) -> None:
 
 
 def cmd_dragon(args: argparse.Namespace) -> int:
-    from coinfer.bench.dragon import DragonBenchConfig, run_dragon_bench
+    from coinfer.bench.dragon import SYSTEMS, DragonBenchConfig, run_dragon_bench
     from coinfer.bench.dragon_lm import LmWorkload
 
     config = DragonBenchConfig(
@@ -180,6 +180,7 @@ def cmd_dragon(args: argparse.Namespace) -> int:
         limit=args.limit,
         quick=args.quick,
         workloads=tuple(args.workloads),
+        systems=tuple(args.systems or SYSTEMS),
         **({"lm": LmWorkload(window=args.lm_window, windows=args.lm_windows)} if not args.quick else {}),
     )
     report = run_dragon_bench(config, log=err)
@@ -203,6 +204,12 @@ def _add_dragon(bench: Any) -> None:
     p.add_argument("--questions", default=None, help="a JSONL file of questions (default: the built-in set)")
     p.add_argument("--limit", type=int, default=None, help="the first N questions")
     p.add_argument("--workloads", nargs="+", default=["qa", "lm"], choices=["qa", "lm"], help="default: both")
+    p.add_argument(
+        "--systems",
+        nargs="+",
+        default=None,
+        help="question answering's systems (default: all; see the bench's README)",
+    )
     p.add_argument("--lm-windows", type=int, default=12, help="language-modelling windows (default: 12)")
     p.add_argument("--lm-window", type=int, default=256, help="tokens per window (default: 256)")
     p.add_argument(

@@ -229,8 +229,9 @@ def add_parser(sub: Any) -> None:
     ask.add_argument(
         "--aggregator",
         default="auto",
-        choices=["auto", "device", "cloud"],
-        help="the side that aggregates (auto: the live scheduler moves it; default auto)",
+        choices=["auto", "device", "cloud", "both"],
+        help="the side that aggregates (auto: the live scheduler moves it; both: each side on its own copy;"
+        " default auto)",
     )
     ask.add_argument(
         "--lookahead", type=int, default=8, help="tokens a side drafts ahead (0: token-wise sync)"

@@ -123,7 +123,8 @@ def _ask(server: LinkServer, config: DragonConfig = DragonConfig(max_tokens=64),
 
 
 @pytest.mark.parametrize(
-    ("aggregator", "lookahead"), [("device", 8), ("device", 0), ("cloud", 8), ("cloud", 1)]
+    ("aggregator", "lookahead"),
+    [("device", 8), ("device", 0), ("cloud", 8), ("cloud", 1), ("both", 8), ("both", 0), ("both", 2)],
 )
 def test_greedy_text_is_the_synchronous_mixtures(cloud, aggregator: str, lookahead: int) -> None:  # type: ignore[no-untyped-def]
     expected = _synchronous_reference()
@@ -165,13 +166,47 @@ def test_a_refused_vocabulary_is_a_clear_error(cloud) -> None:  # type: ignore[n
         )
 
 
-@pytest.mark.parametrize(("aggregator", "lookahead"), [("device", 8), ("device", 0), ("cloud", 3)])
+@pytest.mark.parametrize(
+    ("aggregator", "lookahead"), [("device", 8), ("device", 0), ("cloud", 3), ("both", 8), ("both", 0)]
+)
 def test_sampled_text_is_the_seeds_whichever_side_aggregates(cloud, aggregator: str, lookahead: int) -> None:  # type: ignore[no-untyped-def]
     sampling = SamplingParams(temperature=1.0)
     expected = _synchronous_reference(sampling, seed=7)
     config = DragonConfig(max_tokens=64, sampling=sampling, seed=7)
     out = _ask(cloud(), config, aggregator=aggregator, lookahead=lookahead)
     assert out.tokens == expected  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize("sampling", [SamplingParams(), SamplingParams(temperature=1.0)])
+def test_both_sides_aggregating_agree_when_one_is_slower(cloud, sampling: SamplingParams) -> None:  # type: ignore[no-untyped-def]
+    """Symmetric aggregation with a cloud that decodes slower: the device runs ahead and
+    the cloud follows, each deciding on its own copy; the text is the seed's."""
+    expected = _synchronous_reference(sampling, seed=3)
+    config = DragonConfig(max_tokens=64, sampling=sampling, seed=3)
+    out = _ask(cloud(delay=0.01), config, aggregator="both", lookahead=4)
+    assert out.tokens == expected and "fallback" not in out.extras  # type: ignore[attr-defined]
+    assert out.extras["aggregator"] == "both" and out.extras["handovers"] == 0  # type: ignore[attr-defined]
+
+
+def test_sides_that_disagree_on_the_text_fail_the_link_never_the_answer(cloud, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """Each side aggregates on its own copy: should the cloud decide a position otherwise
+    (here made to), its next draft names a parent the device did not agree, the link is
+    dropped and the device finishes alone, saying so."""
+    from coinfer.engines.dragon import pipeline
+
+    real = pipeline.greedy_aggregate
+
+    def cloud_errs(x_a, p_a, x_b, p_b, eta_a):  # type: ignore[no-untyped-def]
+        out = real(x_a, p_a, x_b, p_b, eta_a)
+        if threading.current_thread().name.startswith("dragon-device"):
+            return out
+        wrong = ord("f") if out.token != ord("f") else ord("e")
+        return pipeline.Aggregated(wrong, x_a == wrong, x_b == wrong)
+
+    monkeypatch.setattr(pipeline, "greedy_aggregate", cloud_errs)
+    out = _ask(cloud(), aggregator="both", lookahead=2)
+    assert "different texts" in out.extras["fallback"]  # type: ignore[attr-defined]
+    assert out.finish_reason == "stop" and len(out.tokens) == LENGTH  # type: ignore[attr-defined]
 
 
 class _EveryFewTokens(LiveScheduler):
@@ -278,7 +313,7 @@ def _by_text(docs: object, text: str) -> np.ndarray:
     return np.array([text.count("d") * 3.0 if d.name == "A" else 0.0 for d in docs])  # type: ignore[attr-defined]
 
 
-@pytest.mark.parametrize("aggregator", ["device", "cloud"])
+@pytest.mark.parametrize("aggregator", ["device", "cloud", "both"])
 def test_dynamic_weights_keep_the_text_the_synchronous_mixtures(cloud, monkeypatch, aggregator: str) -> None:  # type: ignore[no-untyped-def]
     """Both sides re-score every 4 tokens against the agreed text: the weights move, and
     the text is still the token-wise mixture's with the same re-scoring."""

@@ -201,6 +201,7 @@ def _together(
             stop_ids=model.eos_ids,
             lookahead=link.lookahead,
             schedule=LiveScheduler() if link.aggregator == "auto" else None,
+            both=link.aggregator == "both",
         )
         report.update(mode="dragon", aggregator=link.aggregator)
         for step in _follow(peer, link.idle_s, report):

@@ -21,6 +21,16 @@ what it drafted), and drafts that crossed the handover on the wire are dropped a
 Each position's draws are the same wherever it is aggregated, so a move never changes
 the text.
 
+With ``both`` (symmetric aggregation, not in the paper) each side sends its drafts to the
+other and runs the Aggregator on its own copy: both compute the same target from the same
+two drafts and draws, so no decision travels. A side learns that its draft lost as soon as
+it holds the other side's draft for that position, half a round trip sooner than from a
+remote aggregator's decision; a side that is behind finds the other's draft already there
+and never drafts on a token that will lose. A side that is only just ahead waits for the
+other's draft while that is expected sooner than a wasted forward would cost (``_patience``).
+Each draft names the token it follows (``parent``), and a draft that does not follow the
+agreed text fails the link rather than letting the two copies drift apart.
+
 A Peer holds no sockets of its own: it reads and writes ``Envelope`` messages on the
 stream it is given, so one class serves the device (a gRPC client) and the cloud (a gRPC
 server).
@@ -75,13 +85,15 @@ class _Drafted:
     dist: SparseDistribution
     log_h: float
     decode_s: float
+    parent: int = 0  # the token at position - 1 this draft follows
 
 
 class Peer:
     """One side's Decoder and, where ``aggregates``, the Aggregator.
 
-    ``aggregates``: whether this side aggregates first; ``schedule``: the live scheduler
-    that may move the role (None: it stays). ``on_token`` is called with each token as
+    ``aggregates``: whether this side aggregates first; ``both``: every side aggregates
+    (then ``aggregates`` is moot); ``schedule``: the live scheduler that may move the role
+    (None: it stays). ``on_token`` is called with each token as
     it is decided.
     """
 
@@ -98,9 +110,13 @@ class Peer:
         stop_ids: frozenset[int],
         lookahead: int = 8,
         schedule: LiveScheduler | None = None,
+        both: bool = False,
         on_token: Callable[[int], None] | None = None,
     ) -> None:
-        self.side, self.me, self.aggregates, self.stream = side, me, aggregates, stream
+        self.side, self.me, self.aggregates, self.stream = side, me, aggregates or both, stream
+        self.both = both
+        if both:
+            schedule = None
         self.sampling, self.seed, self.max_tokens, self.stop_ids = sampling, seed, max_tokens, stop_ids
         self.lookahead, self.schedule = lookahead, schedule
         self.on_token = on_token
@@ -117,6 +133,9 @@ class Peer:
         self._published_at = -1  # the position of this side's latest draft
         self._send_lock = threading.Lock()  # what a handover sends goes out before any later draft
         self._pings: dict[int, float] = {}
+        self._published: dict[int, float] = {}  # when this side published each position's draft
+        self._lag = 0.0  # how long after this side's draft the other's arrived, lately
+        self._decode_s = 0.0
         self._decoder = threading.Thread(target=self._decode_loop, name=f"dragon-decoder-{me}", daemon=True)
         self._reader = threading.Thread(target=self._read_loop, name=f"dragon-reader-{me}", daemon=True)
 
@@ -137,7 +156,7 @@ class Peer:
                 else:
                     self._wait_progress(idle_timeout)
                 if self.finished:
-                    if not self.aggregates:  # the other side may allow a longer answer
+                    if not self.aggregates or self.both:  # the other side may allow a longer answer
                         with contextlib.suppress(TransportError):
                             self._send(self.envelope(done={"reason": self.finished}))
                     return self.finished
@@ -169,7 +188,7 @@ class Peer:
                     if self._restart or self.finished or epoch != self._epoch[self.me]:
                         continue  # decided against while decoding: drop it
                 self._publish(draft, epoch)
-                if self.lookahead > 0:
+                if self.lookahead > 0 and self._still_drafting(draft, epoch):
                     self.side.advance(draft.token)
         except Exception as exc:
             self._fail(f"the {'device' if self.me == DEVICE else 'cloud'} decoder failed: {exc}")
@@ -187,16 +206,49 @@ class Peer:
     def _publish(self, draft: Draft, epoch: int) -> None:
         """Into this side's own queue, and to the aggregator when it is the other side."""
         self._published_at = draft.position
-        item = _Drafted(epoch, draft.position, draft.token, draft.dist, draft.log_h, draft.decode_s)
+        parent = self.side.generated[draft.position - 1] if draft.position > 0 else 0
+        item = _Drafted(epoch, draft.position, draft.token, draft.dist, draft.log_h, draft.decode_s, parent)
         with self._send_lock:
             with self._cond:
                 if epoch != self._epoch[self.me]:
                     return  # rejected while it was being published
                 self._queues[self.me].append(item)
-                remote = not self.aggregates
+                self._published[draft.position] = time.monotonic()
+                self._decode_s = (
+                    draft.decode_s if not self._decode_s else 0.8 * self._decode_s + 0.2 * draft.decode_s
+                )
+                remote = not self.aggregates or self.both
                 self._cond.notify_all()
             if remote:
                 self._send(self._draft_message(item))
+
+    def _still_drafting(self, draft: Draft, epoch: int) -> bool:
+        """Symmetric aggregation: whether to draft on from this side's own token. When the
+        other side's draft for this position is here, or expected within ``_patience``, the
+        target is waited for (a token that lost is never drafted on); else on at once."""
+        if not self.both:
+            return True
+        with self._cond:
+            wait = self._patience()
+            other = 1 - self.me
+            epochs = list(self._epoch)
+            if any(d.position == draft.position and d.epoch == epochs[other] for d in self._queues[other]):
+                wait, self._lag = max(wait, 1.0), 0.0  # the aggregation runs at once
+            elif self._lag > wait:
+                wait = 0.0
+            self._cond.wait_for(  # until decided, or either side's draft lost before this one
+                lambda: (
+                    self.finished or self._failure or len(self.text) > draft.position or self._epoch != epochs
+                ),
+                timeout=wait,
+            )
+            return not (self.finished or self._restart or epoch != self._epoch[self.me])
+
+    def _patience(self) -> float:
+        """What drafting on costs on average when this side's draft loses: its rejection
+        rate (with one of each as a prior) times the seconds of one forward."""
+        accepted, rejected = self.stats.accepted[self.me], self.stats.rejected[self.me]
+        return (rejected + 1) / (accepted + rejected + 2) * self._decode_s
 
     def _draft_message(self, item: _Drafted) -> Any:
         return self.envelope(
@@ -207,6 +259,7 @@ class Peer:
                 "dist": encode(item.dist),
                 "log_h": item.log_h,
                 "decode_s": item.decode_s,
+                "parent": item.parent,
             }
         )
 
@@ -230,11 +283,14 @@ class Peer:
         if kind == "draft":
             d = message.draft
             item = _Drafted(
-                d.epoch, d.position, d.token, decode(d.dist, self.vocab_size), d.log_h, d.decode_s
+                d.epoch, d.position, d.token, decode(d.dist, self.vocab_size), d.log_h, d.decode_s, d.parent
             )
             with self._cond:
                 if self.aggregates:
                     self._queues[1 - self.me].append(item)
+                    mine = self._published.get(item.position)
+                    if mine is not None:
+                        self._lag = time.monotonic() - mine
                     self._cond.notify_all()
                 else:  # sent before the other side learnt that it aggregates now
                     self.stats.stale += 1
@@ -270,6 +326,8 @@ class Peer:
         if pair is None:  # the other side ended the answer
             return
         device, cloud = pair
+        if position > 0 and (device.parent != self.text[-1] or cloud.parent != self.text[-1]):
+            raise TransportError(f"the two sides' drafts for position {position} follow different texts")
         eta = side_weight(device.log_h, cloud.log_h)  # the device's weight
         p_device, p_cloud = device.dist.dense(), cloud.dist.dense()
         # the device is always Algorithm 1's side a, whichever side aggregates: the same
@@ -291,6 +349,9 @@ class Peer:
         }
         if moves and self.schedule is not None:
             decision.update(handover=True, profile=_profile_message(self.schedule.profile))
+        if self.both:  # the other side decides the same on its own copy
+            self._apply(position, out.token, accepted)
+            return
         with self._send_lock:
             self._send(self.envelope(decision=decision))
             self._apply(position, out.token, accepted)
@@ -356,7 +417,8 @@ class Peer:
         while queue and (queue[0].epoch < self._epoch[side] or queue[0].position < position):
             queue.popleft()
             self.stats.stale += 1
-        return queue[0] if queue and queue[0].position == position else None
+        head = queue[0] if queue else None
+        return head if head and head.position == position and head.epoch == self._epoch[side] else None
 
     def _apply(self, position: int, token: int, accepted: tuple[bool, bool], *, handover: Any = None) -> None:
         """A decision, on either side: the token joins the text; a side whose draft was
@@ -376,7 +438,9 @@ class Peer:
                 else:
                     self.stats.rejected[s] += 1
                     self._epoch[s] += 1
-                    self._queues[s].clear()
+                    # drafts of the new epoch may already be here (symmetric aggregation)
+                    newer = [d for d in self._queues[s] if d.epoch >= self._epoch[s]]
+                    self._queues[s] = deque(newer)
                     if s == self.me:
                         self._restart = True
             if token in self.stop_ids:

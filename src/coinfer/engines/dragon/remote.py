@@ -31,7 +31,7 @@ __all__ = ["CloudLink", "CloudService", "hello", "tokenizer_digest"]
 
 log = logging.getLogger(__name__)
 
-VERSION = 1
+VERSION = 2  # 2: drafts name their parent token; both sides may aggregate
 MAX_LOOKAHEAD = 64
 _PROBE = "def f(x):\n    return x * 2  # ünïcode 🙂 The quick brown fox."
 
@@ -48,15 +48,16 @@ class CloudLink:
     shared secret, ``deadline_s`` the most one answer's stream may last, ``idle_s`` the
     most to wait for the cloud's next draft or decision before finishing on the device
     alone, ``aggregator`` the side that aggregates ("auto": the device first, then the
-    side the live scheduler prefers), ``lookahead`` how far a side drafts ahead of the
-    accepted text (0: token-wise synchronous aggregation)."""
+    side the live scheduler prefers; "both": each side on its own copy), ``lookahead``
+    how far a side drafts ahead of the accepted text (0: token-wise synchronous
+    aggregation)."""
 
     address: str
     token: str
     tls: Tls | None = None
     deadline_s: float = 600.0
     idle_s: float = 10.0
-    aggregator: Literal["device", "cloud", "auto"] = "auto"
+    aggregator: Literal["device", "cloud", "auto", "both"] = "auto"
     lookahead: int = 8
 
     def __post_init__(self) -> None:
@@ -67,8 +68,8 @@ class CloudLink:
             )
         if not self.token:
             raise ConfigError("no token for the cloud link", hint="set COINFER_LINK_TOKEN on both sides")
-        if self.aggregator not in ("device", "cloud", "auto"):
-            raise ConfigError(f"aggregator must be device, cloud or auto, got {self.aggregator!r}")
+        if self.aggregator not in ("device", "cloud", "auto", "both"):
+            raise ConfigError(f"aggregator must be device, cloud, auto or both, got {self.aggregator!r}")
         if not 0 <= self.lookahead <= MAX_LOOKAHEAD or self.idle_s <= 0 or self.deadline_s <= 0:
             raise ConfigError(f"lookahead must be in 0..{MAX_LOOKAHEAD} and the timeouts positive")
 
@@ -107,6 +108,7 @@ def hello(
             "lookahead": link.lookahead,
             "scheduled": link.aggregator == "auto",
             "rescore_every": config.rescore_every,
+            "both_aggregate": link.aggregator == "both",
         }
     )
 
@@ -212,6 +214,7 @@ class CloudService:
                 stop_ids=self.model.eos_ids,
                 lookahead=min(h.lookahead, MAX_LOOKAHEAD),
                 schedule=LiveScheduler() if h.scheduled else None,
+                both=h.both_aggregate,
             )
             peer.run(idle_timeout=self.idle_s)
         finally:

@@ -6,7 +6,7 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 DESCRIPTOR: _descriptor.FileDescriptor
 
 class Hello(_message.Message):
-    __slots__ = ("version", "question", "top_k", "temperature", "sampling_top_k", "sampling_top_p", "seed", "max_tokens", "prompt_style", "vocab_size", "tokenizer_digest", "cloud_aggregates", "transfer_top_p", "transfer_max_ids", "retrieval", "relevance_temperature", "chunk_chars", "lookahead", "scheduled", "rescore_every")
+    __slots__ = ("version", "question", "top_k", "temperature", "sampling_top_k", "sampling_top_p", "seed", "max_tokens", "prompt_style", "vocab_size", "tokenizer_digest", "cloud_aggregates", "transfer_top_p", "transfer_max_ids", "retrieval", "relevance_temperature", "chunk_chars", "lookahead", "scheduled", "rescore_every", "both_aggregate")
     VERSION_FIELD_NUMBER: _ClassVar[int]
     QUESTION_FIELD_NUMBER: _ClassVar[int]
     TOP_K_FIELD_NUMBER: _ClassVar[int]
@@ -27,6 +27,7 @@ class Hello(_message.Message):
     LOOKAHEAD_FIELD_NUMBER: _ClassVar[int]
     SCHEDULED_FIELD_NUMBER: _ClassVar[int]
     RESCORE_EVERY_FIELD_NUMBER: _ClassVar[int]
+    BOTH_AGGREGATE_FIELD_NUMBER: _ClassVar[int]
     version: int
     question: str
     top_k: int
@@ -47,7 +48,8 @@ class Hello(_message.Message):
     lookahead: int
     scheduled: bool
     rescore_every: int
-    def __init__(self, version: _Optional[int] = ..., question: _Optional[str] = ..., top_k: _Optional[int] = ..., temperature: _Optional[float] = ..., sampling_top_k: _Optional[int] = ..., sampling_top_p: _Optional[float] = ..., seed: _Optional[int] = ..., max_tokens: _Optional[int] = ..., prompt_style: _Optional[str] = ..., vocab_size: _Optional[int] = ..., tokenizer_digest: _Optional[bytes] = ..., cloud_aggregates: _Optional[bool] = ..., transfer_top_p: _Optional[float] = ..., transfer_max_ids: _Optional[int] = ..., retrieval: _Optional[str] = ..., relevance_temperature: _Optional[float] = ..., chunk_chars: _Optional[int] = ..., lookahead: _Optional[int] = ..., scheduled: _Optional[bool] = ..., rescore_every: _Optional[int] = ...) -> None: ...
+    both_aggregate: bool
+    def __init__(self, version: _Optional[int] = ..., question: _Optional[str] = ..., top_k: _Optional[int] = ..., temperature: _Optional[float] = ..., sampling_top_k: _Optional[int] = ..., sampling_top_p: _Optional[float] = ..., seed: _Optional[int] = ..., max_tokens: _Optional[int] = ..., prompt_style: _Optional[str] = ..., vocab_size: _Optional[int] = ..., tokenizer_digest: _Optional[bytes] = ..., cloud_aggregates: _Optional[bool] = ..., transfer_top_p: _Optional[float] = ..., transfer_max_ids: _Optional[int] = ..., retrieval: _Optional[str] = ..., relevance_temperature: _Optional[float] = ..., chunk_chars: _Optional[int] = ..., lookahead: _Optional[int] = ..., scheduled: _Optional[bool] = ..., rescore_every: _Optional[int] = ..., both_aggregate: _Optional[bool] = ...) -> None: ...
 
 class Ready(_message.Message):
     __slots__ = ("documents", "prefill_s", "max_tokens", "refused")
@@ -62,20 +64,22 @@ class Ready(_message.Message):
     def __init__(self, documents: _Optional[int] = ..., prefill_s: _Optional[float] = ..., max_tokens: _Optional[int] = ..., refused: _Optional[str] = ...) -> None: ...
 
 class Draft(_message.Message):
-    __slots__ = ("position", "epoch", "token", "dist", "log_h", "decode_s")
+    __slots__ = ("position", "epoch", "token", "dist", "log_h", "decode_s", "parent")
     POSITION_FIELD_NUMBER: _ClassVar[int]
     EPOCH_FIELD_NUMBER: _ClassVar[int]
     TOKEN_FIELD_NUMBER: _ClassVar[int]
     DIST_FIELD_NUMBER: _ClassVar[int]
     LOG_H_FIELD_NUMBER: _ClassVar[int]
     DECODE_S_FIELD_NUMBER: _ClassVar[int]
+    PARENT_FIELD_NUMBER: _ClassVar[int]
     position: int
     epoch: int
     token: int
     dist: bytes
     log_h: float
     decode_s: float
-    def __init__(self, position: _Optional[int] = ..., epoch: _Optional[int] = ..., token: _Optional[int] = ..., dist: _Optional[bytes] = ..., log_h: _Optional[float] = ..., decode_s: _Optional[float] = ...) -> None: ...
+    parent: int
+    def __init__(self, position: _Optional[int] = ..., epoch: _Optional[int] = ..., token: _Optional[int] = ..., dist: _Optional[bytes] = ..., log_h: _Optional[float] = ..., decode_s: _Optional[float] = ..., parent: _Optional[int] = ...) -> None: ...
 
 class Decision(_message.Message):
     __slots__ = ("position", "token", "device_accepted", "cloud_accepted", "handover", "profile")
