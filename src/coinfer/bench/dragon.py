@@ -4,26 +4,36 @@ The cloud is a real ``coinfer rag cloud`` process and every answer a real ``coin
 ask --json`` process, the two pinned to a core each where the machine has two (as the
 paper's testbed runs one process per side). Between them a ``LatencyRelay`` adds the
 round-trip time (0, 50, 100, 200, 300 ms; jitter 1/5 of it): this kernel has no
-``netem``, and without network namespaces the link is loopback (results say so).
+``netem``. With ``bandwidth_mbit`` the cloud runs in a network namespace behind a veth pair
+shaped by ``tbf`` (``netns.ShapedLink``, root only); otherwise the link is loopback (results
+say which).
 
-Workload (this first version): questions whose answer needs a fact only the device's
+The question-answering workload: questions whose answer needs a fact only the device's
 corpus holds and one only the cloud's holds (``data/dragon/qa.jsonl``). Systems:
 device-only and cloud-only RAG (each side alone, no network), DRDG/TW (token-wise
-synchronous aggregation: ``--lookahead 0``), and DRAGON with the aggregator fixed on the
-device, fixed on the cloud, and moved by the live scheduler. Per system and delay:
+synchronous aggregation: ``--lookahead 0``), DRAGON with the aggregator fixed on the
+device, fixed on the cloud, and moved by the live scheduler; and, not in the paper, both
+sides aggregating (``dragon-both``, and ``drdg-tw-both``: the same token-wise). With
+``device_model`` the device runs a smaller model than the cloud. Per system and delay:
 per-token latency (decode time per token after the first), TTFT, bytes the device sent
 per token, the cloud's and the device's acceptance, and whether the answer holds each
 side's fact.
 
+The cloud keeps its documents' KV caches across questions (``DocumentCache``), as the
+paper's cloud keeps its documents' KVs: before the timed answers of a question, one
+untimed answer lets it read them. Every ``coinfer rag ask`` is a new process, so the
+device reads its documents afresh in every system.
+
 The language-modelling workload (``dragon_lm``) scores perplexity in one process: no-RAG,
 device-only, cloud-only, CRCG, DRCG and DRAGON on the same tokens.
 
-Not yet here: the TTFT of DRCG/Text and DRCG/KV and the latency of DRDG/SW, bandwidth
-limits with ``tbf``.
+Not here: the TTFT of DRCG/Text and DRCG/KV and the latency of DRDG/SW (see the bench's
+README).
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import subprocess
@@ -36,6 +46,7 @@ from pathlib import Path
 from typing import Any
 
 from coinfer.bench.dragon_lm import LmWorkload, perplexities
+from coinfer.bench.netns import PEER, ShapedLink
 from coinfer.bench.relay import LatencyRelay
 from coinfer.bench.report import environment, pyplot, write_json, write_markdown
 from coinfer.errors import ConfigError
@@ -60,6 +71,7 @@ _TOKEN = "bench-dragon"
 class DragonBenchConfig:
     out: str
     model: str = "qwen2.5-coder-1.5b"
+    device_model: str | None = None  # a smaller device (the same vocabulary); None: ``model``
     max_tokens: int = 48
     delays: Sequence[float] = DELAYS
     questions: str | None = None  # a JSONL file like data/dragon/qa.jsonl
@@ -68,6 +80,7 @@ class DragonBenchConfig:
     workloads: Sequence[str] = ("qa", "lm")
     lm: LmWorkload = LmWorkload(window=256, windows=12)
     systems: Sequence[str] = SYSTEMS
+    bandwidth_mbit: float | None = None  # tbf on a veth pair into a namespace (root); None: loopback
 
     def resolved(self) -> DragonBenchConfig:
         """Quick: SmolLM2, 16 tokens, three delays, two questions."""
@@ -83,6 +96,8 @@ class DragonBenchConfig:
             workloads=self.workloads,
             lm=LmWorkload(window=96, windows=2, corpus_modules=self.lm.eval_modules[:2]),
             systems=self.systems,
+            bandwidth_mbit=self.bandwidth_mbit,
+            device_model=None,
         )
 
 
@@ -141,12 +156,20 @@ def _child(core: int | None) -> dict[str, Any]:
     return {"text": True, "env": {**os.environ, "COINFER_LINK_TOKEN": _TOKEN}, "preexec_fn": _pin(core)}
 
 
-class _Cloud:
-    """A ``coinfer rag cloud`` process on its own core, serving one corpus."""
+def _link_words(bandwidth_mbit: float | None) -> str:
+    if bandwidth_mbit is None:
+        return "loopback through a user-space latency relay"
+    return f"a user-space latency relay, then a veth pair into a namespace, tbf at {bandwidth_mbit} Mbit/s"
 
-    def __init__(self, corpus: str, model: str, core: int | None) -> None:
+
+class _Cloud:
+    """A ``coinfer rag cloud`` process on its own core, serving one corpus; in the shaped
+    link's namespace when there is one."""
+
+    def __init__(self, corpus: str, model: str, core: int | None, shaped: ShapedLink | None = None) -> None:
+        self.host = PEER if shaped else "127.0.0.1"
         self.proc = subprocess.Popen(
-            _rag("cloud", corpus, model, "--listen", "127.0.0.1:0"),
+            [*(shaped.prefix if shaped else []), *_rag("cloud", corpus, model, "--listen", f"{self.host}:0")],
             stdout=subprocess.PIPE,
             stderr=subprocess.DEVNULL,
             **_child(core),
@@ -210,10 +233,11 @@ def run_dragon_bench(config: DragonBenchConfig, log: Callable[[str], None] = pri
     report = {
         "config": {
             "model": config.model,
+            "device_model": config.device_model or config.model,
             "max_tokens": config.max_tokens,
             "delays_s": list(config.delays),
             "questions": [q["id"] for q in questions],
-            "link": "loopback through a user-space latency relay",
+            "link": _link_words(config.bandwidth_mbit),
             "pinned": _cores()[0] is not None,
             "workloads": list(config.workloads),
             "systems": [x for x in SYSTEMS if x in config.systems],
@@ -240,31 +264,37 @@ def _qa_runs(
 ) -> list[dict[str, Any]]:
     """Question answering: every system on every question, the linked ones at every delay."""
     device_core, cloud_core = _cores()
+    device_model = config.device_model or config.model
     rows: list[dict[str, Any]] = []
-    with tempfile.TemporaryDirectory(prefix="coinfer-bench-dragon-") as tmp:
+    with contextlib.ExitStack() as stack:
+        tmp = stack.enter_context(tempfile.TemporaryDirectory(prefix="coinfer-bench-dragon-"))
+        shaped = stack.enter_context(ShapedLink(config.bandwidth_mbit)) if config.bandwidth_mbit else None
         for q in questions:
             device = _write_corpus(Path(tmp) / q["id"] / "device", q["device"])
             cloud_dir = _write_corpus(Path(tmp) / q["id"] / "cloud", q["cloud"])
-            for system, corpus, core in (
-                ("device-only", device, device_core),
-                ("cloud-only", cloud_dir, cloud_core),
+            for system, corpus, core, model in (
+                ("device-only", device, device_core, device_model),
+                ("cloud-only", cloud_dir, cloud_core, config.model),
             ):
                 if system not in config.systems:
                     continue
                 log(f"{q['id']}: {system}")
-                r = _ask(config.model, corpus, q["question"], config.max_tokens, core, [])
+                r = _ask(model, corpus, q["question"], config.max_tokens, core, [])
                 rows.append(_row(system, None, q, r))
-            cloud = _Cloud(cloud_dir, config.model, cloud_core)
+            cloud = _Cloud(cloud_dir, config.model, cloud_core, shaped)
             try:
+                log(f"{q['id']}: the cloud reads its documents once (not timed)")
+                warm = ["--cloud", f"{cloud.host}:{cloud.port}", "--aggregator", "device"]
+                _ask(device_model, device, q["question"], config.max_tokens, device_core, warm)
                 for delay in config.delays:
-                    with LatencyRelay(("127.0.0.1", cloud.port), rtt_s=delay, jitter_s=delay / 5) as relay:
+                    with LatencyRelay((cloud.host, cloud.port), rtt_s=delay, jitter_s=delay / 5) as relay:
                         for system, flags in _LINKED.items():
                             if system not in config.systems:
                                 continue
                             log(f"{q['id']}: {system} at {delay * 1000:.0f} ms")
                             link = ["--cloud", f"127.0.0.1:{relay.port}", "--cloud-timeout", "60", *flags]
                             r = _ask(
-                                config.model, device, q["question"], config.max_tokens, device_core, link
+                                device_model, device, q["question"], config.max_tokens, device_core, link
                             )
                             rows.append(_row(system, delay, q, r))
             finally:
@@ -403,12 +433,21 @@ def _by_delay(
     return out
 
 
+def _models_words(c: dict[str, Any]) -> str:
+    device = c.get("device_model", c["model"])
+    return (
+        f"Model {c['model']} on both sides"
+        if device == c["model"]
+        else f"{c['model']} in the cloud, {device} on the device"
+    )
+
+
 def markdown(report: dict[str, Any]) -> str:
     s, c = report["summary"], report["config"]
     lines = [
         "# coinfer bench dragon",
         "",
-        f"Model {c['model']} on both sides, {c['max_tokens']} tokens per answer, "
+        f"{_models_words(c)}, {c['max_tokens']} tokens per answer, "
         f"{len(c['questions'])} questions; {c['link']}; one core per side: {c['pinned']}.",
         "",
         "| system | " + " | ".join(f"{float(d) * 1000:.0f} ms" for d in c["delays_s"]) + " |",

@@ -181,6 +181,8 @@ def cmd_dragon(args: argparse.Namespace) -> int:
         quick=args.quick,
         workloads=tuple(args.workloads),
         systems=tuple(args.systems or SYSTEMS),
+        bandwidth_mbit=args.bandwidth_mbit,
+        device_model=args.device_model,
         **({"lm": LmWorkload(window=args.lm_window, windows=args.lm_windows)} if not args.quick else {}),
     )
     report = run_dragon_bench(config, log=err)
@@ -197,6 +199,11 @@ def _add_dragon(bench: Any) -> None:
     p = bench.add_parser("dragon", help="device and cloud RAG together under injected network latency")
     p.add_argument("--out", default="bench-results/dragon")
     p.add_argument("--model", "-m", default=DEFAULT_MODEL, help="on both sides (default: %(default)s)")
+    p.add_argument(
+        "--device-model",
+        default=None,
+        help="a smaller model on the device (same vocabulary; default: --model)",
+    )
     p.add_argument("--max-tokens", type=int, default=48)
     p.add_argument(
         "--delays-ms", type=float, nargs="*", default=[0, 50, 100, 200, 300], help="added round-trip times"
@@ -204,6 +211,12 @@ def _add_dragon(bench: Any) -> None:
     p.add_argument("--questions", default=None, help="a JSONL file of questions (default: the built-in set)")
     p.add_argument("--limit", type=int, default=None, help="the first N questions")
     p.add_argument("--workloads", nargs="+", default=["qa", "lm"], choices=["qa", "lm"], help="default: both")
+    p.add_argument(
+        "--bandwidth-mbit",
+        type=float,
+        default=None,
+        help="shape the link with tbf on a veth pair into a network namespace (root; default: loopback)",
+    )
     p.add_argument(
         "--systems",
         nargs="+",

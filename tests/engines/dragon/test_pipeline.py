@@ -331,3 +331,24 @@ def test_dynamic_weights_keep_the_text_the_synchronous_mixtures(cloud, monkeypat
         rescore=_by_text,
     )
     assert out.tokens == expected and "fallback" not in out.extras  # type: ignore[attr-defined]
+
+
+def test_the_cloud_keeps_its_documents_read_across_questions(monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """The cloud reads a document once: the next answer that retrieves it reads only its
+    own question (paper 003's documents' KVs kept next to their corpus), and the text is
+    the same as reading everything afresh."""
+    from coinfer.engines.dragon import doccache
+
+    monkeypatch.setattr(doccache, "MIN_SHARED", 2)  # this script's prompts are 4 tokens long
+    model = _model()
+    server = LinkServer(CloudService(model, _Corpus(), idle_s=5).serve, token=TOKEN).start()
+    try:
+        first = _ask(server, aggregator="both")
+        read_first = sum(model.forwards)
+        model.forwards.clear()
+        second = _ask(server, aggregator="both")
+    finally:
+        server.stop(0)
+    assert first.tokens == second.tokens == _synchronous_reference()  # type: ignore[attr-defined]
+    # the second prefill read one token (the prompt's last) instead of the whole prompt
+    assert model.forwards[0] == 1 and sum(model.forwards) < read_first

@@ -27,7 +27,10 @@ class DragonConfig:
     travels (§7.1; 0.8 in the paper, 0.95 here so that greedy text rarely depends on it);
     ``rescore_every``: dynamic weights (§4), each document's relevance re-scored against
     the text so far every this many tokens (0: the weights of retrieval throughout);
-    ``seed``: the draws of sampled decoding (None: a random one).
+    ``keep_documents``: keep the device's documents' KV caches across answers on the
+    same model (``DocumentCache``; they stay live sequences of the model until evicted or
+    ``DocumentCache.of(model).clear()``); ``seed``: the draws of sampled decoding (None: a
+    random one).
     """
 
     max_tokens: int = 256
@@ -39,6 +42,7 @@ class DragonConfig:
     transfer_top_p: float = 0.95
     transfer_max_ids: int = 256
     rescore_every: int = 16
+    keep_documents: bool = False
     seed: int | None = None
 
     def __post_init__(self) -> None:

@@ -34,6 +34,7 @@ from coinfer.decoding.detok import IncrementalDetokenizer
 from coinfer.decoding.response import DecodeStats, Response, collect
 from coinfer.decoding.sampling import PositionDraws
 from coinfer.engines.dragon.config import DragonConfig
+from coinfer.engines.dragon.doccache import DocumentCache
 from coinfer.engines.dragon.pipeline import Peer
 from coinfer.engines.dragon.remote import CloudLink, hello, room
 from coinfer.engines.dragon.scheduler import LiveScheduler
@@ -81,7 +82,9 @@ def generate_tokens(
         side = _device_side(model, question, documents, config, seed, prompt_style, rescore, report)
         try:
             side.start()
-            yield from _device_alone(side, [], min(config.max_tokens, room(model, side.prefixes)))
+            yield from _device_alone(
+                side, [], min(config.max_tokens, room(model, side.prefixes, side.kept_cells))
+            )
         finally:
             side.close()
         return
@@ -115,6 +118,7 @@ def _device_side(
         transfer_max_ids=config.transfer_max_ids,
         rescore=rescore,
         rescore_every=config.rescore_every,
+        cache=DocumentCache.of(model) if config.keep_documents else None,
     )
 
 
@@ -183,7 +187,7 @@ def _together(
     """Speculative Aggregation with the cloud; on a failed link, the device alone from the
     text agreed so far."""
     model = side.model
-    max_tokens = min(config.max_tokens, room(model, side.prefixes))
+    max_tokens = min(config.max_tokens, room(model, side.prefixes, side.kept_cells))
     text: list[int] = []
     try:
         if sent is not None:

@@ -26,8 +26,9 @@ other and runs the Aggregator on its own copy: both compute the same target from
 two drafts and draws, so no decision travels. A side learns that its draft lost as soon as
 it holds the other side's draft for that position, half a round trip sooner than from a
 remote aggregator's decision; a side that is behind finds the other's draft already there
-and never drafts on a token that will lose. A side that is only just ahead waits for the
-other's draft while that is expected sooner than a wasted forward would cost (``_patience``).
+and never drafts on a token that will lose. A side ahead drafts on only as far as hides the
+link: it waits for the other's draft while that is due sooner than a wasted forward would
+cost, and sheds any lead beyond what the round trip needs (``_wait_budget``).
 Each draft names the token it follows (``parent``), and a draft that does not follow the
 agreed text fails the link rather than letting the two copies drift apart.
 
@@ -60,7 +61,7 @@ from coinfer.errors import TransportError
 from coinfer.transport.link import Stream, envelope_type
 from coinfer.transport.sparse import SparseDistribution, decode, encode
 
-__all__ = ["Peer", "PeerStats"]
+__all__ = ["Peer", "PeerStats", "wait_budget"]
 
 PING_EVERY = 16  # positions between the live scheduler's round-trip measurements
 
@@ -135,6 +136,8 @@ class Peer:
         self._pings: dict[int, float] = {}
         self._published: dict[int, float] = {}  # when this side published each position's draft
         self._lag = 0.0  # how long after this side's draft the other's arrived, lately
+        self._rtt = 0.0  # the round trip, measured by Ping/Pong (a moving average)
+        self._other_done: str | None = None  # symmetric: the other side's Done, not yet ours
         self._decode_s = 0.0
         self._decoder = threading.Thread(target=self._decode_loop, name=f"dragon-decoder-{me}", daemon=True)
         self._reader = threading.Thread(target=self._read_loop, name=f"dragon-reader-{me}", daemon=True)
@@ -229,13 +232,12 @@ class Peer:
         if not self.both:
             return True
         with self._cond:
-            wait = self._patience()
             other = 1 - self.me
             epochs = list(self._epoch)
             if any(d.position == draft.position and d.epoch == epochs[other] for d in self._queues[other]):
-                wait, self._lag = max(wait, 1.0), 0.0  # the aggregation runs at once
-            elif self._lag > wait:
-                wait = 0.0
+                wait, self._lag = 1.0, 0.0  # the aggregation runs at once
+            else:
+                wait = self._wait_budget()
             self._cond.wait_for(  # until decided, or either side's draft lost before this one
                 lambda: (
                     self.finished or self._failure or len(self.text) > draft.position or self._epoch != epochs
@@ -244,11 +246,14 @@ class Peer:
             )
             return not (self.finished or self._restart or epoch != self._epoch[self.me])
 
-    def _patience(self) -> float:
-        """What drafting on costs on average when this side's draft loses: its rejection
-        rate (with one of each as a prior) times the seconds of one forward."""
-        accepted, rejected = self.stats.accepted[self.me], self.stats.rejected[self.me]
-        return (rejected + 1) / (accepted + rejected + 2) * self._decode_s
+    def _wait_budget(self) -> float:
+        return wait_budget(
+            lag=self._lag,
+            rtt=self._rtt,
+            accepted=self.stats.accepted[self.me],
+            rejected=self.stats.rejected[self.me],
+            decode_s=self._decode_s,
+        )
 
     def _draft_message(self, item: _Drafted) -> Any:
         return self.envelope(
@@ -275,8 +280,10 @@ class Peer:
                 if message is not None:
                     self._receive(message)
         except TransportError as exc:
-            if not self.finished:
+            if not (self.finished or self._other_done):  # a finished side may hang up
                 self._fail(str(exc))
+            with self._cond:
+                self._cond.notify_all()
 
     def _receive(self, message: Any) -> None:
         kind = message.WhichOneof("body")
@@ -302,11 +309,17 @@ class Peer:
             self._send(self.envelope(pong={"id": message.ping.id}))
         elif kind == "pong":
             sent = self._pings.pop(message.pong.id, None)
-            if sent is not None and self.schedule is not None:
-                self.schedule.profile.round_trip(time.monotonic() - sent)
+            if sent is not None:
+                rtt = time.monotonic() - sent
+                self._rtt = rtt if not self._rtt else 0.7 * self._rtt + 0.3 * rtt
+                if self.schedule is not None:
+                    self.schedule.profile.round_trip(rtt)
         elif kind == "done":
             with self._cond:
-                self.finished = self.finished or (message.done.reason or "stop")
+                if self.both:  # this side decides the end itself, from the drafts already sent
+                    self._other_done = message.done.reason or "stop"
+                else:
+                    self.finished = self.finished or (message.done.reason or "stop")
                 self._cond.notify_all()
         else:
             self._fail(f"unexpected {kind or 'empty'} message")
@@ -319,7 +332,7 @@ class Peer:
     # ---- the Aggregator ------------------------------------------------------------------
     def _aggregate_next(self, idle_timeout: float) -> None:
         position = len(self.text)
-        if self.schedule is not None and position % PING_EVERY == 0:
+        if (self.schedule is not None or self.both) and position % PING_EVERY == 0:
             self._pings[position] = time.monotonic()
             self._send(self.envelope(ping={"id": position}))
         pair = self._wait_pair(position, idle_timeout)
@@ -407,6 +420,9 @@ class Peer:
                 heads = [self._head(s, position) for s in (DEVICE, CLOUD)]
                 if heads[0] is not None and heads[1] is not None:
                     return [heads[0], heads[1]]
+                if self._other_done and heads[1 - self.me] is None:  # no draft of its will come
+                    self.finished = self._other_done
+                    return None
                 left = deadline - time.monotonic()
                 if left <= 0:
                     raise TransportError(f"no draft for position {position} within {idle_timeout:.0f} s")
@@ -465,6 +481,23 @@ class Peer:
     def _check_failure(self) -> None:
         if self._failure and not self.finished:
             raise TransportError(self._failure)
+
+
+def wait_budget(*, lag: float, rtt: float, accepted: int, rejected: int, decode_s: float) -> float:
+    """Symmetric aggregation: how long a side waits for the other side's draft for the
+    position it has just drafted before drafting on from its own token.
+
+    ``lag`` (how late the other side's drafts have lately arrived after this side's) is
+    this side's lead plus the one-way trip. A lead of one one-way trip is all the other
+    side needs to find each of this side's drafts already there, so whatever lag exceeds
+    the round trip ``rtt`` is waited off: a lead beyond it hides nothing and risks
+    forwards. A draft due within ``patience`` is waited for too, patience being what
+    drafting on costs on average: this side's rejection rate (one of each as a prior)
+    times one forward's ``decode_s``."""
+    patience = (rejected + 1) / (accepted + rejected + 2) * decode_s
+    if lag <= patience:
+        return patience
+    return max(0.0, lag - rtt)
 
 
 def _profile_message(p: Profile) -> dict[str, float]:

@@ -20,6 +20,7 @@ from typing import Any, Literal, Protocol
 
 from coinfer.decoding.sampling import SamplingParams
 from coinfer.engines.dragon.config import DragonConfig, Retrieval
+from coinfer.engines.dragon.doccache import DocumentCache
 from coinfer.engines.dragon.pipeline import Peer
 from coinfer.engines.dragon.scheduler import LiveScheduler
 from coinfer.engines.dragon.side import CLOUD, Document, RagSide, Rescore, document_prompt
@@ -144,9 +145,16 @@ class CloudService:
     """The cloud's side of every stream: its model and its corpus."""
 
     def __init__(
-        self, model: SteerableModel, corpus: Retrieves, *, hello_timeout_s: float = 30.0, idle_s: float = 30.0
+        self,
+        model: SteerableModel,
+        corpus: Retrieves,
+        *,
+        hello_timeout_s: float = 30.0,
+        idle_s: float = 30.0,
+        keep_documents: bool = True,
     ) -> None:
         self.model, self.corpus = model, corpus
+        self.cache = DocumentCache.of(model) if keep_documents else None
         self.hello_timeout_s, self.idle_s = hello_timeout_s, idle_s
         self._busy = threading.Lock()
 
@@ -189,11 +197,12 @@ class CloudService:
             transfer_max_ids=config.transfer_max_ids,
             rescore=self.corpus.rescorer(h.question, temperature=config.relevance_temperature),
             rescore_every=config.rescore_every,
+            cache=self.cache,
         )
         try:
             t0 = time.perf_counter()
             side.start()
-            max_tokens = min(config.max_tokens, room(self.model, side.prefixes))
+            max_tokens = min(config.max_tokens, room(self.model, side.prefixes, side.kept_cells))
             stream.send(
                 envelope_type()(
                     ready={
@@ -221,10 +230,12 @@ class CloudService:
             side.close()
 
 
-def room(model: SteerableModel, prefixes: Sequence[list[int]]) -> int:
+def room(model: SteerableModel, prefixes: Sequence[list[int]], reserved: int = 0) -> int:
     """How many tokens an answer may have before the documents' sequences fill the model's
     window: each sequence's own ``n_ctx``, or, where all sequences share the cells
-    (llama.cpp's unified cache), an equal share of what their prompts leave."""
+    (llama.cpp's unified cache), an equal share of what their prompts and the ``reserved``
+    cells (kept documents) leave."""
     if model.kv_cells_shared:
-        return max(0, (model.n_ctx - sum(len(p) for p in prefixes)) // max(1, len(prefixes)))
+        left = model.n_ctx - reserved - sum(len(p) for p in prefixes)
+        return max(0, left // max(1, len(prefixes)))
     return max(0, model.n_ctx - max(len(p) for p in prefixes))

@@ -24,6 +24,7 @@ import numpy as np
 from coinfer.decoding.drafters import common_prefix
 from coinfer.decoding.sampling import SamplingParams, probs_from_logits, sample_at
 from coinfer.engines.dragon.aggregation import local_mixture
+from coinfer.engines.dragon.doccache import DocumentCache
 from coinfer.errors import ConfigError
 from coinfer.models.base import Seq, SteerableModel
 from coinfer.transport.sparse import SparseDistribution, sparsify
@@ -102,6 +103,7 @@ class RagSide:
         transfer_max_ids: int = 256,
         rescore: Rescore | None = None,
         rescore_every: int = 16,
+        cache: DocumentCache | None = None,
     ) -> None:
         if not documents:
             raise ConfigError("a side needs at least one document", hint="retrieve with top_k >= 1")
@@ -118,6 +120,7 @@ class RagSide:
         self.transfer = (transfer_top_p, transfer_max_ids)
         self.relevance = np.array([d.relevance for d in documents], dtype=np.float64)
         self.rescore, self.rescore_every = rescore, rescore_every
+        self.cache = cache
         self._rescored: tuple[tuple[int, ...], np.ndarray] | None = None
         self.prefixes = [prompt_for(d) for d in self.documents]
         self.generated: list[int] = []
@@ -127,13 +130,25 @@ class RagSide:
 
     # ---- the sequences ----------------------------------------------------------------
     def start(self) -> float:
-        """Prefill every document's sequence (one batch); the seconds it took."""
+        """Prefill every document's sequence (one batch; with a ``cache``, only what no
+        earlier answer read); the seconds it took."""
         t0 = time.perf_counter()
-        self._seqs = [self.model.new_sequence() for _ in self.documents]
-        rows = self.model.extend_many(list(zip(self._seqs, self.prefixes, strict=True)), last_only=True)
+        if self.cache is None:
+            items = [(self.model.new_sequence(), p) for p in self.prefixes]
+        else:
+            items = self.cache.open(self.prefixes)
+        self._seqs = [seq for seq, _ in items]
+        rows = self.model.extend_many(items, last_only=True)
+        if self.cache is not None:
+            self.cache.keep(self.prefixes, self._seqs)
         self._rows = np.stack([r[-1] for r in rows])
         self.forward_s = time.perf_counter() - t0
         return self.forward_s
+
+    @property
+    def kept_cells(self) -> int:
+        """Cells the document cache holds (a shared cache's room for answers shrinks by them)."""
+        return self.cache.cells if self.cache is not None else 0
 
     @property
     def started(self) -> bool:
