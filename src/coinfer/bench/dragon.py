@@ -444,9 +444,16 @@ def _models_words(c: dict[str, Any]) -> str:
 
 def markdown(report: dict[str, Any]) -> str:
     s, c = report["summary"], report["config"]
+    lines = ["# coinfer bench dragon", ""]
+    if c.get("questions"):
+        lines += _qa_markdown(s, c)
+    if s.get("perplexity"):
+        lines += _lm_markdown(s, c)
+    return "\n".join(lines)
+
+
+def _qa_markdown(s: dict[str, Any], c: dict[str, Any]) -> list[str]:
     lines = [
-        "# coinfer bench dragon",
-        "",
         f"{_models_words(c)}, {c['max_tokens']} tokens per answer, "
         f"{len(c['questions'])} questions; {c['link']}; one core per side: {c['pinned']}.",
         "",
@@ -480,25 +487,28 @@ def markdown(report: dict[str, Any]) -> str:
         f"Failed runs: {len(s['failed'])}.",
         "",
     ]
-    if s.get("perplexity"):
-        lm = c["lm"]
-        lines += [
-            f"Language modelling: {lm['windows']} windows of {lm['window']} tokens over CPython's "
-            f"documentation, {lm['documents_per_side']} documents per side.",
-            "",
-            "| system | perplexity | half a | half b |",
-            "|---|---|---|---|",
-        ]
-        halves = s["perplexity_by_half"]
-        for system in s["perplexity"]:  # in dragon_lm.LM_SYSTEMS' order
-            lines.append(
-                f"| {system} | {s['perplexity'][system]} | {halves['a'][system]} | {halves['b'][system]} |"
-            )
-        lines += [
-            "",
-            f"DRAGON's perplexity over the best centralized baseline's: "
-            f"{s['dragon_perplexity_over_best_centralized']}; over each side alone's: "
-            f"{s['dragon_perplexity_over_alone']}.",
-            "",
-        ]
-    return "\n".join(lines)
+    return lines
+
+
+def _lm_markdown(s: dict[str, Any], c: dict[str, Any]) -> list[str]:
+    lm = c["lm"]
+    lines = [
+        f"Language modelling: {lm['windows']} windows of {lm['window']} tokens over CPython's "
+        f"documentation, {lm['documents_per_side']} documents per side.",
+        "",
+        "| system | perplexity | half a | half b |",
+        "|---|---|---|---|",
+    ]
+    halves = s["perplexity_by_half"]
+    for system in s["perplexity"]:  # in dragon_lm.LM_SYSTEMS' order
+        lines.append(
+            f"| {system} | {s['perplexity'][system]} | {halves['a'][system]} | {halves['b'][system]} |"
+        )
+    lines += [
+        "",
+        f"DRAGON's perplexity over the best centralized baseline's: "
+        f"{s['dragon_perplexity_over_best_centralized']}; over each side alone's: "
+        f"{s['dragon_perplexity_over_alone']}.",
+        "",
+    ]
+    return lines

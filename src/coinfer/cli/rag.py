@@ -228,10 +228,10 @@ def add_parser(sub: Any) -> None:
     )
     ask.add_argument(
         "--aggregator",
-        default="auto",
-        choices=["auto", "device", "cloud", "both"],
-        help="the side that aggregates (auto: the live scheduler moves it; both: each side on its own copy;"
-        " default auto)",
+        default="both",
+        choices=["both", "auto", "device", "cloud"],
+        help="the side that aggregates (both: each side on its own copy; auto: the live scheduler moves it;"
+        " default both)",
     )
     ask.add_argument(
         "--lookahead", type=int, default=8, help="tokens a side drafts ahead (0: token-wise sync)"

@@ -193,6 +193,8 @@ class Peer:
                 self._publish(draft, epoch)
                 if self.lookahead > 0 and self._still_drafting(draft, epoch):
                     self.side.advance(draft.token)
+        except TransportError:
+            return  # a draft could not be sent: the reader sees the stream end and judges it
         except Exception as exc:
             self._fail(f"the {'device' if self.me == DEVICE else 'cloud'} decoder failed: {exc}")
 

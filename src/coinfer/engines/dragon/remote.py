@@ -48,8 +48,9 @@ class CloudLink:
     """Where the cloud is and how to talk to it: ``address`` host:port, ``token`` the
     shared secret, ``deadline_s`` the most one answer's stream may last, ``idle_s`` the
     most to wait for the cloud's next draft or decision before finishing on the device
-    alone, ``aggregator`` the side that aggregates ("auto": the device first, then the
-    side the live scheduler prefers; "both": each side on its own copy), ``lookahead``
+    alone, ``aggregator`` the side that aggregates ("both": each side on its own copy,
+    the fastest measured; "auto": the device first, then the side the live scheduler
+    prefers; "device" or "cloud": fixed), ``lookahead``
     how far a side drafts ahead of the accepted text (0: token-wise synchronous
     aggregation)."""
 
@@ -58,7 +59,7 @@ class CloudLink:
     tls: Tls | None = None
     deadline_s: float = 600.0
     idle_s: float = 10.0
-    aggregator: Literal["device", "cloud", "auto", "both"] = "auto"
+    aggregator: Literal["device", "cloud", "auto", "both"] = "both"
     lookahead: int = 8
 
     def __post_init__(self) -> None:
