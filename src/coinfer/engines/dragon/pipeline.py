@@ -229,8 +229,8 @@ class Peer:
 
     def _still_drafting(self, draft: Draft, epoch: int) -> bool:
         """Symmetric aggregation: whether to draft on from this side's own token. When the
-        other side's draft for this position is here, or expected within ``_patience``, the
-        target is waited for (a token that lost is never drafted on); else on at once."""
+        other side's draft for this position is here, the target is waited for (a token
+        that lost is never drafted on); else for at most ``wait_budget``."""
         if not self.both:
             return True
         with self._cond:
