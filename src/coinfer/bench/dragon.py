@@ -397,40 +397,37 @@ def summarize(rows: list[dict[str, Any]], delays: Sequence[float]) -> dict[str, 
         for d in delays
     }
     tw = latency["drdg-tw"]
-    device_ttft = alone["device-only"]["ttft_s"]
+    alone_ttft: dict[str, float | None] = dict.fromkeys(
+        best, alone["device-only"]["ttft_s"]
+    )  # the same at every delay
+
+    def ratio(a: float, b: float) -> float:
+        return round(a / b, 3)
+
+    def reduction(a: float, b: float) -> float:
+        return round(1 - a / b, 4)
+
     both = {s: _mean([float(all(r["facts"].values())) for r in ok if r["system"] == s]) for s in SYSTEMS}
     return {
         "latency_s": latency,
         "ttft_s": ttft,
         "alone": alone,
-        "latency_reduction_vs_tw": _by_delay(best, tw, lambda a, b: round(1 - a / b, 4)),
-        "live_over_best_fixed": _by_delay(latency["dragon-live"], best, lambda a, b: round(a / b, 3)),
-        "ttft_ratio_vs_device_only": _by_delay(
-            ttft["dragon-device"], None, lambda a, _: round(a / device_ttft, 3)
-        )
-        if device_ttft
-        else dict.fromkeys(best),
-        "both_reduction_vs_tw": _by_delay(latency["dragon-both"], tw, lambda a, b: round(1 - a / b, 4)),
-        "both_over_best_fixed": _by_delay(latency["dragon-both"], best, lambda a, b: round(a / b, 3)),
-        "both_ttft_ratio_vs_device_only": _by_delay(
-            ttft["dragon-both"], None, lambda a, _: round(a / device_ttft, 3)
-        )
-        if device_ttft
-        else dict.fromkeys(best),
+        "latency_reduction_vs_tw": _by_delay(best, tw, reduction),
+        "live_over_best_fixed": _by_delay(latency["dragon-live"], best, ratio),
+        "ttft_ratio_vs_device_only": _by_delay(ttft["dragon-device"], alone_ttft, ratio),
+        "both_reduction_vs_tw": _by_delay(latency["dragon-both"], tw, reduction),
+        "both_over_best_fixed": _by_delay(latency["dragon-both"], best, ratio),
+        "both_ttft_ratio_vs_device_only": _by_delay(ttft["dragon-both"], alone_ttft, ratio),
         "answers_with_both_facts": both,
         "failed": [{k: r[k] for k in ("system", "delay_s", "id", "error")} for r in rows if "error" in r],
     }
 
 
 def _by_delay(
-    a: dict[str, float | None], b: dict[str, float | None] | None, f: Callable[[float, float], float]
+    a: dict[str, float | None], b: dict[str, float | None], f: Callable[[float, float], float]
 ) -> dict[str, float | None]:
-    """``f(a[d], b[d])`` per delay, None where either is missing (``b`` None: ``f(a[d], 1)``)."""
-    out: dict[str, float | None] = {}
-    for d, x in a.items():
-        y = 1.0 if b is None else b.get(d)
-        out[d] = f(x, y) if x and y else None
-    return out
+    """``f(a[d], b[d])`` per delay, None where either is missing."""
+    return {d: f(x, y) if x and (y := b.get(d)) else None for d, x in a.items()}
 
 
 def _models_words(c: dict[str, Any]) -> str:

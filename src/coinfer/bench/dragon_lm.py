@@ -40,6 +40,7 @@ from typing import Any
 import numpy as np
 
 from coinfer.engines.dragon.aggregation import side_weight
+from coinfer.engines.dragon.config import DragonConfig
 from coinfer.engines.dragon.corpus import Corpus, Rescore
 from coinfer.engines.dragon.side import Document
 from coinfer.models.base import SteerableModel
@@ -47,7 +48,7 @@ from coinfer.models.base import SteerableModel
 __all__ = ["LM_SYSTEMS", "LmWorkload", "perplexities", "stdlib_documents"]
 
 LM_SYSTEMS = ("no-rag", "device-only", "cloud-only", "crcg", "drcg", "dragon", "dragon-dynamic")
-RESCORE_EVERY = 16  # tokens between re-scorings of the dynamic weights (the engine's default)
+RESCORE_EVERY = DragonConfig().rescore_every  # tokens between re-scorings (the engine's default)
 CORPUS_MODULES = [
     "argparse",
     "collections",

@@ -23,13 +23,18 @@ HOST, PEER = "10.231.0.1", "10.231.0.2"
 _MASK = "30"
 
 
-def _ip(*args: str) -> None:
-    proc = subprocess.run(["ip", *args], capture_output=True, text=True, timeout=30)
+def _run(*argv: str) -> None:
+    proc = subprocess.run(list(argv), capture_output=True, text=True, timeout=30)
     if proc.returncode != 0:
         raise ConfigError(
-            f"ip {' '.join(args)} failed: {proc.stderr.strip() or proc.returncode}",
-            hint="bandwidth limits need root with CAP_NET_ADMIN (leave --bandwidth-mbit out otherwise)",
+            f"{' '.join(argv)} failed: {proc.stderr.strip() or proc.returncode}",
+            hint="bandwidth limits need root with CAP_NET_ADMIN and the tbf qdisc"
+            " (leave --bandwidth-mbit out otherwise)",
         )
+
+
+def _ip(*args: str) -> None:
+    _run("ip", *args)
 
 
 def tbf(rate_mbit: float) -> list[str]:
@@ -67,20 +72,12 @@ class ShapedLink:
             _ip("-n", self.name, "addr", "add", f"{PEER}/{_MASK}", "dev", self.peer_if)
             _ip("-n", self.name, "link", "set", self.peer_if, "up")
             _ip("-n", self.name, "link", "set", "lo", "up")
-            self._shape([], self.host_if)
-            self._shape(self.prefix, self.peer_if)
+            for inside, dev in (([], self.host_if), (self.prefix, self.peer_if)):
+                _run(*inside, "tc", "qdisc", "add", "dev", dev, "root", *tbf(self.rate_mbit))
         except BaseException:
             self.close()
             raise
         return self
-
-    def _shape(self, prefix: list[str], dev: str) -> None:
-        argv = [*prefix, "tc", "qdisc", "add", "dev", dev, "root", *tbf(self.rate_mbit)]
-        proc = subprocess.run(argv, capture_output=True, text=True, timeout=30)
-        if proc.returncode != 0:
-            raise ConfigError(
-                f"tc failed on {dev}: {proc.stderr.strip()}", hint="is the tbf qdisc available?"
-            )
 
     def close(self) -> None:
         if self._made:

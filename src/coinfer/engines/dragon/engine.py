@@ -36,7 +36,7 @@ from coinfer.decoding.sampling import PositionDraws
 from coinfer.engines.dragon.config import DragonConfig
 from coinfer.engines.dragon.doccache import DocumentCache
 from coinfer.engines.dragon.pipeline import Peer
-from coinfer.engines.dragon.remote import CloudLink, hello, room
+from coinfer.engines.dragon.remote import CloudLink, hello
 from coinfer.engines.dragon.scheduler import LiveScheduler
 from coinfer.engines.dragon.side import DEVICE, Document, RagSide, Rescore, document_prompt
 from coinfer.errors import ConfigError, TransportError
@@ -82,9 +82,7 @@ def generate_tokens(
         side = _device_side(model, question, documents, config, seed, prompt_style, rescore, report)
         try:
             side.start()
-            yield from _device_alone(
-                side, [], min(config.max_tokens, room(model, side.prefixes, side.kept_cells))
-            )
+            yield from _device_alone(side, [], min(config.max_tokens, side.room()))
         finally:
             side.close()
         return
@@ -187,7 +185,7 @@ def _together(
     """Speculative Aggregation with the cloud; on a failed link, the device alone from the
     text agreed so far."""
     model = side.model
-    max_tokens = min(config.max_tokens, room(model, side.prefixes, side.kept_cells))
+    max_tokens = min(config.max_tokens, side.room())
     text: list[int] = []
     try:
         if sent is not None:

@@ -14,7 +14,6 @@ import hashlib
 import logging
 import threading
 import time
-from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol
 
@@ -203,7 +202,7 @@ class CloudService:
         try:
             t0 = time.perf_counter()
             side.start()
-            max_tokens = min(config.max_tokens, room(self.model, side.prefixes, side.kept_cells))
+            max_tokens = min(config.max_tokens, side.room())
             stream.send(
                 envelope_type()(
                     ready={
@@ -229,14 +228,3 @@ class CloudService:
             peer.run(idle_timeout=self.idle_s)
         finally:
             side.close()
-
-
-def room(model: SteerableModel, prefixes: Sequence[list[int]], reserved: int = 0) -> int:
-    """How many tokens an answer may have before the documents' sequences fill the model's
-    window: each sequence's own ``n_ctx``, or, where all sequences share the cells
-    (llama.cpp's unified cache), an equal share of what their prompts and the ``reserved``
-    cells (kept documents) leave."""
-    if model.kv_cells_shared:
-        left = model.n_ctx - reserved - sum(len(p) for p in prefixes)
-        return max(0, left // max(1, len(prefixes)))
-    return max(0, model.n_ctx - max(len(p) for p in prefixes))

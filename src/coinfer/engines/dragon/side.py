@@ -145,10 +145,16 @@ class RagSide:
         self.forward_s = time.perf_counter() - t0
         return self.forward_s
 
-    @property
-    def kept_cells(self) -> int:
-        """Cells the document cache holds (a shared cache's room for answers shrinks by them)."""
-        return self.cache.cells if self.cache is not None else 0
+    def room(self) -> int:
+        """How many tokens an answer may have before the documents' sequences fill the
+        model's window: each sequence's own ``n_ctx``, or, where all sequences share the
+        cells (llama.cpp's unified cache), an equal share of what their prompts and the
+        document cache's kept cells leave."""
+        if self.model.kv_cells_shared:
+            kept = self.cache.cells if self.cache is not None else 0
+            left = self.model.n_ctx - kept - sum(len(p) for p in self.prefixes)
+            return max(0, left // max(1, len(self.prefixes)))
+        return max(0, self.model.n_ctx - max(len(p) for p in self.prefixes))
 
     @property
     def started(self) -> bool:

@@ -20,7 +20,6 @@ from coinfer.errors import ConfigError
 __all__ = ["DECODE", "PREFILL", "STOP", "drive", "serve"]
 
 PREFILL, DECODE, STOP = 1, 2, 3
-_LAST = 1  # header flag: the last piece of the prompt, the last stage answers with a token
 
 
 def _header(op: int, position: int, n: int, last: bool) -> Any:
@@ -35,7 +34,7 @@ def _pass_on(stage: Any, rank: int, world: int, header: Any, x: Any) -> list[Any
     import torch
     import torch.distributed as dist
 
-    op, position, _, last = (int(v) for v in header)
+    _, position, _, last = (int(v) for v in header)
     out = stage.forward(x, position)
     if rank + 1 < world:
         return [dist.isend(header, rank + 1), dist.isend(out.contiguous(), rank + 1)]
