@@ -26,8 +26,9 @@ from coinfer.errors import ConfigError
 if TYPE_CHECKING:
     from coinfer.decoding import Drafter, Response
     from coinfer.models import SteerableModel
+    from coinfer.models.base import Prompter
 
-__all__ = ["add_parser", "cmd_generate"]
+__all__ = ["add_parser", "cmd_generate", "prompt_ids", "summary_lines"]
 
 
 def _config(args: argparse.Namespace) -> Any:
@@ -65,9 +66,7 @@ def _draft_specs(args: argparse.Namespace) -> list[str]:
     return [s.strip() for s in args.drafts.split(",") if s.strip()]
 
 
-def prompt_ids(
-    model: SteerableModel, args: argparse.Namespace, *, quiet: bool = False
-) -> tuple[list[int], str]:
+def prompt_ids(model: Prompter, args: argparse.Namespace, *, quiet: bool = False) -> tuple[list[int], str]:
     """The prompt's ids and its format: "chat" (the model's template) or "raw"."""
     if args.raw or not model.template.source:
         if not args.raw and not quiet:
@@ -174,7 +173,7 @@ def cmd_generate(args: argparse.Namespace) -> int:
         print(json.dumps(_json(args, text, tokens, finish, prompt_format, last, draft), ensure_ascii=False))
     else:
         sys.stdout.write("\n")
-        for line in _summary(last, finish, drafted=bool(drafters) or draft_model is not None):
+        for line in summary_lines(last, finish, drafted=bool(drafters) or draft_model is not None):
             err(line)
     return code
 
@@ -225,7 +224,7 @@ def _json(
     return out
 
 
-def _summary(last: Response | None, finish: str, *, drafted: bool) -> list[str]:
+def summary_lines(last: Response | None, finish: str, *, drafted: bool) -> list[str]:
     """The summary line (and, for the collective engine, the drafts it left out)."""
     if last is None:
         return [f"[no tokens, {finish}]"]

@@ -24,7 +24,7 @@ from coinfer.errors import ConfigError, ContextOverflowError, SequenceError
 from coinfer.models.chat_template import ChatTemplate, Message
 from coinfer.models.tree import TokenTree
 
-__all__ = ["Seq", "SteerableModel", "TokenConstraint", "backend_seq"]
+__all__ = ["Prompter", "Seq", "SteerableModel", "TokenConstraint", "backend_seq"]
 
 S = TypeVar("S", bound="Seq")
 
@@ -58,27 +58,15 @@ class TokenConstraint(Protocol):
     def close(self) -> None: ...
 
 
-class SteerableModel(ABC):
-    """A language model whose next-token logits and KV cache coinfer controls."""
+class Prompter(ABC):
+    """Text to token ids and back, and the model's chat template: all a model's prompts
+    need (a steerable model is one; so is a tokenizer alone, for engines whose layers
+    live in other processes)."""
 
     name: str
-    backend: str
-    vocab_size: int
-    n_ctx: int
-    eos_ids: frozenset[int]
     template: ChatTemplate
-    kv_cells_shared: bool = False  # all sequences share the n_ctx cache cells (llama.cpp)
-    max_sequences: int | None = None  # how many sequences may be live at once (None: no limit)
-    weights_file: Path | None = None  # the file the weights are memory-mapped from, paged on demand
-    # called with a layer's index as soon as a forward has computed it (a backend that can
-    # tell, when asked to: llama.cpp loaded with layer_progress=True); None: nobody listens
-    layer_listener: Callable[[int], None] | None = None
+    eos_ids: frozenset[int]
 
-    def __init__(self) -> None:
-        self._next_seq_id = 0
-        self._live: dict[int, Seq] = {}
-
-    # ---- tokens -----------------------------------------------------------------------
     @abstractmethod
     def tokenize(self, text: str, *, special: bool = False, add_bos: bool = False) -> list[int]:
         """Text to token ids; ``special`` parses control tokens such as ``<|im_start|>``."""
@@ -110,6 +98,25 @@ class SteerableModel(ABC):
             return self.text_prompt(text)
         messages: list[Message] = [{"role": "system", "content": system}] if system else []
         return self.chat_prompt([*messages, {"role": "user", "content": text}])
+
+
+class SteerableModel(Prompter):
+    """A language model whose next-token logits and KV cache coinfer controls."""
+
+    name: str
+    backend: str
+    vocab_size: int
+    n_ctx: int
+    kv_cells_shared: bool = False  # all sequences share the n_ctx cache cells (llama.cpp)
+    max_sequences: int | None = None  # how many sequences may be live at once (None: no limit)
+    weights_file: Path | None = None  # the file the weights are memory-mapped from, paged on demand
+    # called with a layer's index as soon as a forward has computed it (a backend that can
+    # tell, when asked to: llama.cpp loaded with layer_progress=True); None: nobody listens
+    layer_listener: Callable[[int], None] | None = None
+
+    def __init__(self) -> None:
+        self._next_seq_id = 0
+        self._live: dict[int, Seq] = {}
 
     # ---- sequences --------------------------------------------------------------------
     def new_sequence(self) -> Seq:

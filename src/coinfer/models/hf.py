@@ -16,16 +16,17 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from coinfer.errors import MissingDependencyError, ModelError
-from coinfer.models.base import Seq, SteerableModel, backend_seq
+from coinfer.models.base import Prompter, Seq, SteerableModel, backend_seq
 from coinfer.models.chat_template import ChatTemplate
 from coinfer.models.tree import TokenTree
 
-__all__ = ["HFModel", "import_torch"]
+__all__ = ["HFModel", "HFTokenizer", "import_torch"]
 
 # Control tokens that end generation, as llama.cpp's vocabulary marks them (EOG): turn ends
 # of the common chat formats and the fill-in-the-middle separators, so that both backends
@@ -43,6 +44,61 @@ def import_torch() -> Any:
     except ImportError as exc:
         raise MissingDependencyError("torch/transformers", "torch") from exc
     return torch
+
+
+class HFTokenizer(Prompter):
+    """A transformers tokenizer, its chat template and end-of-generation ids."""
+
+    def __init__(self, tokenizer: Any, generation_config: Any, vocab_size: int, *, name: str = "") -> None:
+        self.name = name
+        self.tok = tokenizer
+        self.vocab_size = vocab_size
+        self.eos_ids = frozenset(self._eos_ids(generation_config))
+        self.template = self._read_template()
+
+    @classmethod
+    def load(cls, folder: str | Path, *, name: str = "") -> HFTokenizer:
+        """The tokenizer of the checkpoint in ``folder``."""
+        from transformers import AutoConfig, AutoTokenizer, GenerationConfig
+
+        try:
+            tok = AutoTokenizer.from_pretrained(folder)
+            vocab = int(AutoConfig.from_pretrained(folder).vocab_size)
+            generation = GenerationConfig.from_pretrained(folder)
+        except (OSError, ValueError, KeyError) as exc:
+            raise ModelError(f"transformers could not load the tokenizer in {folder}: {exc}") from exc
+        return cls(tok, generation, vocab, name=name or Path(folder).name)
+
+    def _eos_ids(self, generation_config: Any) -> set[int]:
+        ids: set[int] = set()
+        for value in (self.tok.eos_token_id, getattr(generation_config, "eos_token_id", None)):
+            if isinstance(value, int):
+                ids.add(value)
+            elif isinstance(value, (list, tuple)):
+                ids.update(int(v) for v in value)
+        vocab = self.tok.get_vocab()
+        ids.update(int(vocab[text]) for text in _END_OF_GENERATION if text in vocab)
+        return {i for i in ids if 0 <= i < self.vocab_size}
+
+    def _read_template(self) -> ChatTemplate:
+        bos_id = self.tok.bos_token_id
+        probe = self.tok("a", add_special_tokens=True)["input_ids"]
+        return ChatTemplate(
+            source=getattr(self.tok, "chat_template", None),
+            bos_token=self.tok.bos_token or "",
+            eos_token=self.tok.eos_token or "",
+            bos_id=bos_id,
+            add_bos=bool(bos_id is not None and probe and probe[0] == bos_id),
+        )
+
+    def tokenize(self, text: str, *, special: bool = False, add_bos: bool = False) -> list[int]:
+        ids = list(self.tok(text, add_special_tokens=False, split_special_tokens=not special)["input_ids"])
+        if add_bos and self.template.bos_id is not None:
+            ids.insert(0, self.template.bos_id)
+        return ids
+
+    def detokenize(self, ids: Sequence[int]) -> str:
+        return str(self.tok.decode(list(ids), skip_special_tokens=False, clean_up_tokenization_spaces=False))
 
 
 @dataclass(eq=False)
@@ -71,43 +127,15 @@ class HFModel(SteerableModel):
         self.vocab_size = int(model.get_output_embeddings().weight.shape[0])
         limit = getattr(model.config, "max_position_embeddings", None) or 4096
         self.n_ctx = min(n_ctx, limit) if n_ctx else min(4096, limit)
-        self.eos_ids = frozenset(self._eos_ids())
-        self.template = self._read_template()
-
-    # ---- tokens -----------------------------------------------------------------------
-    def _eos_ids(self) -> set[int]:
-        ids: set[int] = set()
-        for value in (
-            self.tok.eos_token_id,
-            getattr(self.model.generation_config, "eos_token_id", None),
-        ):
-            if isinstance(value, int):
-                ids.add(value)
-            elif isinstance(value, (list, tuple)):
-                ids.update(int(v) for v in value)
-        vocab = self.tok.get_vocab()
-        ids.update(int(vocab[text]) for text in _END_OF_GENERATION if text in vocab)
-        return {i for i in ids if 0 <= i < self.vocab_size}
-
-    def _read_template(self) -> ChatTemplate:
-        bos_id = self.tok.bos_token_id
-        probe = self.tok("a", add_special_tokens=True)["input_ids"]
-        return ChatTemplate(
-            source=getattr(self.tok, "chat_template", None),
-            bos_token=self.tok.bos_token or "",
-            eos_token=self.tok.eos_token or "",
-            bos_id=bos_id,
-            add_bos=bool(bos_id is not None and probe and probe[0] == bos_id),
-        )
+        self._text = HFTokenizer(tokenizer, model.generation_config, self.vocab_size)
+        self.eos_ids = self._text.eos_ids
+        self.template = self._text.template
 
     def tokenize(self, text: str, *, special: bool = False, add_bos: bool = False) -> list[int]:
-        ids = list(self.tok(text, add_special_tokens=False, split_special_tokens=not special)["input_ids"])
-        if add_bos and self.template.bos_id is not None:
-            ids.insert(0, self.template.bos_id)
-        return ids
+        return self._text.tokenize(text, special=special, add_bos=add_bos)
 
     def detokenize(self, ids: Sequence[int]) -> str:
-        return str(self.tok.decode(list(ids), skip_special_tokens=False, clean_up_tokenization_spaces=False))
+        return self._text.detokenize(ids)
 
     # ---- sequences --------------------------------------------------------------------
     def _new_seq(self, seq_id: int) -> Seq:

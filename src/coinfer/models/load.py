@@ -19,7 +19,7 @@ from coinfer.errors import ConfigError, MissingDependencyError, ModelError
 from coinfer.models.base import SteerableModel
 from coinfer.models.resolve import ModelSource, resolve
 
-__all__ = ["BACKENDS", "load_model", "gguf_path", "hf_cache_key"]
+__all__ = ["BACKENDS", "gguf_path", "hf_cache_key", "load_model", "transformers_folder"]
 
 Backend = Literal["llama.cpp", "transformers"]
 BACKENDS: tuple[str, ...] = ("llama.cpp", "transformers")
@@ -122,15 +122,21 @@ def _load_transformers(
         torch.set_num_threads(n_threads)
     dev = device or ("cuda" if torch.cuda.is_available() else "cpu")
     torch_dtype = _torch_dtype(torch, dtype, dev)
-    if source.kind == "hf_dir":
-        folder = source.local_path
-    elif source.kind == "hub" and ":" not in source.spec:
-        folder = hub_snapshot(source.spec)
-    else:
-        gguf = gguf_path(source)
-        folder = convert_gguf(gguf, hf_cache_key(source, gguf))
+    folder = transformers_folder(source.spec)
     model, tok = _from_pretrained(folder, torch_dtype, dev)
     return HFModel(model, tok, name=source.name, n_ctx=n_ctx)
+
+
+def transformers_folder(spec: str) -> Path:
+    """The transformers checkpoint directory of ``spec``: the directory itself, the Hub
+    snapshot, or a GGUF file de-quantized once into the cache."""
+    source = resolve(spec)
+    if source.kind == "hf_dir":
+        return source.local_path
+    if source.kind == "hub" and ":" not in source.spec:
+        return hub_snapshot(source.spec)
+    gguf = gguf_path(source)
+    return convert_gguf(gguf, hf_cache_key(source, gguf))
 
 
 def _torch_dtype(torch: Any, dtype: str | None, device: str) -> Any:

@@ -68,3 +68,17 @@ def test_a_stage_refuses_tokens_out_of_order(tiny_dirs) -> None:  # type: ignore
     (stage,) = _stages(tiny_dirs["llama"], [0, 2])
     with pytest.raises(ConfigError, match="holds 0 tokens"):
         stage.forward(torch.tensor([[5, 6]]), 3)
+
+
+@pytest.mark.parametrize("arch", ["llama", "qwen2"])
+def test_a_stage_read_alone_from_disk_equals_the_pruned_whole_model(tiny_dirs, arch: str) -> None:  # type: ignore[no-untyped-def]
+    import torch
+
+    from coinfer.engines.jupiter.stage import Stage
+
+    path = tiny_dirs[arch]
+    ids = torch.randint(3, 300, (1, 9), generator=torch.Generator().manual_seed(2))
+    pruned = [Stage(_load(path), 0, 1), Stage(_load(path), 1, 2)]
+    alone = [Stage.load(path, 0, 1), Stage.load(path, 1, 2)]
+    assert alone[0].model.lm_head is None and alone[1].model.model.embed_tokens is None
+    assert torch.allclose(_through(alone, ids, 0), _through(pruned, ids, 0), atol=1e-6)

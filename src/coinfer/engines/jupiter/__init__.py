@@ -1,9 +1,26 @@
 """Jupiter (paper 004): one model served by several edge devices as a planned pipeline.
 
-So far: the parallelism planner (``planner``). The workers, the pipelined prefill and
-decoding, and ``coinfer edge`` follow (issue 17).
+``EdgeCluster`` (rank 0) profiles the devices, plans their layers (Eq. 1) and has each
+load only its range; ``stream`` / ``generate`` serve a request, the prompt read in planned
+sub-sequences (Eq. 2-4, intra-sequence pipelined prefill). ``run_worker`` is every other
+device.
 """
 
+from coinfer.engines.jupiter.cluster import EdgeCluster, memory_split
+from coinfer.engines.jupiter.engine import JupiterConfig, describe, generate, stream
 from coinfer.engines.jupiter.planner import LayerPlan, SequencePlan, plan_layers, plan_sequence
+from coinfer.engines.jupiter.worker import run_worker
 
-__all__ = ["LayerPlan", "SequencePlan", "plan_layers", "plan_sequence"]
+__all__ = [
+    "EdgeCluster",
+    "JupiterConfig",
+    "LayerPlan",
+    "SequencePlan",
+    "describe",
+    "generate",
+    "memory_split",
+    "plan_layers",
+    "plan_sequence",
+    "run_worker",
+    "stream",
+]

@@ -2,24 +2,58 @@
 states between neighbours, nothing pickled.
 
 Rank 0 holds the first stage and drives: it reads the prompt in the planned
-sub-sequences, and for each one sends a header (``OP``, position, token count) and the
-hidden states to rank 1 without waiting for it (``isend``), so stage 0 reads sub-sequence j + 1
-while stage 1 reads j (intra-sequence pipelined prefill, paper 004 §IV-A). Every later
-rank receives, runs its stage and passes on; the last rank, after the last sub-sequence,
-takes the next token (greedy) and sends it back to rank 0. Decoding is the same with one
-token at a time. ``STOP`` ends every rank's loop.
+sub-sequences, and for each one sends a header (``OP``, position, token count, last) and
+the hidden states to rank 1 without waiting for it (``isend``), so stage 0 reads
+sub-sequence j + 1 while stage 1 reads j (intra-sequence pipelined prefill, paper 004
+§IV-A). Every later rank receives, runs its stage and passes on; the last rank, after the
+prompt's last sub-sequence, picks the next token (``Picker``: greedy, or sampled with the
+position's seeded draw) and sends it back to rank 0. Decoding is the same with one token
+at a time. ``STOP`` ends every rank's loop. With one device (``world == 1``) rank 0 runs
+the whole model alone: the same code, nothing sent.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import time
+from collections.abc import Collection, Generator, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
+from coinfer.decoding.sampling import PositionDraws, SamplingParams, probs_from_logits, sample_at
 from coinfer.errors import ConfigError
 
-__all__ = ["DECODE", "PREFILL", "STOP", "drive", "serve"]
+__all__ = ["DECODE", "PREFILL", "STOP", "Picker", "Traffic", "drive", "serve"]
 
 PREFILL, DECODE, STOP = 1, 2, 3
+
+
+class Picker:
+    """The last stage's choice of the next token from its logits."""
+
+    def __init__(self, sampling: SamplingParams) -> None:
+        self.sampling = sampling
+        self.draws = PositionDraws(sampling.seed)
+
+    def __call__(self, logits: Any, position: int) -> int:
+        """``logits`` (vocab,) for the token at ``position``."""
+        if self.sampling.greedy:
+            return int(logits.argmax())
+        return sample_at(
+            probs_from_logits(logits.double().numpy(), self.sampling), self.draws.uniform(position)
+        )
+
+
+@dataclass
+class Traffic:
+    """What one rank did: bytes it sent to the next stage and seconds it computed."""
+
+    bytes_sent: int = 0
+    busy_s: float = 0.0
+    forwards: int = 0
+    kept: list[int] = field(default_factory=list)  # one device: its own next token
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"bytes_sent": self.bytes_sent, "busy_s": round(self.busy_s, 4), "forwards": self.forwards}
 
 
 def _header(op: int, position: int, n: int, last: bool) -> Any:
@@ -28,28 +62,41 @@ def _header(op: int, position: int, n: int, last: bool) -> Any:
     return torch.tensor([op, position, n, int(last)], dtype=torch.int64)
 
 
-def _pass_on(stage: Any, rank: int, world: int, header: Any, x: Any) -> list[Any]:
+def _pass_on(
+    stage: Any, rank: int, world: int, header: Any, x: Any, pick: Picker | None, traffic: Traffic
+) -> list[Any]:
     """Run ``x`` through this stage and send the result to the next rank (not waited
     for), or, on the last rank, the next token to rank 0 when the header asks."""
     import torch
     import torch.distributed as dist
 
-    _, position, _, last = (int(v) for v in header)
-    out = stage.forward(x, position)
+    _, position, n, last = (int(v) for v in header)
+    t0 = time.perf_counter()
+    out = stage.forward(x, position, logits="last" if last else "none")
+    traffic.busy_s += time.perf_counter() - t0
+    traffic.forwards += 1
     if rank + 1 < world:
-        return [dist.isend(header, rank + 1), dist.isend(out.contiguous(), rank + 1)]
+        out = out.contiguous()
+        traffic.bytes_sent += header.numel() * 8 + out.numel() * out.element_size()
+        return [dist.isend(header, rank + 1), dist.isend(out, rank + 1)]
     if last:
-        token = out[0, -1].argmax().reshape(1).to(torch.int64)
-        dist.send(token, 0)
+        assert pick is not None
+        token = torch.tensor([pick(out[0, -1], position + n)], dtype=torch.int64)
+        if world > 1:
+            dist.send(token, 0)
+        else:
+            traffic.kept.append(int(token))
     return []
 
 
-def serve(stage: Any, rank: int, world: int, hidden_size: int) -> None:
+def serve(stage: Any, rank: int, world: int, pick: Picker | None) -> Traffic:
     """A rank after the first: receive, run, pass on, until ``STOP``."""
     import torch
     import torch.distributed as dist
 
     pending: list[Any] = []
+    traffic = Traffic()
+    hidden = int(stage.config.hidden_size)
     while True:
         header = torch.empty(4, dtype=torch.int64)
         dist.recv(header, rank - 1)
@@ -59,45 +106,71 @@ def serve(stage: Any, rank: int, world: int, hidden_size: int) -> None:
                 work.wait()
             if rank + 1 < world:
                 dist.send(header, rank + 1)
-            return
-        x = torch.empty((1, n, hidden_size), dtype=torch.float32)
+            return traffic
+        x = torch.empty((1, n, hidden), dtype=torch.float32)
         dist.recv(x, rank - 1)
         for work in pending:
             work.wait()
-        pending = _pass_on(stage, rank, world, header, x)
+        pending = _pass_on(stage, rank, world, header, x, pick, traffic)
 
 
-def drive(
-    stage: Any, world: int, prompt: Sequence[int], parts: Sequence[int], max_tokens: int, eos: int | None
-) -> list[int]:
-    """Rank 0: prefill ``prompt`` in ``parts``, then decode greedily up to ``max_tokens``
-    (or ``eos``); the generated ids. Sends ``STOP`` at the end."""
+def _next_token(world: int, traffic: Traffic, pending: list[Any]) -> int:
     import torch
     import torch.distributed as dist
 
-    if world < 2:
-        raise ConfigError("a pipeline needs at least two stages", hint="one device runs the model alone")
-    if sum(parts) != len(prompt) or min(parts) < 1:
+    for work in pending:
+        work.wait()
+    if world == 1:
+        return traffic.kept.pop()
+    token = torch.empty(1, dtype=torch.int64)
+    dist.recv(token, world - 1)
+    return int(token)
+
+
+def drive(
+    stage: Any,
+    world: int,
+    prompt: Sequence[int],
+    parts: Sequence[int],
+    *,
+    max_tokens: int,
+    eos: Collection[int],
+    pick: Picker | None = None,
+    traffic: Traffic | None = None,
+) -> Generator[int, None, None]:
+    """Rank 0: prefill ``prompt`` in ``parts``, then decode up to ``max_tokens`` (or an
+    ``eos`` id), yielding each token as it arrives. ``STOP`` goes to every rank at the end,
+    also when the caller stops early. ``pick``: the token choice when rank 0 is also the
+    last stage (one device)."""
+    import torch
+    import torch.distributed as dist
+
+    if sum(parts) != len(prompt) or not parts or min(parts) < 1:
         raise ConfigError(f"parts {list(parts)} do not cut a prompt of {len(prompt)} tokens")
+    traffic = traffic if traffic is not None else Traffic()
     ids = torch.tensor([list(prompt)], dtype=torch.int64)
     pending: list[Any] = []
-    position = 0
-    for i, n in enumerate(parts):
-        header = _header(PREFILL, position, n, i == len(parts) - 1)
-        for work in pending:
-            work.wait()
-        pending = _pass_on(stage, 0, world, header, ids[:, position : position + n])
-        position += n
-    out: list[int] = []
-    while True:
-        for work in pending:
-            work.wait()
-        token = torch.empty(1, dtype=torch.int64)
-        dist.recv(token, world - 1)
-        out.append(int(token))
-        if len(out) >= max_tokens or (eos is not None and out[-1] == eos):
-            break
-        pending = _pass_on(stage, 0, world, _header(DECODE, position, 1, True), token.reshape(1, 1))
-        position += 1
-    dist.send(_header(STOP, position, 0, False), 1)
-    return out
+    position, produced, waiting = 0, 0, False
+    try:
+        for i, n in enumerate(parts):
+            for work in pending:
+                work.wait()
+            header = _header(PREFILL, position, n, i == len(parts) - 1)
+            pending = _pass_on(stage, 0, world, header, ids[:, position : position + n], pick, traffic)
+            position += n
+        waiting = True
+        while True:
+            token = _next_token(world, traffic, pending)
+            waiting = False
+            produced += 1
+            yield token
+            if produced >= max_tokens or token in eos:
+                break
+            header = _header(DECODE, position, 1, True)
+            pending = _pass_on(stage, 0, world, header, torch.tensor([[token]]), pick, traffic)
+            position, waiting = position + 1, True
+    finally:
+        if world > 1:
+            if waiting:  # a token is on its way: take it so that no rank is left sending
+                _next_token(world, traffic, pending)
+            dist.send(_header(STOP, position, 0, False), 1)

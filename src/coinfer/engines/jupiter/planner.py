@@ -162,18 +162,25 @@ def _balanced(cost: np.ndarray, length: int, max_parts: int) -> tuple[np.ndarray
 
 
 def plan_sequence(
-    q: Cost, length: int, *, min_len: int, n_devices: int, max_parts: int | None = None
+    q: Cost,
+    length: int,
+    *,
+    min_len: int,
+    n_devices: int,
+    max_parts: int | None = None,
+    exactly: int | None = None,
 ) -> SequencePlan:
     """Eq. 2-4: the cut of a ``length``-token prompt into sub-sequences (at most ``4 |D|``
-    of them unless ``max_parts`` says) with the least Eq. 4 latency. ``q(x, p)`` takes
-    arrays. ``ConfigError`` if not even one part of ``min_len`` fits."""
+    of them unless ``max_parts`` says; ``exactly`` fixes the count) with the least Eq. 4
+    latency. ``q(x, p)`` takes arrays. ``ConfigError`` if not even one part of
+    ``min_len`` fits."""
     if length < 1 or n_devices < 1 or min_len < 1:
         raise ConfigError(f"need a prompt, a device and min_len >= 1, got {length}, {n_devices}, {min_len}")
-    parts_cap = max(1, min(max_parts or 4 * n_devices, length // min_len))
+    parts_cap = max(1, min(exactly or max_parts or 4 * n_devices, length // min_len))
     cost = _sub_cost(q, length, min(min_len, length))
     w, cut = _balanced(cost, length, parts_cap)
     best: SequencePlan | None = None
-    for k in range(1, parts_cap + 1):
+    for k in range(parts_cap if exactly else 1, parts_cap + 1):
         if not math.isfinite(w[k, length]):
             continue
         parts = _parts(cut, k, length)

@@ -15,9 +15,11 @@ layers' cache slots are renumbered from 0 so the stage's cache holds only its ow
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 from coinfer.errors import ConfigError
+from coinfer.models.layer_range import keep_layers, layer_count, load_layer_range
 
 __all__ = ["Stage"]
 
@@ -26,31 +28,25 @@ class Stage:
     """Layers ``[start, stop)`` of ``model`` (a transformers ``*ForCausalLM``), which this
     stage takes over: the modules it does not need are released."""
 
-    def __init__(self, model: Any, start: int, stop: int) -> None:
-        import torch
-
-        inner = model.model
-        n_layers = len(inner.layers)
-        if not 0 <= start < stop <= n_layers:
-            raise ConfigError(f"a stage needs layers within 0..{n_layers}, got [{start}, {stop})")
+    def __init__(self, model: Any, start: int, stop: int, *, n_layers: int | None = None) -> None:
+        """``model`` is whole and is pruned here; or, with ``n_layers`` (the whole model's
+        count), it holds only layers ``[start, stop)`` already (``load``)."""
+        if n_layers is None:
+            n_layers = layer_count(model.config)
+            keep_layers(model, start, stop)
         self.start, self.stop, self.n_layers = start, stop, n_layers
         self.first, self.last = start == 0, stop == n_layers
         self.model = model
         self.config = model.config
-        kept = list(inner.layers)[start:stop]
-        for i, layer in enumerate(kept):
-            layer.self_attn.layer_idx = i
-        inner.layers = torch.nn.ModuleList(kept)
-        types = list(getattr(self.config, "layer_types", None) or ["full_attention"] * n_layers)
-        self.config.layer_types = types[start:stop]
-        self.config.num_hidden_layers = stop - start
-        if not self.first:
-            inner.embed_tokens = None
-        if not self.last:
-            inner.norm = torch.nn.Identity()
-            model.lm_head = None
         self.cache: Any = None
         self.reset()
+
+    @classmethod
+    def load(cls, folder: str | Path, start: int, stop: int) -> Stage:
+        """Layers ``[start, stop)`` of the checkpoint in ``folder``, read alone: the device
+        holds only this stage's weights."""
+        model, n_layers = load_layer_range(folder, start, stop)
+        return cls(model, start, stop, n_layers=n_layers)
 
     def reset(self) -> None:
         from transformers import DynamicCache
@@ -62,10 +58,12 @@ class Stage:
         """Tokens this stage's cache holds."""
         return int(self.cache.get_seq_length())
 
-    def forward(self, x: Any, position: int) -> Any:
+    def forward(self, x: Any, position: int, *, logits: str = "all") -> Any:
         """Token ids ``(1, n)`` on the first stage, hidden states ``(1, n, hidden)`` after;
         ``position`` must be the cache's length (the tokens arrive in order). Hidden
-        states out, or logits ``(1, n, vocab)`` on the last stage."""
+        states out; on the last stage logits: ``(1, n, vocab)`` for ``logits="all"``,
+        ``(1, 1, vocab)`` of the last token for ``"last"``, or None for ``"none"`` (a
+        prompt's sub-sequence before its last needs only the cache)."""
         import torch
 
         if position != self.length:
@@ -80,7 +78,11 @@ class Stage:
                 **kwargs, position_ids=positions, past_key_values=self.cache, use_cache=True
             )
             hidden = out.last_hidden_state
-            return self.model.lm_head(hidden) if self.last else hidden
+            if not self.last:
+                return hidden
+            if logits == "none":
+                return None
+            return self.model.lm_head(hidden[:, -1:] if logits == "last" else hidden)
 
     def truncate(self, length: int) -> None:
         """Forget every token from ``length`` on."""

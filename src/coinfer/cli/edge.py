@@ -1,0 +1,280 @@
+"""``coinfer edge``: one model served by several devices as a pipeline (Jupiter, paper 004).
+
+``edge launch`` starts ``--devices`` local workers, each pinned to its own cores, becomes
+device 0 itself, and generates: the same output, summary line and ``--json`` as
+``coinfer generate``. ``edge worker`` runs one device for a launcher on another host.
+
+The request runs on a thread; the main thread watches the workers, so that Ctrl-C or a
+worker that dies stops every process at once, with one line naming the device.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import queue
+import secrets
+import socket
+import subprocess
+import sys
+import threading
+from typing import Any
+
+from coinfer.cli.common import add_output_flags, add_sampling_flags, err, sampling_from_args
+from coinfer.errors import CoinferError, ConfigError
+
+__all__ = ["add_parser", "cmd_launch", "cmd_worker"]
+
+DEFAULT_EDGE_MODEL = "qwen2.5-coder-0.5b"
+
+
+def _budgets(text: str | None, devices: int) -> list[float | None] | None:
+    """``--memory 1.5,1.5`` (GB) or sizes such as ``800M``: one per device, or one for all."""
+    if not text:
+        return None
+    from coinfer.models.prefetch import parse_size
+
+    items = [t.strip() for t in text.split(",") if t.strip()]
+    sizes = [float(parse_size(t + "G" if _is_number(t) else t)) for t in items]
+    if len(sizes) == 1:
+        sizes *= devices
+    if len(sizes) != devices:
+        raise ConfigError(
+            f"--memory names {len(sizes)} budgets for {devices} devices", hint="give one per device"
+        )
+    return list(sizes)
+
+
+def _is_number(text: str) -> bool:
+    try:
+        float(text)
+    except ValueError:
+        return False
+    return True
+
+
+def _cores(rank: int, per_device: int) -> list[int]:
+    """Device ``rank``'s cores: the ``per_device`` after those of the ranks before it."""
+    available = sorted(os.sched_getaffinity(0))
+    return [available[(rank * per_device + i) % len(available)] for i in range(per_device)]
+
+
+def _pin(cores: list[int]) -> None:
+    import torch
+
+    os.sched_setaffinity(0, cores)
+    torch.set_num_threads(len(cores))
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _spawn(args: argparse.Namespace, master: str, token: str) -> list[subprocess.Popen[bytes]]:
+    env = {**os.environ, "COINFER_EDGE_TOKEN": token}
+    procs = []
+    for rank in range(1, args.devices):
+        cmd = [
+            sys.executable, "-m", "coinfer", "edge", "worker",
+            "--rank", str(rank), "--world", str(args.devices), "--master", master,
+            "--cores", ",".join(map(str, _cores(rank, args.cores_per_device))), "--name", f"device{rank}",
+        ]  # fmt: skip
+        procs.append(subprocess.Popen(cmd, env=env, start_new_session=True))
+    return procs
+
+
+def _stop(procs: list[subprocess.Popen[bytes]]) -> None:
+    for p in procs:
+        if p.poll() is None:
+            p.kill()
+    for p in procs:
+        p.wait()
+
+
+def _run_request(args: argparse.Namespace, master: str, token: str, out: queue.Queue[Any]) -> None:
+    """The request (on a thread): set up the cluster, stream, put each response on ``out``."""
+    from coinfer.cli.generate import prompt_ids
+    from coinfer.engines.jupiter import EdgeCluster, JupiterConfig, stream
+
+    try:
+        config = JupiterConfig(
+            max_tokens=args.max_tokens,
+            sampling=sampling_from_args(args),
+            pipelined_prefill=not args.plain_prefill,
+            min_part=args.min_part,
+            parts=args.parts,
+        )
+        _pin(_cores(0, args.cores_per_device))
+        cluster = EdgeCluster(
+            args.model, world=args.devices, master=master, threads=args.cores_per_device, name="device0",
+            budgets=_budgets(args.memory, args.devices), split=args.split, n_ctx=args.ctx, token=token,
+        )  # fmt: skip
+        try:
+            prompt, fmt = prompt_ids(cluster.text, args, quiet=args.json)
+            out.put(("begin", fmt))
+            for response in stream(cluster, prompt, config=config):
+                out.put(("response", response))
+        finally:
+            cluster.close()
+        out.put(("done", cluster.text.detokenize))
+    except BaseException as exc:  # handed to the main thread, which reports it
+        out.put(("error", exc))
+
+
+def _dead_worker(procs: list[subprocess.Popen[bytes]]) -> str | None:
+    for rank, p in enumerate(procs, start=1):
+        code = p.poll()
+        if code is not None and code != 0:
+            how = f"was killed by signal {-code}" if code < 0 else f"exited with code {code}"
+            return f"device {rank} (pid {p.pid}) {how}"
+    return None
+
+
+def _follow(
+    out: queue.Queue[Any], procs: list[subprocess.Popen[bytes]], echo: bool
+) -> tuple[list[Any], str, Any]:
+    """Responses as they come; a dead worker or an error ends the run with one line."""
+    responses: list[Any] = []
+    fmt = "chat"
+    while True:
+        try:
+            kind, value = out.get(timeout=0.2)
+        except queue.Empty:
+            dead = _dead_worker(procs)
+            if dead is not None:
+                raise ConfigError(
+                    dead, hint="its own error, if any, is printed above; no process is left running"
+                ) from None
+            continue
+        if kind == "begin":
+            fmt = value
+        elif kind == "response":
+            responses.append(value)
+            if echo:
+                sys.stdout.write(value.text)
+                sys.stdout.flush()
+        elif kind == "done":
+            return responses, fmt, value
+        else:
+            dead = _dead_worker(procs)
+            if dead is not None:
+                raise ConfigError(dead, hint="no process is left running") from value
+            raise value
+
+
+def cmd_launch(args: argparse.Namespace) -> int:
+    if args.devices < 1 or args.cores_per_device < 1:
+        raise ConfigError("--devices and --cores-per-device must be >= 1")
+    _budgets(args.memory, args.devices)  # checked before anything starts
+    token = os.environ.get("COINFER_EDGE_TOKEN") or secrets.token_hex(16)
+    master = f"127.0.0.1:{_free_port()}"
+    procs = _spawn(args, master, token) if args.devices > 1 else []
+    out: queue.Queue[Any] = queue.Queue()
+    thread = threading.Thread(target=_run_request, args=(args, master, token, out), daemon=True)
+    thread.start()
+    try:
+        responses, fmt, detokenize = _follow(out, procs, echo=not args.json)
+    except KeyboardInterrupt:
+        _stop(procs)
+        err("coinfer: interrupted; every device stopped")
+        sys.stdout.flush()
+        os._exit(130)  # the request's thread may sit in a gloo call of a closed group
+    except CoinferError:
+        _stop(procs)
+        raise
+    thread.join(timeout=10)
+    _stop(procs)
+    _report(args, responses, fmt, detokenize)
+    return 0
+
+
+def _report(args: argparse.Namespace, responses: list[Any], fmt: str, detokenize: Any) -> None:
+    from coinfer.cli.generate import summary_lines
+
+    last = responses[-1] if responses else None
+    tokens = [t for r in responses for t in r.tokens]
+    finish = (last.finish_reason if last else None) or "length"
+    if args.json:
+        out = {
+            "text": detokenize(tokens),
+            "n_tokens": len(tokens),
+            "finish_reason": finish,
+            "model": args.model,
+            "backend": "transformers",
+            "engine": "jupiter",
+            "prompt_format": fmt,
+            "draft": "none",
+            "stats": last.stats.as_dict() if last else {},
+            "extras": last.extras if last else {},
+        }
+        print(json.dumps(out, ensure_ascii=False))
+        return
+    sys.stdout.write("\n")
+    for line in summary_lines(last, finish, drafted=False):
+        err(line)
+    if last is not None:
+        devices = last.extras.get("devices", [])
+        err(
+            f"[{len(devices)} devices, layers "
+            + ", ".join(f"{d['name']} {d['layers'][0]}-{d['layers'][1]}" for d in devices)
+            + f", prompt in {len(last.extras.get('parts', []))} parts]"
+        )
+
+
+def cmd_worker(args: argparse.Namespace) -> int:
+    from coinfer.engines.jupiter import run_worker
+
+    cores = [int(c) for c in args.cores.split(",")] if args.cores else sorted(os.sched_getaffinity(0))
+    os.sched_setaffinity(0, cores)
+    try:
+        run_worker(
+            args.rank, args.world, args.master, name=args.name or socket.gethostname(), threads=len(cores)
+        )
+    except CoinferError as exc:
+        err(f"coinfer: error: device {args.rank}: {str(exc).splitlines()[0]}")
+        os._exit(2)
+    except RuntimeError as exc:  # gloo: the group broke (rank 0 or a neighbour went away)
+        err(f"coinfer: error: device {args.rank} lost the group: {str(exc).splitlines()[0][:200]}")
+        os._exit(1)
+    except KeyboardInterrupt:
+        os._exit(130)
+    return 0
+
+
+def add_parser(sub: Any) -> None:
+    p = sub.add_parser("edge", help="one model served by several devices as a pipeline (Jupiter)")
+    edge = p.add_subparsers(dest="edge_command", required=True)
+    launch = edge.add_parser("launch", help="start local devices and generate")
+    launch.add_argument("prompt")
+    launch.add_argument(
+        "--model", "-m", default=DEFAULT_EDGE_MODEL, help="catalogue name, .gguf or model dir"
+    )
+    launch.add_argument("--devices", type=int, default=2, help="devices (processes) in the pipeline")
+    launch.add_argument("--cores-per-device", type=int, default=1, help="cores each device is pinned to")
+    launch.add_argument("--memory", default=None, help="memory budget per device, e.g. 1.5,1.5 (GB) or 800M")
+    launch.add_argument("--split", default="jupiter", choices=["jupiter", "memory"], help="layer plan: "
+                        "jupiter (profiled, Eq. 1) or memory (exo's memory-proportional split)")  # fmt: skip
+    launch.add_argument("--plain-prefill", action="store_true", help="read the prompt in one piece")
+    launch.add_argument(
+        "--parts", type=int, default=None, help="cut the prompt in this many parts (default: Eq. 4 decides)"
+    )
+    launch.add_argument(
+        "--min-part", type=int, default=None, help="shortest prompt sub-sequence (default: from the profiles)"
+    )
+    launch.add_argument("--max-tokens", "-n", type=int, default=256, help="tokens to generate at most")
+    launch.add_argument("--ctx", type=int, default=4096, help="context window")
+    add_sampling_flags(launch)
+    launch.add_argument("--system", default=None, help="a system message for the chat template")
+    launch.add_argument("--raw", action="store_true", help="send the prompt as plain text, no chat template")
+    add_output_flags(launch)
+    launch.set_defaults(func=cmd_launch)
+    worker = edge.add_parser("worker", help="run one device of a pipeline whose rank 0 is elsewhere")
+    worker.add_argument("--rank", type=int, required=True)
+    worker.add_argument("--world", type=int, required=True)
+    worker.add_argument("--master", required=True, help="rank 0's HOST:PORT")
+    worker.add_argument("--cores", default=None, help="cores to pin to, e.g. 2,3 (default: all)")
+    worker.add_argument("--name", default=None, help="this device's name (default: the host name)")
+    worker.set_defaults(func=cmd_worker)

@@ -1,0 +1,266 @@
+"""Rank 0's handle on the devices (paper 004's master): it joins the group, gathers every
+device's profile and the links between neighbours, plans the layers (Eq. 1, or exo's
+memory-proportional split to compare), has every device load only its range, and then
+serves requests (``engine.stream``). Layer plans are cached per model, devices and
+budgets; sequence plans per prompt length.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from coinfer import catalog
+from coinfer.engines.jupiter.pipeline import Traffic
+from coinfer.engines.jupiter.planner import LayerPlan, SequencePlan, plan_layers, plan_sequence
+from coinfer.engines.jupiter.profile import (
+    DeviceProfile,
+    LinkProfile,
+    ModelShape,
+    measure_link,
+    profile_device,
+)
+from coinfer.engines.jupiter.stage import Stage
+from coinfer.engines.jupiter.wire import TOKEN_ENV, join, leave, recv_json, send_json
+from coinfer.engines.jupiter.worker import peak_rss_bytes
+from coinfer.errors import ConfigError, TransportError
+
+__all__ = ["PLAN_PART", "EdgeCluster", "memory_split"]
+
+PLAN_PART = (128, 256)  # the sub-sequence (tokens, earlier tokens) whose layer times Eq. 1 balances
+SPLITS = ("jupiter", "memory")
+
+
+def memory_split(n_layers: int, memories: list[float]) -> tuple[tuple[int, int], ...]:
+    """exo's partition: each device's share of the layers is its share of the memory."""
+    total = sum(memories)
+    edges, acc = [0], 0.0
+    for i, m in enumerate(memories[:-1], start=1):
+        acc += m
+        lowest, highest = edges[-1] + 1, n_layers - (len(memories) - i)
+        edges.append(min(max(round(n_layers * acc / total), lowest), highest))
+    edges.append(n_layers)
+    return tuple(zip(edges, edges[1:], strict=False))
+
+
+@dataclass
+class _Device:
+    rank: int
+    name: str
+    threads: int
+    profile: DeviceProfile | None = None
+    layers: tuple[int, int] = (0, 0)
+    peak_rss: int = 0
+
+
+class EdgeCluster:
+    """The devices of one pipeline, seen from rank 0 (this process, which is device 0)."""
+
+    def __init__(
+        self,
+        model: str,
+        *,
+        world: int,
+        master: str,
+        threads: int,
+        name: str = "device0",
+        budgets: list[float | None] | None = None,
+        split: str = "jupiter",
+        n_ctx: int = 4096,
+        token: str | None = None,
+    ) -> None:
+        import os
+
+        from coinfer.models.hf import HFTokenizer
+        from coinfer.models.load import transformers_folder
+
+        if split not in SPLITS:
+            raise ConfigError(f"unknown layer split {split!r}", hint=f"choose one of {', '.join(SPLITS)}")
+        if budgets is not None and len(budgets) != world:
+            raise ConfigError(
+                f"{len(budgets)} memory budgets for {world} devices", hint="give one per device"
+            )
+        self.model, self.world, self.split, self.n_ctx = model, world, split, n_ctx
+        self.budgets = budgets or [None] * world
+        self.folder = transformers_folder(model)
+        self.text = HFTokenizer.load(self.folder, name=model)
+        from transformers import AutoConfig
+
+        config = AutoConfig.from_pretrained(self.folder)
+        self.shape = ModelShape.of(config)
+        self.n_ctx = min(n_ctx, int(getattr(config, "max_position_embeddings", None) or n_ctx))
+        self.devices = [_Device(0, name, threads)]
+        self.links: list[LinkProfile] = []
+        self._plans: dict[tuple[int, int, int, int], SequencePlan] = {}
+        self._joined = False
+        if world > 1:
+            join(0, world, master)
+            self._joined = True
+            self._hello(token if token is not None else os.environ.get(TOKEN_ENV, ""))
+        self._profile()
+        self.layer_plan = self._plan_layers()
+        self._load()
+
+    # ---- setting up --------------------------------------------------------------------
+    def _ask(self, rank: int) -> dict[str, Any]:
+        reply = recv_json(rank)
+        if "error" in reply:
+            raise TransportError(f"device {rank}: {reply['error']}")
+        return reply
+
+    def _hello(self, token: str) -> None:
+        for rank in range(1, self.world):
+            send_json({"token": token}, rank)
+        for rank in range(1, self.world):
+            reply = self._ask(rank)
+            self.devices.append(_Device(rank, str(reply["name"]), int(reply["threads"])))
+
+    def _profile(self) -> None:
+        me = self.devices[0]
+        me.profile = profile_device(
+            self.folder, name=me.name, threads=me.threads, base_bytes=peak_rss_bytes()
+        )
+        for rank in range(1, self.world):  # one at a time: each device's own speed, undisturbed
+            send_json({"op": "profile", "model": self.model}, rank)
+            self.devices[rank].profile = DeviceProfile.from_json(self._ask(rank)["profile"])
+        for rank in range(self.world - 1):
+            send_json({"op": "link_echo", "peer": rank}, rank + 1)
+            if rank == 0:
+                self.links.append(measure_link(1))
+            else:
+                send_json({"op": "link_send", "peer": rank + 1}, rank)
+                got = self._ask(rank)
+                self.links.append(LinkProfile(float(got["latency_s"]), float(got["bytes_per_s"])))
+            self._ask(rank + 1)
+
+    def _layer_inputs(self) -> tuple[list[list[float]], list[float], list[float | None]]:
+        """Eq. 1's inputs: layer times per device (a prompt's sub-sequence), memory per layer (its KV for the
+        context included; the embedding on the first, the head on the last), budgets
+        less each process's own footprint."""
+        s = self.shape
+        times = []
+        for d in self.devices:  # the head reads one token of a prompt: no part of the balance
+            assert d.profile is not None
+            times.append([float(d.profile.q(*PLAN_PART))] * s.n_layers)
+        layer_bytes = [float(s.layer_bytes + s.kv_bytes_per_token * self.n_ctx)] * s.n_layers
+        layer_bytes[0] += s.embed_bytes
+        layer_bytes[-1] += s.head_bytes
+        budgets = [
+            None if b is None else b - (d.profile.base_bytes if d.profile else 0)
+            for b, d in zip(self.budgets, self.devices, strict=True)
+        ]
+        return times, layer_bytes, budgets
+
+    def _plan_layers(self) -> LayerPlan:
+        times, layer_bytes, budgets = self._layer_inputs()
+        if self.split == "memory":
+            memories = [b if b is not None else 1.0 for b in self.budgets]
+            ranges = memory_split(self.shape.n_layers, [float(m) for m in memories])
+            stage_s = tuple(sum(times[d][a:b]) for d, (a, b) in enumerate(ranges))
+            return LayerPlan(ranges, stage_s, max(stage_s))
+        path = self._plan_path(times, layer_bytes, budgets)
+        if path.is_file():
+            obj = json.loads(path.read_text())
+            return LayerPlan(
+                tuple(tuple(r) for r in obj["ranges"]), tuple(obj["stage_s"]), obj["bottleneck_s"]
+            )  # type: ignore[arg-type]
+        plan = plan_layers(times, layer_bytes, budgets)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(
+            json.dumps({"ranges": plan.ranges, "stage_s": plan.stage_s, "bottleneck_s": plan.bottleneck_s})
+        )
+        return plan
+
+    def _plan_path(self, *inputs: Any) -> Path:
+        key = hashlib.sha256(json.dumps([str(self.folder), *inputs]).encode()).hexdigest()[:16]
+        return catalog.cache_dir() / "jupiter" / "plans" / f"{key}.json"
+
+    def _load(self) -> None:
+        ranges = self.layer_plan.ranges
+        for rank in range(1, self.world):
+            send_json({"op": "load", "start": ranges[rank][0], "stop": ranges[rank][1]}, rank)
+        self.stage = Stage.load(self.folder, *ranges[0])
+        self.devices[0].peak_rss = peak_rss_bytes()
+        for rank in range(1, self.world):
+            self.devices[rank].peak_rss = int(self._ask(rank)["peak_rss"])
+        for d, r in zip(self.devices, ranges, strict=True):
+            d.layers = r
+
+    # ---- serving -----------------------------------------------------------------------
+    def min_part(self) -> int:
+        """Eq. 3's minimum sub-sequence: the shortest profiled length whose time per token
+        is within 25% of the device's best (shorter ones leave the device under-used)."""
+        worst = 1
+        for d in self.devices:
+            assert d.profile is not None
+            per_token = [t / n for n, t in zip(d.profile.lengths, d.profile.layer_s[0], strict=True)]
+            best = min(per_token)
+            worst = max(
+                worst, next(n for n, v in zip(d.profile.lengths, per_token, strict=True) if v <= 1.25 * best)
+            )
+        return worst
+
+    def stage_q(self, x: Any, p: Any) -> Any:
+        """One sub-sequence's time on the slowest stage, the link to the next included."""
+        import numpy as np
+
+        worst = None
+        for i, d in enumerate(self.devices):
+            assert d.profile is not None
+            t = (d.layers[1] - d.layers[0]) * d.profile.q(x, p)
+            if i < len(self.links):
+                t = (
+                    t
+                    + self.links[i].latency_s
+                    + np.asarray(x) * self.shape.hidden * 4 / self.links[i].bytes_per_s
+                )
+            worst = t if worst is None else np.maximum(worst, t)
+        return worst
+
+    def sequence_plan(
+        self, length: int, *, min_part: int | None, max_parts: int | None, exactly: int | None = None
+    ) -> SequencePlan:
+        key = (length, min_part or 0, max_parts or 0, exactly or 0)
+        if key not in self._plans:
+            self._plans[key] = plan_sequence(
+                self.stage_q,
+                length,
+                min_len=min_part or self.min_part(),
+                n_devices=self.world,
+                max_parts=max_parts,
+                exactly=exactly,
+            )
+        return self._plans[key]
+
+    def begin(self, sampling: dict[str, Any]) -> None:
+        """Every worker resets its cache and serves one request."""
+        self.stage.reset()
+        for rank in range(1, self.world):
+            send_json({"op": "serve", "sampling": sampling}, rank)
+
+    def finish(self, traffic: Traffic) -> list[dict[str, Any]]:
+        """After ``STOP``: what each device sent, computed and held at its peak."""
+        self.devices[0].peak_rss = peak_rss_bytes()
+        reports = [{**traffic.as_dict(), "peak_rss": self.devices[0].peak_rss}]
+        for rank in range(1, self.world):
+            reports.append(self._ask(rank))
+            self.devices[rank].peak_rss = int(reports[-1]["peak_rss"])
+        return [
+            {"rank": d.rank, "name": d.name, "threads": d.threads, "layers": list(d.layers), **r}
+            for d, r in zip(self.devices, reports, strict=True)
+        ]
+
+    def close(self) -> None:
+        if self._joined:
+            try:
+                for rank in range(1, self.world):
+                    send_json({"op": "bye"}, rank)
+                time.sleep(0.05)
+            except RuntimeError:
+                pass  # a device already gone
+            leave()
+            self._joined = False

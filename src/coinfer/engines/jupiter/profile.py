@@ -1,0 +1,246 @@
+"""Jupiter's offline profile (paper 004 §IV-B): what the planner needs to know of a device
+and a model.
+
+- ``layer_s[p][n]``: seconds one decoder layer takes on this device for ``n`` tokens after
+  ``p`` tokens already in its cache (measured on one layer built from the model's config,
+  the device's own threads); ``q(x, p)`` interpolates it;
+- ``head_s``: the final norm and head for one token;
+- memory from the config: a layer's parameters, its KV cache per token, the embedding and
+  the head; ``base_bytes``: what the worker process holds before any weight;
+- a link's latency and bandwidth, measured between neighbouring ranks (``measure_link``).
+
+A device's profile is cached per model and device name (``<cache>/jupiter/``).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from coinfer import catalog
+
+__all__ = ["DeviceProfile", "LinkProfile", "ModelShape", "echo_link", "measure_link", "profile_device"]
+
+LENGTHS = (1, 16, 64, 128, 256, 512)
+CACHED = (0, 512, 1024)
+REPEATS = 4  # the least of these many runs: timing noise only ever adds
+
+
+@dataclass(frozen=True)
+class ModelShape:
+    """Memory of a model's parts (float32), from its config."""
+
+    n_layers: int
+    hidden: int
+    layer_bytes: int
+    kv_bytes_per_token: int  # per layer
+    embed_bytes: int
+    head_bytes: int
+
+    @classmethod
+    def of(cls, config: Any) -> ModelShape:
+        """Counted on the model's skeleton (no memory): what each part's tensors hold."""
+        import torch
+
+        from coinfer.models.layer_range import skeleton
+
+        model = skeleton(config, torch.float32)
+        inner = model.model
+        hidden = int(config.hidden_size)
+        heads = int(config.num_attention_heads)
+        kv_heads = int(getattr(config, "num_key_value_heads", None) or heads)
+        head_dim = int(getattr(config, "head_dim", None) or hidden // heads)
+        return cls(
+            n_layers=len(inner.layers),
+            hidden=hidden,
+            layer_bytes=4 * sum(p.numel() for p in inner.layers[0].parameters()),
+            kv_bytes_per_token=4 * 2 * kv_heads * head_dim,
+            embed_bytes=4 * inner.embed_tokens.weight.numel(),
+            head_bytes=4 * (model.lm_head.weight.numel() + hidden),
+        )
+
+
+@dataclass(frozen=True)
+class DeviceProfile:
+    name: str
+    threads: int
+    lengths: tuple[int, ...]
+    cached: tuple[int, ...]
+    layer_s: tuple[tuple[float, ...], ...]  # [cached][lengths]
+    head_s: float
+    base_bytes: int
+
+    def q(self, x: Any, p: Any) -> np.ndarray:
+        """Seconds per layer for ``x`` tokens after ``p`` cached (arrays broadcast):
+        piecewise linear in both, extended linearly past the grid."""
+        x, p = np.broadcast_arrays(np.asarray(x, dtype=np.float64), np.asarray(p, dtype=np.float64))
+        rows = np.stack([_linear(x, self.lengths, row) for row in self.layer_s])  # (cached, ...)
+        return np.maximum(_linear_rows(p, self.cached, rows), 1e-7)
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, obj: dict[str, Any]) -> DeviceProfile:
+        return cls(
+            name=str(obj["name"]),
+            threads=int(obj["threads"]),
+            lengths=tuple(int(v) for v in obj["lengths"]),
+            cached=tuple(int(v) for v in obj["cached"]),
+            layer_s=tuple(tuple(float(v) for v in row) for row in obj["layer_s"]),
+            head_s=float(obj["head_s"]),
+            base_bytes=int(obj["base_bytes"]),
+        )
+
+
+@dataclass(frozen=True)
+class LinkProfile:
+    latency_s: float
+    bytes_per_s: float
+
+    def seconds(self, n_bytes: float) -> float:
+        return self.latency_s + n_bytes / self.bytes_per_s
+
+
+def _linear(x: np.ndarray, grid: Sequence[int], values: Sequence[float]) -> np.ndarray:
+    g, v = np.asarray(grid, dtype=np.float64), np.asarray(values, dtype=np.float64)
+    inside = np.interp(x, g, v)
+    lo = v[0] + (x - g[0]) * (v[1] - v[0]) / (g[1] - g[0])
+    hi = v[-1] + (x - g[-1]) * (v[-1] - v[-2]) / (g[-1] - g[-2])
+    return np.where(x < g[0], lo, np.where(x > g[-1], hi, inside))
+
+
+def _linear_rows(p: np.ndarray, grid: Sequence[int], rows: np.ndarray) -> np.ndarray:
+    """Along the first axis of ``rows`` (one row per ``grid`` point), at ``p``."""
+    g = np.asarray(grid, dtype=np.float64)
+    i = np.clip(np.searchsorted(g, p, side="right") - 1, 0, len(g) - 2)
+    w = (p - g[i]) / (g[i + 1] - g[i])
+    lower = np.take_along_axis(rows, i[None], axis=0)[0]
+    upper = np.take_along_axis(rows, (i + 1)[None], axis=0)[0]
+    return lower + w * (upper - lower)
+
+
+def _cache_path(folder: Path, name: str, threads: int) -> Path:
+    key = "".join(c if c.isalnum() or c in "-_." else "_" for c in f"{folder.name}-{name}-{threads}t")
+    return catalog.cache_dir() / "jupiter" / "profiles" / f"{key}.json"
+
+
+def profile_device(
+    folder: str | Path, *, name: str, threads: int, base_bytes: int, fresh: bool = False
+) -> DeviceProfile:
+    """This device's profile for the model in ``folder`` (from the cache unless ``fresh``)."""
+    folder = Path(folder)
+    path = _cache_path(folder, name, threads)
+    if path.is_file() and not fresh:
+        return DeviceProfile.from_json(json.loads(path.read_text()))
+    from transformers import AutoConfig
+
+    config = AutoConfig.from_pretrained(folder)
+    layer_s = _time_layer(config)
+    profile = DeviceProfile(name, threads, LENGTHS, CACHED, layer_s, _time_head(config), base_bytes)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(profile.to_json()))
+    return profile
+
+
+def _one_layer(config: Any) -> Any:
+    """One decoder layer of ``config`` with random weights (timing does not depend on
+    values), as a model whose forward runs only it."""
+    import torch
+
+    from coinfer.models.layer_range import keep_layers, materialize_buffers, skeleton
+
+    model = skeleton(config, torch.float32)
+    keep_layers(model, 0, 1)
+    model.model.embed_tokens = None
+    layer = model.model.layers[0].to_empty(device="cpu")
+    with torch.no_grad():
+        for p in layer.parameters():
+            p.normal_(0.0, 0.02)
+    materialize_buffers(model)
+    return model.model
+
+
+def _time_layer(config: Any) -> tuple[tuple[float, ...], ...]:
+    import torch
+    from transformers import DynamicCache
+
+    inner = _one_layer(config)
+    hidden = int(config.hidden_size)
+    rows = []
+    with torch.inference_mode():
+        for p in CACHED:
+            cache = DynamicCache(config=inner.config)
+            if p:
+                inner(inputs_embeds=torch.randn(1, p, hidden), past_key_values=cache, use_cache=True)
+            row = []
+            for n in LENGTHS:
+                best = float("inf")
+                for _ in range(REPEATS):
+                    x = torch.randn(1, n, hidden)
+                    pos = torch.arange(p, p + n).unsqueeze(0)
+                    t0 = time.perf_counter()
+                    inner(inputs_embeds=x, position_ids=pos, past_key_values=cache, use_cache=True)
+                    best = min(best, time.perf_counter() - t0)
+                    if cache.get_seq_length() > p:
+                        cache.crop(p - cache.get_seq_length())
+                row.append(best)
+            rows.append(tuple(row))
+    return tuple(rows)
+
+
+def _time_head(config: Any, share: int = 8) -> float:
+    """The head for one token, timed on a ``1/share`` slice of it and scaled."""
+    import torch
+
+    hidden, vocab = int(config.hidden_size), int(config.vocab_size)
+    w = torch.randn(max(vocab // share, 1), hidden)
+    x = torch.randn(1, hidden)
+    best = float("inf")
+    with torch.inference_mode():
+        for _ in range(3):
+            t0 = time.perf_counter()
+            torch.nn.functional.linear(x, w)
+            best = min(best, time.perf_counter() - t0)
+    return best * vocab / w.shape[0]
+
+
+PROBE_BYTES = (4 << 10, 4 << 20)
+
+
+def measure_link(peer: int) -> LinkProfile:
+    """Send probes of ``PROBE_BYTES`` to ``peer`` (which runs ``echo_link``), each
+    answered with one byte; fit latency and bandwidth to the round-trip times."""
+    import torch
+    import torch.distributed as dist
+
+    ack = torch.empty(1, dtype=torch.uint8)
+    times = []
+    for size in PROBE_BYTES:
+        best = float("inf")
+        for _ in range(3):
+            t0 = time.perf_counter()
+            dist.send(torch.zeros(size, dtype=torch.uint8), peer)
+            dist.recv(ack, peer)
+            best = min(best, time.perf_counter() - t0)
+        times.append(best)
+    (s1, s2), (t1, t2) = PROBE_BYTES, times
+    bandwidth = (s2 - s1) / max(t2 - t1, 1e-9)
+    return LinkProfile(latency_s=max((t1 - s1 / bandwidth) / 2, 0.0), bytes_per_s=bandwidth)
+
+
+def echo_link(peer: int) -> None:
+    """The other end of ``measure_link``."""
+    import torch
+    import torch.distributed as dist
+
+    for size in PROBE_BYTES:
+        for _ in range(3):
+            dist.recv(torch.empty(size, dtype=torch.uint8), peer)
+            dist.send(torch.ones(1, dtype=torch.uint8), peer)

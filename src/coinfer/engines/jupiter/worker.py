@@ -1,0 +1,107 @@
+"""A device after rank 0: it joins the group, proves nothing is amiss with the token, and
+then does what rank 0's control messages say, answering each:
+
+- ``profile``: this device's profile for the model (cached; ``profile.py``);
+- ``link_send`` / ``link_echo``: measure the link to a neighbouring rank;
+- ``load``: read this device's layer range (only those weights);
+- ``serve``: one request through the pipeline (``pipeline.serve``); the answer is what
+  it sent and computed, and its peak memory;
+- ``bye``: leave.
+
+A failure here is answered as ``{"error": ...}`` so rank 0 can name this device.
+"""
+
+from __future__ import annotations
+
+import resource
+from typing import Any
+
+from coinfer.decoding.sampling import SamplingParams
+from coinfer.engines.jupiter.pipeline import Picker, serve
+from coinfer.engines.jupiter.profile import echo_link, measure_link, profile_device
+from coinfer.engines.jupiter.stage import Stage
+from coinfer.engines.jupiter.wire import check_token, join, leave, recv_json, send_json
+from coinfer.errors import CoinferError, TransportError
+
+__all__ = ["peak_rss_bytes", "run_worker"]
+
+
+def peak_rss_bytes() -> int:
+    return int(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss) * 1024
+
+
+class _Device:
+    def __init__(self, rank: int, world: int, name: str, threads: int) -> None:
+        self.rank, self.world, self.name, self.threads = rank, world, name, threads
+        self.stage: Stage | None = None
+        self.folder: str | None = None
+        self.base_bytes = peak_rss_bytes()
+
+    def handle(self, msg: dict[str, Any]) -> dict[str, Any] | None:
+        op = msg.get("op")
+        if op == "profile":
+            from coinfer.models.load import transformers_folder
+
+            self.folder = str(transformers_folder(str(msg["model"])))
+            prof = profile_device(
+                self.folder, name=self.name, threads=self.threads, base_bytes=self.base_bytes
+            )
+            return {"profile": prof.to_json()}
+        if op == "link_send":
+            link = measure_link(int(msg["peer"]))
+            return {"latency_s": link.latency_s, "bytes_per_s": link.bytes_per_s}
+        if op == "link_echo":
+            echo_link(int(msg["peer"]))
+            return {"ok": True}
+        if op == "load":
+            if self.folder is None:
+                raise TransportError("rank 0 asked to load before naming the model")
+            self.stage = None  # the old stage's memory goes first
+            self.stage = Stage.load(self.folder, int(msg["start"]), int(msg["stop"]))
+            return {"ok": True, "peak_rss": peak_rss_bytes()}
+        if op == "serve":
+            return self._serve(msg)
+        if op == "bye":
+            return None
+        raise TransportError(
+            f"rank 0 sent an unknown request {op!r}", hint="run the same coinfer on every device"
+        )
+
+    def _serve(self, msg: dict[str, Any]) -> dict[str, Any]:
+        if self.stage is None:
+            raise TransportError("rank 0 asked to serve before a layer range was loaded")
+        self.stage.reset()
+        s = msg.get("sampling") or {}
+        sampling = SamplingParams(
+            temperature=float(s.get("temperature", 0.0)),
+            top_k=int(s.get("top_k", 0)),
+            top_p=float(s.get("top_p", 1.0)),
+            seed=None if s.get("seed") is None else int(s["seed"]),
+        )
+        pick = Picker(sampling) if self.stage.last else None
+        traffic = serve(self.stage, self.rank, self.world, pick)
+        return {**traffic.as_dict(), "peak_rss": peak_rss_bytes()}
+
+
+def run_worker(rank: int, world: int, master: str, *, name: str, threads: int) -> None:
+    """Serve as device ``rank`` until rank 0 says ``bye`` (or goes away)."""
+    import torch
+
+    torch.set_num_threads(threads)
+    join(rank, world, master)
+    try:
+        check_token(recv_json(0))
+        device = _Device(rank, world, name, threads)
+        send_json({"ok": True, "name": name, "threads": threads}, 0)
+        while True:
+            msg = recv_json(0)
+            try:
+                reply = device.handle(msg)
+            except CoinferError as exc:
+                send_json({"error": str(exc).splitlines()[0]}, 0)
+                raise
+            if reply is None:
+                return
+            send_json(reply, 0)
+    finally:
+        leave()

@@ -1,0 +1,144 @@
+"""A contiguous range of a transformers causal LM's decoder layers, loaded alone.
+
+``load_layer_range(folder, start, stop)`` builds the model's skeleton without memory
+(PyTorch's ``meta`` device), keeps layers ``[start, stop)`` (renumbered from 0 so their
+KV cache holds only them), the embedding when ``start`` is 0 and the final norm and head
+when ``stop`` is the last layer, and reads from the safetensors files only the tensors
+those keep. A device that serves half the layers holds half the weights: what an edge
+pipeline needs (paper 004), where the whole model does not fit one device.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from coinfer.errors import ConfigError, ModelError
+
+__all__ = ["keep_layers", "layer_count", "load_layer_range", "materialize_buffers", "skeleton"]
+
+
+def layer_count(config: Any) -> int:
+    return int(config.num_hidden_layers)
+
+
+def keep_layers(model: Any, start: int, stop: int) -> None:
+    """Prune ``model`` (a ``*ForCausalLM``) in place to layers ``[start, stop)``; the
+    embedding stays only when ``start == 0``, the norm and the head only at the end."""
+    import torch
+
+    inner = model.model
+    n_layers = len(inner.layers)
+    if not 0 <= start < stop <= n_layers:
+        raise ConfigError(f"a layer range needs layers within 0..{n_layers}, got [{start}, {stop})")
+    kept = list(inner.layers)[start:stop]
+    for i, layer in enumerate(kept):
+        layer.self_attn.layer_idx = i
+    inner.layers = torch.nn.ModuleList(kept)
+    config = model.config
+    types = list(getattr(config, "layer_types", None) or ["full_attention"] * n_layers)
+    config.layer_types = types[start:stop]
+    config.num_hidden_layers = stop - start
+    if start > 0:
+        inner.embed_tokens = None
+    if stop < n_layers:
+        inner.norm = torch.nn.Identity()
+        model.lm_head = None
+
+
+def _tensor_name(name: str, start: int) -> str:
+    """The name in the checkpoint of the pruned model's tensor ``name``."""
+    prefix = "model.layers."
+    if not name.startswith(prefix):
+        return name
+    index, _, rest = name[len(prefix) :].partition(".")
+    return f"{prefix}{int(index) + start}.{rest}"
+
+
+def _checkpoint_files(folder: Path) -> dict[str, Path]:
+    """Every tensor name of the checkpoint in ``folder`` and the file that holds it."""
+    index = folder / "model.safetensors.index.json"
+    if index.is_file():
+        weight_map = json.loads(index.read_text())["weight_map"]
+        return {name: folder / file for name, file in weight_map.items()}
+    single = folder / "model.safetensors"
+    if not single.is_file():
+        raise ModelError(
+            f"{folder} holds no safetensors weights",
+            hint="save the model with save_pretrained(safe_serialization=True)",
+        )
+    from safetensors import safe_open
+
+    with safe_open(str(single), "pt") as f:
+        return {name: single for name in f.keys()}  # noqa: SIM118 (safe_open is not iterable)
+
+
+def _read_tensors(folder: Path, wanted: dict[str, str], dtype: Any) -> dict[str, Any]:
+    """``{model name: tensor}`` for ``wanted`` (model name → checkpoint name), read from
+    disk file by file. A tied head missing from the checkpoint reads the embedding."""
+    from safetensors import safe_open
+
+    files = _checkpoint_files(folder)
+    by_file: dict[Path, list[tuple[str, str]]] = {}
+    for name, source in wanted.items():
+        if source not in files and source == "lm_head.weight":
+            source = "model.embed_tokens.weight"
+        if source not in files:
+            raise ModelError(f"{folder} lacks the tensor {source}", hint="the checkpoint is incomplete")
+        by_file.setdefault(files[source], []).append((name, source))
+    out: dict[str, Any] = {}
+    for path, names in by_file.items():
+        with safe_open(str(path), "pt") as f:
+            for name, source in names:
+                tensor = f.get_tensor(source)  # backed by the file's pages until copied
+                out[name] = tensor.to(dtype) if tensor.dtype != dtype else tensor.clone()
+    return out
+
+
+def skeleton(config: Any, dtype: Any) -> Any:
+    """The ``*ForCausalLM`` of ``config`` with every tensor on the ``meta`` device (no memory)."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    with torch.device("meta"):
+        return AutoModelForCausalLM.from_config(config, dtype=dtype)
+
+
+def load_layer_range(folder: str | Path, start: int, stop: int, *, dtype: Any = None) -> tuple[Any, int]:
+    """The model in ``folder`` (a transformers checkpoint) holding only layers ``[start,
+    stop)`` and what goes with them, in ``dtype`` (float32 by default), in eval mode; and
+    the whole model's layer count."""
+    import torch
+    from transformers import AutoConfig
+
+    folder = Path(folder)
+    dtype = dtype or torch.float32
+    try:
+        config = AutoConfig.from_pretrained(folder)
+    except (OSError, ValueError) as exc:
+        raise ModelError(f"transformers could not read {folder}/config.json: {exc}") from exc
+    model = skeleton(config, dtype)
+    n_layers = layer_count(model.config)
+    keep_layers(model, start, stop)
+    if start > 0 and model.lm_head is not None:  # a tied head no longer shares the embedding
+        model.lm_head.weight = torch.nn.Parameter(torch.empty(model.lm_head.weight.shape, device="meta"))
+    wanted = {name: _tensor_name(name, start) for name, _ in model.named_parameters()}
+    model.load_state_dict(_read_tensors(folder, wanted, dtype), strict=True, assign=True)
+    materialize_buffers(model)
+    return model.eval(), n_layers
+
+
+def materialize_buffers(model: Any) -> None:
+    """Buffers (rotary frequencies) are computed, not stored: rebuild the modules that own
+    them, now off the ``meta`` device."""
+    inner = model.model
+    rotary = getattr(inner, "rotary_emb", None)
+    if rotary is not None:
+        inner.rotary_emb = type(rotary)(config=model.config)
+    left = [name for name, b in model.named_buffers() if b.is_meta]
+    left += [name for name, p in model.named_parameters() if p.is_meta]
+    if left:
+        raise ModelError(
+            f"could not load {left[:3]} of a layer range", hint="this architecture is not supported"
+        )

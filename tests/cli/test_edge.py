@@ -1,0 +1,112 @@
+"""``coinfer edge launch`` as a user runs it: real worker processes on loopback joined by
+torch.distributed (gloo), a tiny random model; the text equals ``coinfer generate``'s."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.cli.run import assert_user_error, coinfer
+from tests.conftest import needs_torch
+
+PROMPT = "the quick brown fox jumps over the lazy dog and then " * 3
+
+
+@pytest.fixture(scope="module")
+def four_layers(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    from coinfer.testing import tiny_hf_model_dir
+
+    return tiny_hf_model_dir(tmp_path_factory.mktemp("edge") / "m", arch="qwen2", layers=4, seed=3)
+
+
+def _generate(model: Path, *extra: str) -> dict:  # type: ignore[type-arg]
+    proc = coinfer("generate", PROMPT, "-m", str(model), "-b", "transformers", "--draft", "none", "--raw",
+                   "-n", "16", "--json", *extra)  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    return json.loads(proc.stdout)
+
+
+def _launch(model: Path, *extra: str) -> dict:  # type: ignore[type-arg]
+    proc = coinfer("edge", "launch", PROMPT, "-m", str(model), "--raw", "-n", "16", "--json", *extra)
+    assert proc.returncode == 0, proc.stderr
+    return json.loads(proc.stdout)
+
+
+@needs_torch
+@pytest.mark.parametrize("devices", ["2", "3"])
+def test_a_pipeline_of_devices_writes_what_generate_writes(four_layers: Path, devices: str) -> None:
+    alone = _generate(four_layers)
+    out = _launch(four_layers, "--devices", devices, "--min-part", "8", "--parts", "4")
+    assert out["text"] == alone["text"] and out["n_tokens"] == alone["n_tokens"]
+    assert out["engine"] == "jupiter" and out["stats"]["prompt_tokens"] == alone["stats"]["prompt_tokens"]
+    parts = out["extras"]["parts"]
+    assert len(parts) == 4 and sum(parts) == out["stats"]["prompt_tokens"]  # pipelined prefill
+    layers = [d["layers"] for d in out["extras"]["devices"]]
+    assert layers[0][0] == 0 and layers[-1][1] == 4 and len(layers) == int(devices)
+    assert all(a[1] == b[0] for a, b in zip(layers, layers[1:], strict=False))
+    assert out["extras"]["devices"][0]["bytes_sent"] > 0
+
+
+@needs_torch
+def test_sampling_with_a_seed_and_a_plain_pipeline_write_what_generate_writes(four_layers: Path) -> None:
+    sampled = ("--temperature", "0.9", "--seed", "7")
+    assert (
+        _launch(four_layers, "--devices", "2", *sampled)["text"] == _generate(four_layers, *sampled)["text"]
+    )
+    plain = _launch(four_layers, "--devices", "2", "--plain-prefill", "--split", "memory")
+    assert plain["text"] == _generate(four_layers)["text"] and plain["extras"]["parts"] == [
+        plain["stats"]["prompt_tokens"]
+    ]
+
+
+@needs_torch
+def test_a_budget_nothing_fits_is_refused_in_one_line(four_layers: Path) -> None:
+    proc = coinfer("edge", "launch", "hi", "-m", str(four_layers), "--devices", "1", "--memory", "50M")
+    assert_user_error(proc, "does not fit")
+    proc = coinfer("edge", "launch", "hi", "-m", str(four_layers), "--devices", "2", "--memory", "1,2,3")
+    assert_user_error(proc, "--memory")
+
+
+def _workers_of(pid: int) -> list[int]:
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                cmd = (entry / "cmdline").read_bytes().split(b"\0")
+                stat = (entry / "stat").read_text().split()
+            except OSError:
+                continue
+            if b"worker" in cmd and b"edge" in cmd and int(stat[3]) == pid:
+                found.append(int(entry.name))
+    return found
+
+
+@needs_torch
+def test_a_killed_device_stops_the_run_with_a_line_naming_it_and_leaves_no_process(four_layers: Path) -> None:
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "coinfer", "edge", "launch", PROMPT, "-m", str(four_layers), "--raw",
+         "--devices", "3", "-n", "400"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    deadline = time.time() + 120
+    workers: list[int] = []
+    while time.time() < deadline and len(workers) < 2:
+        workers = _workers_of(proc.pid)
+        time.sleep(0.2)
+    assert len(workers) == 2
+    proc.stdout.read(1) if proc.stdout else None  # the first token is out: the run is serving
+    os.kill(workers[0], signal.SIGKILL)
+    _, stderr = proc.communicate(timeout=120)
+    assert proc.returncode != 0
+    assert "Traceback" not in stderr
+    assert "coinfer: error: device" in stderr and "was killed by signal 9" in stderr, stderr
+    assert not _workers_of(proc.pid)
+    for pid in workers:
+        assert not Path(f"/proc/{pid}").exists() or "Z" in Path(f"/proc/{pid}/stat").read_text().split()[2]

@@ -1,0 +1,57 @@
+"""The profile's interpolation, a model's memory from its skeleton, exo's split, and the
+rendezvous address and token checks."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from tests.conftest import HAS_TORCH
+
+
+def test_layer_time_is_read_between_and_beyond_the_profiled_points() -> None:
+    from coinfer.engines.jupiter.profile import DeviceProfile
+
+    # 1 ms per token plus 2 ms, and 1 ms more per 512 cached tokens
+    rows = tuple(tuple(0.002 + 0.001 * n + 0.001 * p / 512 for n in (1, 16, 64)) for p in (0, 512))
+    prof = DeviceProfile("d", 1, (1, 16, 64), (0, 512), rows, 0.01, 0)
+    x, p = np.array([1, 8, 40, 128]), np.array([0, 256, 512, 1024])
+    assert np.allclose(prof.q(x, p), 0.002 + 0.001 * x + 0.001 * p / 512)
+    assert DeviceProfile.from_json(prof.to_json()) == prof
+
+
+@pytest.mark.skipif(not HAS_TORCH, reason="needs the torch extra")
+def test_a_models_memory_is_counted_from_its_skeleton(tiny_dirs) -> None:  # type: ignore[no-untyped-def]
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    from coinfer.engines.jupiter.profile import ModelShape
+
+    shape = ModelShape.of(AutoConfig.from_pretrained(tiny_dirs["llama"]))
+    model = AutoModelForCausalLM.from_pretrained(tiny_dirs["llama"])
+    total = 4 * sum(p.numel() for p in model.parameters())
+    assert shape.n_layers * shape.layer_bytes + shape.embed_bytes + shape.head_bytes == total
+
+
+def test_exos_split_follows_memory_and_gives_every_device_a_layer() -> None:
+    from coinfer.engines.jupiter import memory_split
+
+    assert memory_split(24, [1.0, 1.0]) == ((0, 12), (12, 24))
+    assert memory_split(24, [3.0, 1.0]) == ((0, 18), (18, 24))
+    assert memory_split(3, [100.0, 1.0, 1.0]) == ((0, 1), (1, 2), (2, 3))
+
+
+def test_a_bad_master_or_a_wrong_token_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
+    from coinfer.engines.jupiter.wire import TOKEN_ENV, check_token, parse_master
+    from coinfer.errors import ConfigError, TransportError
+
+    assert parse_master("10.0.0.2:29500") == ("10.0.0.2", 29500)
+    for bad in ("10.0.0.2", ":80", "h:99999", "h:x"):
+        with pytest.raises(ConfigError):
+            parse_master(bad)
+    monkeypatch.setenv(TOKEN_ENV, "s3cret")
+    check_token({"token": "s3cret"})
+    with pytest.raises(TransportError, match="token"):
+        check_token({"token": "guess"})
+    monkeypatch.delenv(TOKEN_ENV)
+    with pytest.raises(TransportError, match="token"):
+        check_token({"token": ""})
