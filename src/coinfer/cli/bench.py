@@ -195,6 +195,32 @@ def cmd_dragon(args: argparse.Namespace) -> int:
     return _done(args, s, [line])
 
 
+def cmd_jupiter(args: argparse.Namespace) -> int:
+    from coinfer.bench.jupiter import JupiterBenchConfig, run_jupiter_bench
+
+    config = JupiterBenchConfig(out=args.out, model=args.model, quick=args.quick, max_tokens=args.max_tokens)
+    s = run_jupiter_bench(config, log=err)["summary"]
+    line = (
+        f"Jupiter prefill on 2 devices: {s['prefill_speedup_vs_plain']}x the plain pipeline, "
+        f"{s['prefill_speedup_vs_single']}x one device (prompts >= 512 tokens); planner gap "
+        f"{s['planner_gap_vs_exhaustive']}; outputs identical: {s['outputs_identical']}; "
+        f"wrote {args.out}/results.json"
+    )
+    return _done(args, s, [line])
+
+
+def _add_jupiter(bench: Any) -> None:
+    p = bench.add_parser(
+        "jupiter", help="one model on two edge devices: planned pipeline vs plain and one device"
+    )
+    p.add_argument("--out", default="bench-results/jupiter")
+    p.add_argument("--model", "-m", default="qwen2.5-coder-0.5b")
+    p.add_argument("--max-tokens", type=int, default=16)
+    p.add_argument("--quick", action="store_true", help="prompts of 512 tokens only")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_jupiter)
+
+
 def _add_dragon(bench: Any) -> None:
     p = bench.add_parser("dragon", help="device and cloud RAG together under injected network latency")
     p.add_argument("--out", default="bench-results/dragon")
@@ -270,6 +296,7 @@ def add_parser(sub: Any) -> None:
 
     _add_llmcad(bench)
     _add_dragon(bench)
+    _add_jupiter(bench)
 
     p = bench.add_parser("minions", help="local-remote protocols: accuracy against remote tokens and dollars")
     p.add_argument("--out", default="bench-results/minions")

@@ -1,0 +1,339 @@
+"""``coinfer bench jupiter``: one model served by two devices, against one device and the
+plain pipelines users run today (paper 004).
+
+This process is device 0 (pinned to core 0); each other device is a ``coinfer edge
+worker`` process pinned to its own core, joined over loopback by torch.distributed
+(gloo). Systems, each over the same prompts:
+
+- ``single``: one device holds the whole model (same backend, one core);
+- ``plain-memory``: a plain pipeline (the prompt in one piece) with exo's
+  memory-proportional layer split;
+- ``plain-jupiter``: a plain pipeline with Jupiter's profiled layer plan (Eq. 1);
+- ``jupiter``: Jupiter's layer plan and intra-sequence pipelined prefill (Eq. 2-4).
+
+Pairs: two equal devices (1 core each) and a heterogeneous pair, where the second device
+gets half a core (a CPU cgroup quota). Prompts of 128-1024 tokens from two sources: the
+CPython documentation and the speculative suite's code, neither used to tune anything.
+Also: the memory case (a budget one device cannot meet is refused; two devices run), and
+the layer planner against exhaustive search. llama.cpp's RPC backend is not run (see
+``results.json``, ``skipped``).
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from coinfer.bench.report import environment, pyplot, write_json, write_markdown
+from coinfer.errors import BudgetError, CoinferError
+
+__all__ = ["JupiterBenchConfig", "run_jupiter_bench"]
+
+SYSTEMS = ("single", "plain-memory", "plain-jupiter", "jupiter")
+CPU_ROOT = Path("/sys/fs/cgroup/cpu")
+
+
+@dataclass(frozen=True)
+class JupiterBenchConfig:
+    out: str
+    model: str = "qwen2.5-coder-0.5b"
+    lengths: tuple[int, ...] = (128, 256, 512, 1024)
+    max_tokens: int = 16
+    quick: bool = False
+    slow_share: float = 0.5
+    memory_gb: float = 1.9
+
+
+def _texts() -> dict[str, str]:
+    """Two long texts to cut prompts from: CPython's documentation and the suite's code."""
+    from pydoc_data.topics import topics
+
+    from coinfer.bench.workloads import build_suite
+
+    docs = "\n\n".join(v for _, v in sorted(topics.items()) if len(v) >= 3000)
+    code = "\n\n".join(p["messages"][0]["content"] for p in build_suite(4) if p["category"] == "edit")
+    return {"docs": docs, "suite": code}
+
+
+def _prompts(text: Any, lengths: tuple[int, ...]) -> list[dict[str, Any]]:
+    """A chat prompt of about each length from each source (``text`` is the tokenizer)."""
+    out = []
+    for source, body in _texts().items():
+        ids = text.tokenize(body)
+        for n in lengths:
+            start = (n * 7) % max(len(ids) - n, 1)
+            chunk = text.detokenize(ids[start : start + n - 30])
+            prompt = text.user_prompt(f"Summarize what follows in two sentences.\n\n{chunk}")
+            out.append({"id": f"{source}/{n}", "source": source, "ids": prompt})
+    return out
+
+
+class _Workers:
+    """``coinfer edge worker`` processes for ranks 1.., pinned; the slow one in a CPU cgroup."""
+
+    def __init__(self, world: int, master: str, token: str, slow_share: float | None) -> None:
+        env = {**os.environ, "COINFER_EDGE_TOKEN": token}
+        self.procs = []
+        self.group: Path | None = None
+        for rank in range(1, world):
+            name = "slow" if slow_share else f"device{rank}"
+            core = str(rank % (os.cpu_count() or 1))
+            cmd = [sys.executable, "-m", "coinfer", "edge", "worker", "--rank", str(rank), "--world",
+                   str(world), "--master", master, "--cores", core, "--name", name]  # fmt: skip
+            proc = subprocess.Popen(cmd, env=env, start_new_session=True)
+            if slow_share:
+                self.group = _cpu_share(proc.pid, slow_share)
+            self.procs.append(proc)
+
+    def close(self) -> None:
+        for p in self.procs:
+            try:
+                p.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                p.kill()
+                p.wait()
+        if self.group is not None:
+            self.group.rmdir()
+
+
+def _cpu_share(pid: int, share: float) -> Path:
+    """Put ``pid`` in a CPU cgroup (v1) that may use ``share`` of one core."""
+    if not (CPU_ROOT / "cpu.cfs_quota_us").exists() or os.geteuid() != 0:
+        raise BudgetError("a heterogeneous pair needs root and the v1 CPU controller")
+    group = CPU_ROOT / f"coinfer-jupiter-{pid}"
+    group.mkdir(exist_ok=True)
+    (group / "cpu.cfs_period_us").write_text("100000")
+    (group / "cpu.cfs_quota_us").write_text(str(int(100000 * share)))
+    (group / "tasks").write_text(str(pid))
+    return group
+
+
+def _cluster(config: JupiterBenchConfig, world: int, split: str, slow: float | None, **kw: Any) -> Any:
+    import secrets
+    import socket
+
+    from coinfer.engines.jupiter import EdgeCluster
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        master = f"127.0.0.1:{s.getsockname()[1]}"
+    token = secrets.token_hex(8)
+    workers = _Workers(world, master, token, slow) if world > 1 else None
+    try:
+        cluster = EdgeCluster(
+            config.model, world=world, master=master, threads=1, split=split, token=token, **kw
+        )
+    except BaseException:
+        if workers is not None:
+            for p in workers.procs:
+                p.kill()
+            workers.close()
+        raise
+    return cluster, workers
+
+
+def _run_system(
+    cluster: Any, prompts: list[dict[str, Any]], config: JupiterBenchConfig, pipelined: bool
+) -> list[dict[str, Any]]:
+    from coinfer.engines.jupiter import JupiterConfig, generate
+
+    jc = JupiterConfig(max_tokens=config.max_tokens, pipelined_prefill=pipelined)
+    generate(cluster, prompts[0]["ids"][:64], config=JupiterConfig(max_tokens=2))  # warm up
+    rows = []
+    for p in prompts:
+        r = generate(cluster, p["ids"], config=jc)
+        s, devices = r.stats, r.extras["devices"]
+        rows.append({
+            "prompt": p["id"], "source": p["source"], "prompt_tokens": s.prompt_tokens, "text": r.text,
+            "ttft_s": round(s.ttft_s, 4), "prefill_ms_per_token": round(1000 * s.ttft_s / s.prompt_tokens, 3),
+            "decode_ms_per_token": round(1000 / s.decode_tokens_per_s, 2) if s.decode_tokens_per_s else None,
+            "parts": r.extras["parts"], "bytes_between_stages": sum(d["bytes_sent"] for d in devices),
+            "peak_rss_mb": [round(d["peak_rss"] / 2**20) for d in devices],
+            "layers": [d["layers"] for d in devices],
+        })  # fmt: skip
+    return rows
+
+
+def _pair(
+    config: JupiterBenchConfig, prompts: list[dict[str, Any]], slow: float | None, log: Callable[[str], None]
+) -> dict[str, Any]:
+    from coinfer.engines.jupiter.planner import exhaustive_layers
+
+    results: dict[str, Any] = {}
+    gaps = []
+    for split, systems in (
+        ("single", ["single"]),
+        ("memory", ["plain-memory"]),
+        ("jupiter", ["plain-jupiter", "jupiter"]),
+    ):
+        if split == "single" and slow:
+            continue
+        world = 1 if split == "single" else 2
+        cluster, workers = _cluster(config, world, "jupiter" if split == "single" else split, slow)
+        try:
+            if world == 2 and split == "jupiter":
+                times, layer_bytes, budgets = cluster._layer_inputs()
+                best = exhaustive_layers(times, layer_bytes, budgets)
+                gaps.append(cluster.layer_plan.bottleneck_s / best - 1)
+            for name in systems:
+                log(f"jupiter bench: {'hetero' if slow else 'equal'} pair, {name}")
+                results[name] = _run_system(cluster, prompts, config, pipelined=name == "jupiter")
+        finally:
+            cluster.close()
+            if workers is not None:
+                workers.close()
+    return {"systems": results, "planner_gap": gaps}
+
+
+def _memory_case(config: JupiterBenchConfig) -> dict[str, Any]:
+    """A budget one device cannot meet is refused by the planner; two devices run."""
+    budget = config.memory_gb * 2**30
+    out: dict[str, Any] = {"budget_gb_per_device": config.memory_gb}
+    try:
+        cluster, _ = _cluster(config, 1, "jupiter", None, budgets=[budget])
+        cluster.close()
+        out["single"] = "ran"
+    except CoinferError as exc:
+        out["single"] = f"refused: {str(exc).splitlines()[0]}"
+    cluster, workers = _cluster(config, 2, "jupiter", None, budgets=[budget, budget])
+    try:
+        out["two"] = {"layers": [list(r) for r in cluster.layer_plan.ranges],
+                      "peak_rss_mb": [round(d.peak_rss / 2**20) for d in cluster.devices]}  # fmt: skip
+    finally:
+        cluster.close()
+        if workers is not None:
+            workers.close()
+    return out
+
+
+def _ratio(
+    rows_a: list[dict[str, Any]], rows_b: list[dict[str, Any]], *, source: str | None = None
+) -> float | None:
+    """Geometric mean over prompts of >= 512 tokens of ``a``'s TTFT over ``b``'s."""
+    import math
+
+    pairs = [
+        (a["ttft_s"], b["ttft_s"])
+        for a, b in zip(rows_a, rows_b, strict=True)
+        if a["prompt_tokens"] >= 512 and (source is None or a["source"] == source)
+    ]
+    if not pairs:
+        return None
+    return round(math.exp(sum(math.log(x / y) for x, y in pairs) / len(pairs)), 3)
+
+
+def _summary(equal: dict[str, Any], hetero: dict[str, Any] | None) -> dict[str, Any]:
+    e = equal["systems"]
+    single = [r["text"] for r in e["single"]]
+    identical = all([r["text"] for r in rows] == single for rows in e.values())
+    out: dict[str, Any] = {
+        "prefill_speedup_vs_plain": _ratio(e["plain-memory"], e["jupiter"]),
+        "prefill_speedup_vs_plain_jupiter_layers": _ratio(e["plain-jupiter"], e["jupiter"]),
+        "prefill_speedup_vs_single": _ratio(e["single"], e["jupiter"]),
+        "by_source": {
+            src: {
+                "vs_plain": _ratio(e["plain-memory"], e["jupiter"], source=src),
+                "vs_single": _ratio(e["single"], e["jupiter"], source=src),
+            }
+            for src in ("docs", "suite")
+        },  # fmt: skip
+        "planner_gap_vs_exhaustive": round(
+            max(equal["planner_gap"] + (hetero or {}).get("planner_gap", [])), 4
+        ),
+        "outputs_identical": identical,
+    }
+    if hetero is not None:
+        h = hetero["systems"]
+        out["hetero_plain_speedup_jupiter_layers_vs_memory_split"] = _ratio(
+            h["plain-memory"], h["plain-jupiter"]
+        )
+        out["hetero_prefill_speedup_vs_plain"] = _ratio(h["plain-memory"], h["jupiter"])
+        out["hetero_outputs_identical"] = all([r["text"] for r in rows] == single for rows in h.values())
+    return out
+
+
+def _markdown(report: dict[str, Any]) -> str:
+    lines = ["# Jupiter: one model on two devices (`coinfer bench jupiter`)", "",
+             f"Model {report['config']['model']}; device 0 is core 0, device 1 core 1 (the heterogeneous "
+             "pair: half of core 1, a CPU cgroup quota); links are loopback, unlimited.", "",
+             "| pair | system | prompt | tokens | parts | TTFT s | prefill ms/tok | decode ms/tok | bytes "
+             "| peak MB |",
+             "|---|---|---|---|---|---|---|---|---|---|"]  # fmt: skip
+    for pair in ("equal", "hetero"):
+        for name, rows in (report.get(pair) or {}).get("systems", {}).items():
+            for r in rows:
+                lines.append(
+                    f"| {pair} | {name} | {r['prompt']} | {r['prompt_tokens']} | {len(r['parts'])} | "
+                    f"{r['ttft_s']} | {r['prefill_ms_per_token']} | {r['decode_ms_per_token']} | "
+                    f"{r['bytes_between_stages']} | {r['peak_rss_mb']} |"
+                )
+    lines += [
+        "",
+        "## Summary",
+        "",
+        "```json",
+        __import__("json").dumps(report["summary"], indent=2),
+        "```",
+        "",
+    ]
+    return "\n".join(lines)
+
+
+def _plot(report: dict[str, Any], out: Path) -> None:
+    plt = pyplot()
+    if plt is None:
+        return
+    fig, ax = plt.subplots(figsize=(7, 4))
+    for name, rows in report["equal"]["systems"].items():
+        docs = [r for r in rows if r["source"] == "docs"]
+        ax.plot([r["prompt_tokens"] for r in docs], [r["ttft_s"] for r in docs], marker="o", label=name)
+    ax.set_xlabel("prompt tokens (CPython docs)")
+    ax.set_ylabel("time to first token, s")
+    ax.set_title("two equal devices, 1 core each")
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(out / "ttft.png", dpi=120)
+    plt.close(fig)
+
+
+def run_jupiter_bench(config: JupiterBenchConfig, *, log: Callable[[str], None]) -> dict[str, Any]:
+    import torch
+
+    from coinfer.engines.jupiter.cluster import EdgeCluster
+
+    out = Path(config.out)
+    os.sched_setaffinity(0, [0])
+    torch.set_num_threads(1)
+    lengths = (512,) if config.quick else config.lengths
+    probe, _ = _cluster(config, 1, "jupiter", None)
+    prompts = _prompts(probe.text, lengths)
+    probe.close()
+    assert isinstance(probe, EdgeCluster)
+    started = time.time()
+    equal = _pair(config, prompts, None, log)
+    hetero = None
+    skipped = {"llama.cpp-rpc": "rpc-server is not built by this bench yet (issue 17 gap)"}
+    try:
+        hetero = _pair(config, prompts, config.slow_share, log)
+    except BudgetError as exc:
+        skipped["hetero"] = str(exc)
+    report = {
+        "config": {**config.__dict__, "lengths": list(lengths)},
+        "environment": environment(),
+        "equal": equal,
+        "hetero": hetero,
+        "memory": _memory_case(config),
+        "skipped": skipped,
+        "seconds": round(time.time() - started, 1),
+    }
+    report["summary"] = _summary(equal, hetero)
+    write_json(out / "results.json", report)
+    write_markdown(out / "README.md", _markdown(report))
+    _plot(report, out)
+    return report
