@@ -26,7 +26,7 @@ from coinfer.engines.jupiter.profile import (
 )
 from coinfer.engines.jupiter.stage import Stage
 from coinfer.engines.jupiter.wire import TOKEN_ENV, join, leave, recv_json, send_json
-from coinfer.engines.jupiter.worker import peak_rss_bytes
+from coinfer.engines.jupiter.worker import peak_rss_bytes, reset_peak_rss
 from coinfer.errors import ConfigError, TransportError
 
 __all__ = ["PLAN_PART", "EdgeCluster", "memory_split"]
@@ -97,6 +97,7 @@ class EdgeCluster:
         self.links: list[LinkProfile] = []
         self._plans: dict[tuple[int, int, int, int], SequencePlan] = {}
         self._joined = False
+        reset_peak_rss()
         if world > 1:
             join(0, world, master)
             self._joined = True

@@ -23,11 +23,30 @@ from coinfer.engines.jupiter.stage import Stage
 from coinfer.engines.jupiter.wire import check_token, join, leave, recv_json, send_json
 from coinfer.errors import CoinferError, TransportError
 
-__all__ = ["peak_rss_bytes", "run_worker"]
+__all__ = ["peak_rss_bytes", "reset_peak_rss", "run_worker"]
 
 
 def peak_rss_bytes() -> int:
+    """This process's peak resident memory since it started or since ``reset_peak_rss``
+    (``VmHWM``: ``ru_maxrss`` would carry a forking parent's peak over ``exec``)."""
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
     return int(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss) * 1024
+
+
+def reset_peak_rss() -> None:
+    """Start ``peak_rss_bytes`` afresh (Linux's ``clear_refs``), for a process that was
+    something else before it became a device."""
+    try:
+        with open("/proc/self/clear_refs", "w") as f:
+            f.write("5")
+    except OSError:
+        pass
 
 
 class _Device:
