@@ -21,9 +21,9 @@ the layer planner against exhaustive search. llama.cpp's RPC backend is not run 
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
-import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -31,6 +31,8 @@ from pathlib import Path
 from typing import Any
 
 from coinfer.bench.report import environment, pyplot, write_json, write_markdown
+from coinfer.engines.jupiter.wire import free_loopback_port
+from coinfer.engines.jupiter.worker import worker_command
 from coinfer.errors import BudgetError, CoinferError
 
 __all__ = ["JupiterBenchConfig", "run_jupiter_bench"]
@@ -83,9 +85,7 @@ class _Workers:
         self.group: Path | None = None
         for rank in range(1, world):
             name = "slow" if slow_share else f"device{rank}"
-            core = str(rank % (os.cpu_count() or 1))
-            cmd = [sys.executable, "-m", "coinfer", "edge", "worker", "--rank", str(rank), "--world",
-                   str(world), "--master", master, "--cores", core, "--name", name]  # fmt: skip
+            cmd = worker_command(rank, world, master, [rank % (os.cpu_count() or 1)], name)
             proc = subprocess.Popen(cmd, env=env, start_new_session=True)
             if slow_share:
                 self.group = _cpu_share(proc.pid, slow_share)
@@ -116,13 +116,10 @@ def _cpu_share(pid: int, share: float) -> Path:
 
 def _cluster(config: JupiterBenchConfig, world: int, split: str, slow: float | None, **kw: Any) -> Any:
     import secrets
-    import socket
 
     from coinfer.engines.jupiter import EdgeCluster
 
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        master = f"127.0.0.1:{s.getsockname()[1]}"
+    master = f"127.0.0.1:{free_loopback_port()}"
     token = secrets.token_hex(8)
     workers = _Workers(world, master, token, slow) if world > 1 else None
     try:
@@ -278,7 +275,7 @@ def _markdown(report: dict[str, Any]) -> str:
         "## Summary",
         "",
         "```json",
-        __import__("json").dumps(report["summary"], indent=2),
+        json.dumps(report["summary"], indent=2),
         "```",
         "",
     ]
@@ -305,8 +302,6 @@ def _plot(report: dict[str, Any], out: Path) -> None:
 def run_jupiter_bench(config: JupiterBenchConfig, *, log: Callable[[str], None]) -> dict[str, Any]:
     import torch
 
-    from coinfer.engines.jupiter.cluster import EdgeCluster
-
     out = Path(config.out)
     os.sched_setaffinity(0, [0])
     torch.set_num_threads(1)
@@ -314,7 +309,6 @@ def run_jupiter_bench(config: JupiterBenchConfig, *, log: Callable[[str], None])
     probe, _ = _cluster(config, 1, "jupiter", None)
     prompts = _prompts(probe.text, lengths)
     probe.close()
-    assert isinstance(probe, EdgeCluster)
     started = time.time()
     equal = _pair(config, prompts, None, log)
     hetero = None

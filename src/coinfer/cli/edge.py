@@ -67,21 +67,13 @@ def _pin(cores: list[int]) -> None:
     torch.set_num_threads(len(cores))
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def _spawn(args: argparse.Namespace, master: str, token: str) -> list[subprocess.Popen[bytes]]:
+    from coinfer.engines.jupiter.worker import worker_command
+
     env = {**os.environ, "COINFER_EDGE_TOKEN": token}
     procs = []
     for rank in range(1, args.devices):
-        cmd = [
-            sys.executable, "-m", "coinfer", "edge", "worker",
-            "--rank", str(rank), "--world", str(args.devices), "--master", master,
-            "--cores", ",".join(map(str, _cores(rank, args.cores_per_device))), "--name", f"device{rank}",
-        ]  # fmt: skip
+        cmd = worker_command(rank, args.devices, master, _cores(rank, args.cores_per_device), f"device{rank}")
         procs.append(subprocess.Popen(cmd, env=env, start_new_session=True))
     return procs
 
@@ -170,7 +162,9 @@ def cmd_launch(args: argparse.Namespace) -> int:
         raise ConfigError("--devices and --cores-per-device must be >= 1")
     _budgets(args.memory, args.devices)  # checked before anything starts
     token = os.environ.get("COINFER_EDGE_TOKEN") or secrets.token_hex(16)
-    master = f"127.0.0.1:{_free_port()}"
+    from coinfer.engines.jupiter.wire import free_loopback_port
+
+    master = f"127.0.0.1:{free_loopback_port()}"
     procs = _spawn(args, master, token) if args.devices > 1 else []
     out: queue.Queue[Any] = queue.Queue()
     thread = threading.Thread(target=_run_request, args=(args, master, token, out), daemon=True)

@@ -7,7 +7,7 @@ device.
 """
 
 from coinfer.engines.jupiter.cluster import EdgeCluster, memory_split
-from coinfer.engines.jupiter.engine import JupiterConfig, describe, generate, stream
+from coinfer.engines.jupiter.engine import JupiterConfig, generate, stream
 from coinfer.engines.jupiter.planner import LayerPlan, SequencePlan, plan_layers, plan_sequence
 from coinfer.engines.jupiter.worker import run_worker
 
@@ -16,7 +16,6 @@ __all__ = [
     "JupiterConfig",
     "LayerPlan",
     "SequencePlan",
-    "describe",
     "generate",
     "memory_split",
     "plan_layers",

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 from collections.abc import Generator, Sequence
 from dataclasses import asdict, dataclass, field
-from typing import Any
 
 from coinfer.decoding.detok import IncrementalDetokenizer
 from coinfer.decoding.response import DecodeStats, Response, collect
@@ -21,7 +20,7 @@ from coinfer.engines.jupiter.cluster import EdgeCluster
 from coinfer.engines.jupiter.pipeline import Picker, Traffic, drive
 from coinfer.errors import ConfigError, ContextOverflowError, TransportError
 
-__all__ = ["JupiterConfig", "describe", "generate", "stream"]
+__all__ = ["JupiterConfig", "generate", "stream"]
 
 
 @dataclass(frozen=True)
@@ -89,7 +88,10 @@ def stream(
     produced = 0
     try:
         for token in tokens:
-            stats.verified(0, 0) if produced else stats.prefilled()
+            if produced:
+                stats.verified(0, 0)
+            else:
+                stats.prefilled()
             produced += 1
             stats.emitted(1)
             finish = (
@@ -115,15 +117,3 @@ def generate(
 ) -> Response:
     """The whole request as one ``Response``."""
     return collect(stream(cluster, prompt_ids, config=config), cluster.text.detokenize)
-
-
-def describe(cluster: EdgeCluster) -> dict[str, Any]:
-    """The cluster's plan, for the CLI and the bench."""
-    return {
-        "split": cluster.split,
-        "devices": [
-            {"name": d.name, "threads": d.threads, "layers": list(d.layers)} for d in cluster.devices
-        ],
-        "stage_s": list(cluster.layer_plan.stage_s),
-        "links": [asdict(link) for link in cluster.links],
-    }

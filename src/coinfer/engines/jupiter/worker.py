@@ -23,7 +23,17 @@ from coinfer.engines.jupiter.stage import Stage
 from coinfer.engines.jupiter.wire import check_token, join, leave, recv_json, send_json
 from coinfer.errors import CoinferError, TransportError
 
-__all__ = ["peak_rss_bytes", "reset_peak_rss", "run_worker"]
+__all__ = ["peak_rss_bytes", "reset_peak_rss", "run_worker", "worker_command"]
+
+
+def worker_command(rank: int, world: int, master: str, cores: list[int], name: str) -> list[str]:
+    """The command that runs device ``rank`` as a ``coinfer edge worker`` process here."""
+    import sys
+
+    return [
+        sys.executable, "-m", "coinfer", "edge", "worker", "--rank", str(rank), "--world", str(world),
+        "--master", master, "--cores", ",".join(map(str, cores)), "--name", name,
+    ]  # fmt: skip
 
 
 def peak_rss_bytes() -> int:
