@@ -105,6 +105,10 @@ def stream(
             extras = {"parts": list(parts), "split": cluster.split, "devices": cluster.finish(traffic)}
             yield Response(text + detok.flush(), [token], stats.snapshot(), finish, extras=extras)
             return
+    except GeneratorExit:  # the caller stopped early: STOP goes out, the reports come back
+        tokens.close()
+        cluster.finish(traffic)
+        raise
     except RuntimeError as exc:  # gloo: a device's connection broke
         raise TransportError(
             f"a device stopped answering: {str(exc).splitlines()[0][:200]}",

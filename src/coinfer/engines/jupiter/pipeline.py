@@ -63,10 +63,20 @@ def _header(op: int, position: int, n: int, last: bool) -> Any:
 
 
 def _pass_on(
-    stage: Any, rank: int, world: int, header: Any, x: Any, pick: Picker | None, traffic: Traffic
+    stage: Any,
+    rank: int,
+    world: int,
+    header: Any,
+    x: Any,
+    pick: Picker | None,
+    traffic: Traffic,
+    pending: list[Any],
 ) -> list[Any]:
     """Run ``x`` through this stage and send the result to the next rank (not waited
-    for), or, on the last rank, the next token to rank 0 when the header asks."""
+    for), or, on the last rank, the next token to rank 0 when the header asks. The
+    previous sends (``pending``) are waited for only after the forward: the next rank
+    takes them when it is done with the one before, which it does while this rank
+    computes."""
     import torch
     import torch.distributed as dist
 
@@ -75,6 +85,7 @@ def _pass_on(
     out = stage.forward(x, position, logits="last" if last else "none")
     traffic.busy_s += time.perf_counter() - t0
     traffic.forwards += 1
+    _settle(pending)
     if rank + 1 < world:
         out = out.contiguous()
         traffic.bytes_sent += header.numel() * 8 + out.numel() * out.element_size()
@@ -102,24 +113,26 @@ def serve(stage: Any, rank: int, world: int, pick: Picker | None) -> Traffic:
         dist.recv(header, rank - 1)
         op, _, n, _ = (int(v) for v in header)
         if op == STOP:
-            for work in pending:
-                work.wait()
+            _settle(pending)
             if rank + 1 < world:
                 dist.send(header, rank + 1)
             return traffic
         x = torch.empty((1, n, hidden), dtype=torch.float32)
         dist.recv(x, rank - 1)
-        for work in pending:
-            work.wait()
-        pending = _pass_on(stage, rank, world, header, x, pick, traffic)
+        pending = _pass_on(stage, rank, world, header, x, pick, traffic, pending)
 
 
-def _next_token(world: int, traffic: Traffic, pending: list[Any]) -> int:
+def _settle(pending: list[Any]) -> list[Any]:
+    """Wait for the sends still in flight (each once: gloo's wait does not return twice)."""
+    for work in pending:
+        work.wait()
+    return []
+
+
+def _next_token(world: int, traffic: Traffic) -> int:
     import torch
     import torch.distributed as dist
 
-    for work in pending:
-        work.wait()
     if world == 1:
         return traffic.kept.pop()
     token = torch.empty(1, dtype=torch.int64)
@@ -153,24 +166,25 @@ def drive(
     position, produced, waiting = 0, 0, False
     try:
         for i, n in enumerate(parts):
-            for work in pending:
-                work.wait()
             header = _header(PREFILL, position, n, i == len(parts) - 1)
-            pending = _pass_on(stage, 0, world, header, ids[:, position : position + n], pick, traffic)
+            x = ids[:, position : position + n]
+            pending = _pass_on(stage, 0, world, header, x, pick, traffic, pending)
             position += n
         waiting = True
         while True:
-            token = _next_token(world, traffic, pending)
+            pending = _settle(pending)
+            token = _next_token(world, traffic)
             waiting = False
             produced += 1
             yield token
             if produced >= max_tokens or token in eos:
                 break
             header = _header(DECODE, position, 1, True)
-            pending = _pass_on(stage, 0, world, header, torch.tensor([[token]]), pick, traffic)
+            x = torch.tensor([[token]])
+            pending = _pass_on(stage, 0, world, header, x, pick, traffic, pending)
             position, waiting = position + 1, True
     finally:
         if world > 1:
             if waiting:  # a token is on its way: take it so that no rank is left sending
-                _next_token(world, traffic, pending)
+                _next_token(world, traffic)
             dist.send(_header(STOP, position, 0, False), 1)
