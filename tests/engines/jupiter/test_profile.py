@@ -20,6 +20,30 @@ def test_layer_time_is_read_between_and_beyond_the_profiled_points() -> None:
     assert DeviceProfile.from_json(prof.to_json()) == prof
 
 
+def test_a_device_that_is_fast_in_bursts_but_throttled_is_timed_by_its_sustained_rate() -> None:
+    import time
+
+    from coinfer.engines.jupiter.profile import seconds_per_run
+
+    calls = []
+
+    def run() -> None:  # 1 ms, but every fourth call waits 40 ms (a CPU quota's throttle)
+        calls.append(1)
+        time.sleep(0.04 if len(calls) % 4 == 0 else 0.001)
+
+    assert 0.008 < seconds_per_run(run, window_s=0.3) < 0.016  # not the 1 ms of a burst
+
+
+def test_two_models_in_folders_of_one_name_have_two_profiles(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    from coinfer.engines.jupiter.profile import _cache_path
+
+    a, b = tmp_path / "a" / "model", tmp_path / "b" / "model"
+    for folder, layers in ((a, 2), (b, 4)):
+        folder.mkdir(parents=True)
+        (folder / "config.json").write_text(f'{{"num_hidden_layers": {layers}}}')
+    assert _cache_path(a, "device0", 1) != _cache_path(b, "device0", 1)
+
+
 @pytest.mark.skipif(not HAS_TORCH, reason="needs the torch extra")
 def test_a_models_memory_is_counted_from_its_skeleton(tiny_dirs) -> None:  # type: ignore[no-untyped-def]
     from transformers import AutoConfig, AutoModelForCausalLM

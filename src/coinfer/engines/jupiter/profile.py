@@ -14,9 +14,11 @@ A device's profile is cached per model and device name (``<cache>/jupiter/``).
 
 from __future__ import annotations
 
+import functools
+import hashlib
 import json
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -29,7 +31,7 @@ __all__ = ["DeviceProfile", "LinkProfile", "ModelShape", "echo_link", "measure_l
 
 LENGTHS = (1, 16, 64, 128, 256, 512)
 CACHED = (0, 512, 1024)
-REPEATS = 4  # the least of these many runs: timing noise only ever adds
+WINDOW_S = 0.3  # each point is the mean over this long: a CPU quota's throttling shows
 
 
 @dataclass(frozen=True)
@@ -127,7 +129,12 @@ def _linear_rows(p: np.ndarray, grid: Sequence[int], rows: np.ndarray) -> np.nda
 
 
 def _cache_path(folder: Path, name: str, threads: int) -> Path:
-    key = "".join(c if c.isalnum() or c in "-_." else "_" for c in f"{folder.name}-{name}-{threads}t")
+    """Per model (its folder's name and its config's digest: two folders of one name are
+    two models) and device; the window is in the name, so a change of method re-profiles."""
+    config = folder / "config.json"
+    digest = hashlib.sha256(config.read_bytes() if config.is_file() else b"").hexdigest()[:8]
+    raw = f"{folder.name}-{digest}-{name}-{threads}t-w{int(WINDOW_S * 1000)}"
+    key = "".join(c if c.isalnum() or c in "-_." else "_" for c in raw)
     return catalog.cache_dir() / "jupiter" / "profiles" / f"{key}.json"
 
 
@@ -167,6 +174,20 @@ def _one_layer(config: Any) -> Any:
     return model.model
 
 
+def seconds_per_run(run: Callable[[], Any], window_s: float = WINDOW_S) -> float:
+    """The mean time of ``run`` over at least ``window_s`` (after one untimed run). A
+    device under a CPU quota (CFS periods of 100 ms) runs short bursts at full speed: the
+    best of a few bursts would plan it as fast as an unthrottled one."""
+    run()
+    count, t0 = 0, time.perf_counter()
+    while True:
+        run()
+        count += 1
+        elapsed = time.perf_counter() - t0
+        if elapsed >= window_s:
+            return elapsed / count
+
+
 def _time_layer(config: Any) -> tuple[tuple[float, ...], ...]:
     import torch
     from transformers import DynamicCache
@@ -179,19 +200,13 @@ def _time_layer(config: Any) -> tuple[tuple[float, ...], ...]:
             cache = DynamicCache(config=inner.config)
             if p:
                 inner(inputs_embeds=torch.randn(1, p, hidden), past_key_values=cache, use_cache=True)
-            row = []
-            for n in LENGTHS:
-                best = float("inf")
-                for _ in range(REPEATS):
-                    x = torch.randn(1, n, hidden)
-                    pos = torch.arange(p, p + n).unsqueeze(0)
-                    t0 = time.perf_counter()
-                    inner(inputs_embeds=x, position_ids=pos, past_key_values=cache, use_cache=True)
-                    best = min(best, time.perf_counter() - t0)
-                    if cache.get_seq_length() > p:
-                        cache.crop(p - cache.get_seq_length())
-                row.append(best)
-            rows.append(tuple(row))
+
+            def step(n: int, p: int = p, cache: Any = cache) -> None:
+                x, pos = torch.randn(1, n, hidden), torch.arange(p, p + n).unsqueeze(0)
+                inner(inputs_embeds=x, position_ids=pos, past_key_values=cache, use_cache=True)
+                cache.crop(p - cache.get_seq_length())  # this transformers removes a count
+
+            rows.append(tuple(seconds_per_run(functools.partial(step, n)) for n in LENGTHS))
     return tuple(rows)
 
 
@@ -202,13 +217,9 @@ def _time_head(config: Any, share: int = 8) -> float:
     hidden, vocab = int(config.hidden_size), int(config.vocab_size)
     w = torch.randn(max(vocab // share, 1), hidden)
     x = torch.randn(1, hidden)
-    best = float("inf")
     with torch.inference_mode():
-        for _ in range(3):
-            t0 = time.perf_counter()
-            torch.nn.functional.linear(x, w)
-            best = min(best, time.perf_counter() - t0)
-    return best * vocab / w.shape[0]
+        seconds = seconds_per_run(lambda: torch.nn.functional.linear(x, w))
+    return seconds * vocab / w.shape[0]
 
 
 PROBE_BYTES = (4 << 10, 4 << 20)
