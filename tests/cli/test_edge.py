@@ -74,6 +74,27 @@ def test_a_budget_nothing_fits_is_refused_in_one_line(four_layers: Path) -> None
     assert_user_error(proc, "--memory")
 
 
+def _edge_cgroups() -> set[str]:
+    root = Path("/sys/fs/cgroup/memory")
+    return {p.name for p in root.glob("coinfer-edge-*")} if root.is_dir() else set()
+
+
+@needs_torch
+@pytest.mark.skipif(
+    os.geteuid() != 0 or not Path("/sys/fs/cgroup/memory/memory.limit_in_bytes").exists(),
+    reason="needs root and the v1 memory controller",
+)
+def test_memory_budgets_are_held_by_the_os_and_the_text_is_unchanged(four_layers: Path) -> None:
+    before = _edge_cgroups()
+    out = _launch(four_layers, "--devices", "2", "--memory", "3G,2G")
+    assert out["text"] == _generate(four_layers)["text"]
+    memory = out["memory"]
+    assert memory["enforced"] is True and memory["budget_mb"] == [3072, 2048]
+    peaks = zip(memory["peak_mb"], memory["budget_mb"], strict=True)
+    assert all(0 < peak <= budget for peak, budget in peaks)
+    assert _edge_cgroups() == before  # every device's cgroup is gone after the run
+
+
 def _workers_of(pid: int) -> list[int]:
     found = []
     for entry in Path("/proc").iterdir():

@@ -91,17 +91,25 @@ class MemoryCgroup:
     def _procs(self) -> Path:
         return self.path / ("tasks" if self.version == 1 else "cgroup.procs")
 
-    def _join(self) -> None:
-        """In the child, before it executes: move itself into the cgroup."""
+    def enter(self) -> None:
+        """Move this process in (a child calls it before it executes)."""
         with open(self._procs, "w") as f:
             f.write(str(os.getpid()))
+
+    def adopt(self, pid: int) -> None:
+        """Move process ``pid`` (all its threads) in: what it allocates from now on counts."""
+        (self.path / "cgroup.procs").write_text(str(pid))
+
+    def release(self, pid: int) -> None:
+        """Move process ``pid`` back out, to the hierarchy's parent, so the cgroup can go."""
+        (self.path.parent / "cgroup.procs").write_text(str(pid))
 
     def run(
         self, argv: Sequence[str], *, timeout: float | None = None, env: dict[str, str] | None = None
     ) -> subprocess.CompletedProcess[str]:
         """Run ``argv`` inside the cgroup; its stdout and stderr as text."""
         return subprocess.run(
-            list(argv), capture_output=True, text=True, timeout=timeout, env=env, preexec_fn=self._join
+            list(argv), capture_output=True, text=True, timeout=timeout, env=env, preexec_fn=self.enter
         )
 
     def peak(self) -> int:

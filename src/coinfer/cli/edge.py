@@ -11,6 +11,7 @@ worker that dies stops every process at once, with one line naming the device.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import queue
@@ -19,6 +20,7 @@ import socket
 import subprocess
 import sys
 import threading
+from collections.abc import Callable
 from typing import Any
 
 from coinfer.cli.common import add_output_flags, add_sampling_flags, err, sampling_from_args
@@ -67,6 +69,25 @@ def _pin(cores: list[int]) -> None:
     torch.set_num_threads(len(cores))
 
 
+def _fences(budgets: list[float | None] | None) -> tuple[list[Any] | None, str | None]:
+    """A memory cgroup per device of its budget, so that the OS holds each device to it;
+    or, where none can be made (no root, no memory controller), why not."""
+    if budgets is None:
+        return None, None
+    from coinfer.bench.cgroup import MemoryCgroup
+    from coinfer.errors import BudgetError
+
+    groups: list[Any] = []
+    try:
+        for budget in budgets:
+            groups.append(MemoryCgroup(int(budget or 0), prefix="coinfer-edge"))
+    except BudgetError as exc:
+        for g in groups:
+            g.remove()
+        return None, str(exc).splitlines()[0]
+    return groups, None
+
+
 def _spawn(args: argparse.Namespace, master: str, token: str) -> list[subprocess.Popen[bytes]]:
     from coinfer.engines.jupiter.worker import worker_command
 
@@ -86,7 +107,13 @@ def _stop(procs: list[subprocess.Popen[bytes]]) -> None:
         p.wait()
 
 
-def _run_request(args: argparse.Namespace, master: str, token: str, out: queue.Queue[Any]) -> None:
+def _run_request(
+    args: argparse.Namespace,
+    master: str,
+    token: str,
+    out: queue.Queue[Any],
+    fence: Callable[[], None] | None = None,
+) -> None:
     """The request (on a thread): set up the cluster, stream, put each response on ``out``."""
     from coinfer.cli.generate import prompt_ids
     from coinfer.engines.jupiter import EdgeCluster, JupiterConfig, stream
@@ -103,6 +130,7 @@ def _run_request(args: argparse.Namespace, master: str, token: str, out: queue.Q
         cluster = EdgeCluster(
             args.model, world=args.devices, master=master, threads=args.cores_per_device, name="device0",
             budgets=_budgets(args.memory, args.devices), split=args.split, n_ctx=args.ctx, token=token,
+            before_load=fence,
         )  # fmt: skip
         try:
             prompt, fmt = prompt_ids(cluster.text, args, quiet=args.json)
@@ -116,17 +144,20 @@ def _run_request(args: argparse.Namespace, master: str, token: str, out: queue.Q
         out.put(("error", exc))
 
 
-def _dead_worker(procs: list[subprocess.Popen[bytes]]) -> str | None:
+def _dead_worker(procs: list[subprocess.Popen[bytes]], groups: list[Any] | None) -> str | None:
     for rank, p in enumerate(procs, start=1):
         code = p.poll()
         if code is not None and code != 0:
             how = f"was killed by signal {-code}" if code < 0 else f"exited with code {code}"
+            if groups and groups[rank].oom_kills():
+                budget = groups[rank].limit / 2**30
+                how = f"ran out of its {budget:.2f} GiB budget (the OS's OOM killer ended it)"
             return f"device {rank} (pid {p.pid}) {how}"
     return None
 
 
 def _follow(
-    out: queue.Queue[Any], procs: list[subprocess.Popen[bytes]], echo: bool
+    out: queue.Queue[Any], procs: list[subprocess.Popen[bytes]], groups: list[Any] | None, echo: bool
 ) -> tuple[list[Any], str, Any]:
     """Responses as they come; a dead worker or an error ends the run with one line."""
     responses: list[Any] = []
@@ -135,7 +166,7 @@ def _follow(
         try:
             kind, value = out.get(timeout=0.2)
         except queue.Empty:
-            dead = _dead_worker(procs)
+            dead = _dead_worker(procs, groups)
             if dead is not None:
                 raise ConfigError(
                     dead, hint="its own error, if any, is printed above; no process is left running"
@@ -151,7 +182,7 @@ def _follow(
         elif kind == "done":
             return responses, fmt, value
         else:
-            dead = _dead_worker(procs)
+            dead = _dead_worker(procs, groups)
             if dead is not None:
                 raise ConfigError(dead, hint="no process is left running") from value
             raise value
@@ -164,28 +195,71 @@ def cmd_launch(args: argparse.Namespace) -> int:
     token = os.environ.get("COINFER_EDGE_TOKEN") or secrets.token_hex(16)
     from coinfer.engines.jupiter.wire import free_loopback_port
 
+    groups, why = _fences(_budgets(args.memory, args.devices))
+    if why is not None:
+        err(f"coinfer: note: the memory budgets are planned for but not enforced ({why})")
     master = f"127.0.0.1:{free_loopback_port()}"
-    procs = _spawn(args, master, token) if args.devices > 1 else []
-    out: queue.Queue[Any] = queue.Queue()
-    thread = threading.Thread(target=_run_request, args=(args, master, token, out), daemon=True)
-    thread.start()
     try:
-        responses, fmt, detokenize = _follow(out, procs, echo=not args.json)
-    except KeyboardInterrupt:
+        procs = _spawn(args, master, token) if args.devices > 1 else []
+        fence = _fence_hook(groups, [os.getpid()] + [p.pid for p in procs])
+        out: queue.Queue[Any] = queue.Queue()
+        thread = threading.Thread(target=_run_request, args=(args, master, token, out, fence), daemon=True)
+        thread.start()
+        try:
+            responses, fmt, detokenize = _follow(out, procs, groups, echo=not args.json)
+        except KeyboardInterrupt:
+            _stop(procs)
+            _unfence(groups)
+            err("coinfer: interrupted; every device stopped")
+            sys.stdout.flush()
+            os._exit(130)  # the request's thread may sit in a gloo call of a closed group
+        except CoinferError:
+            _stop(procs)
+            raise
+        thread.join(timeout=10)
         _stop(procs)
-        err("coinfer: interrupted; every device stopped")
-        sys.stdout.flush()
-        os._exit(130)  # the request's thread may sit in a gloo call of a closed group
-    except CoinferError:
-        _stop(procs)
-        raise
-    thread.join(timeout=10)
-    _stop(procs)
-    _report(args, responses, fmt, detokenize)
+        memory = _memory_report(groups, why)
+    finally:
+        _unfence(groups)
+    _report(args, responses, fmt, detokenize, memory)
     return 0
 
 
-def _report(args: argparse.Namespace, responses: list[Any], fmt: str, detokenize: Any) -> None:
+def _memory_report(groups: list[Any] | None, why: str | None) -> dict[str, Any] | None:
+    """Each device's budget and the most its cgroup held (the OS's count, page cache in)."""
+    if groups is None:
+        return None if why is None else {"enforced": False, "why": why}
+    return {
+        "enforced": True,
+        "budget_mb": [g.limit // 2**20 for g in groups],
+        "peak_mb": [g.peak() // 2**20 for g in groups],
+    }
+
+
+def _fence_hook(groups: list[Any] | None, pids: list[int]) -> Callable[[], None] | None:
+    """Once the plan fits: device ``i``'s process into cgroup ``i``. What each allocates
+    from then on (its layers, cache, activations) counts against its budget; the process's
+    own footprint before, which the plan subtracts from the budget, stays where it was."""
+    if not groups:
+        return None
+
+    def fence() -> None:
+        for group, pid in zip(groups, pids, strict=True):
+            group.adopt(pid)
+
+    return fence
+
+
+def _unfence(groups: list[Any] | None) -> None:
+    for g in groups or []:
+        with contextlib.suppress(OSError):  # this process is in one of them at most
+            g.release(os.getpid())
+        g.remove()
+
+
+def _report(
+    args: argparse.Namespace, responses: list[Any], fmt: str, detokenize: Any, memory: dict[str, Any] | None
+) -> None:
     from coinfer.cli.generate import summary_lines
 
     last = responses[-1] if responses else None
@@ -204,6 +278,8 @@ def _report(args: argparse.Namespace, responses: list[Any], fmt: str, detokenize
             "stats": last.stats.as_dict() if last else {},
             "extras": last.extras if last else {},
         }
+        if memory is not None:
+            out["memory"] = memory
         print(json.dumps(out, ensure_ascii=False))
         return
     sys.stdout.write("\n")

@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 import json
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -72,6 +73,7 @@ class EdgeCluster:
         split: str = "jupiter",
         n_ctx: int = 4096,
         token: str | None = None,
+        before_load: Callable[[], None] | None = None,
     ) -> None:
         import os
 
@@ -104,6 +106,8 @@ class EdgeCluster:
             self._hello(token if token is not None else os.environ.get(TOKEN_ENV, ""))
         self._profile()
         self.layer_plan = self._plan_layers()
+        if before_load is not None:  # the plan fits: e.g. hold every device to its budget now
+            before_load()
         self._load()
 
     # ---- setting up --------------------------------------------------------------------
