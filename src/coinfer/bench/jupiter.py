@@ -14,9 +14,15 @@ worker`` process pinned to its own core, joined over loopback by torch.distribut
 Pairs: two equal devices (1 core each) and a heterogeneous pair, where the second device
 gets half a core (a CPU cgroup quota). Prompts of 128-1024 tokens from two sources: the
 CPython documentation and the speculative suite's code, neither used to tune anything.
-Also: the memory case (a budget one device cannot meet is refused; two devices run), and
-the layer planner against exhaustive search. llama.cpp's RPC backend is not run (see
-``results.json``, ``skipped``).
+Also:
+
+- the equal pair across a veth pair into a network namespace shaped with ``tbf`` (100 Mbit/s
+  and 1 Gbit/s; ``GLOO_SOCKET_IFNAME`` puts gloo on it), prompts of 512 tokens or more;
+- the memory case: a budget one device cannot meet is refused; two devices run a request,
+  each in a memory cgroup of its budget;
+- the layer planner against exhaustive search;
+- the peer users would pick, llama.cpp's RPC backend over the same cores
+  (``bench/jupiter_rpc.py``; ``--build-peers`` builds it), else listed in ``skipped``.
 """
 
 from __future__ import annotations
@@ -26,14 +32,15 @@ import os
 import subprocess
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from coinfer.bench.netns import HOST, ShapedLink
 from coinfer.bench.report import environment, pyplot, write_json, write_markdown
 from coinfer.engines.jupiter.wire import free_loopback_port
 from coinfer.engines.jupiter.worker import worker_command
-from coinfer.errors import BudgetError, CoinferError
+from coinfer.errors import BudgetError, CoinferError, ConfigError, ModelError
 
 __all__ = ["JupiterBenchConfig", "run_jupiter_bench"]
 
@@ -50,6 +57,8 @@ class JupiterBenchConfig:
     quick: bool = False
     slow_share: float = 0.5
     memory_gb: float = 1.9
+    link_mbit: tuple[int, ...] = (100, 1000)
+    build_peers: bool = False
 
 
 def _texts() -> dict[str, str]:
@@ -77,15 +86,22 @@ def _prompts(text: Any, lengths: tuple[int, ...]) -> list[dict[str, Any]]:
 
 
 class _Workers:
-    """``coinfer edge worker`` processes for ranks 1.., pinned; the slow one in a CPU cgroup."""
+    """``coinfer edge worker`` processes for ranks 1.., pinned; the slow one in a CPU cgroup;
+    behind a shaped ``link``, in its namespace, gloo on its interface."""
 
-    def __init__(self, world: int, master: str, token: str, slow_share: float | None) -> None:
+    def __init__(
+        self, world: int, master: str, token: str, slow_share: float | None, link: ShapedLink | None
+    ) -> None:
         env = {**os.environ, "COINFER_EDGE_TOKEN": token}
+        if link is not None:
+            env["GLOO_SOCKET_IFNAME"] = link.peer_if
         self.procs = []
         self.group: Path | None = None
         for rank in range(1, world):
             name = "slow" if slow_share else f"device{rank}"
             cmd = worker_command(rank, world, master, [rank % (os.cpu_count() or 1)], name)
+            if link is not None:
+                cmd = link.prefix + cmd
             proc = subprocess.Popen(cmd, env=env, start_new_session=True)
             if slow_share:
                 self.group = _cpu_share(proc.pid, slow_share)
@@ -114,14 +130,27 @@ def _cpu_share(pid: int, share: float) -> Path:
     return group
 
 
-def _cluster(config: JupiterBenchConfig, world: int, split: str, slow: float | None, **kw: Any) -> Any:
+def _cluster(
+    config: JupiterBenchConfig,
+    world: int,
+    split: str,
+    slow: float | None,
+    link: ShapedLink | None = None,
+    worker_pids: list[int] | None = None,
+    **kw: Any,
+) -> Any:
     import secrets
 
     from coinfer.engines.jupiter import EdgeCluster
 
-    master = f"127.0.0.1:{free_loopback_port()}"
+    master = f"{HOST if link else '127.0.0.1'}:{free_loopback_port()}"
     token = secrets.token_hex(8)
-    workers = _Workers(world, master, token, slow) if world > 1 else None
+    os.environ.pop("GLOO_SOCKET_IFNAME", None)
+    if link is not None:  # read when this process joins the group
+        os.environ["GLOO_SOCKET_IFNAME"] = link.host_if
+    workers = _Workers(world, master, token, slow, link) if world > 1 else None
+    if worker_pids is not None and workers is not None:
+        worker_pids += [p.pid for p in workers.procs]
     try:
         cluster = EdgeCluster(
             config.model, world=world, master=master, threads=1, split=split, token=token, **kw
@@ -188,8 +217,34 @@ def _pair(
     return {"systems": results, "planner_gap": gaps}
 
 
-def _memory_case(config: JupiterBenchConfig) -> dict[str, Any]:
-    """A budget one device cannot meet is refused by the planner; two devices run."""
+def _links(config: JupiterBenchConfig, prompts: list[dict[str, Any]], log: Callable[[str], None]) -> Any:
+    """The equal pair's plain pipeline and Jupiter across a veth pair shaped with ``tbf``,
+    on the prompts of 512 tokens or more."""
+    long = [p for p in prompts if len(p["ids"]) >= 512]
+    out: dict[str, Any] = {}
+    for rate in config.link_mbit:
+        with ShapedLink(rate) as link:
+            cluster, workers = _cluster(config, 2, "jupiter", None, link)
+            try:
+                out[f"{rate}mbit"] = {"link": asdict(cluster.links[0]), "systems": {}}
+                for name in ("plain-jupiter", "jupiter"):
+                    log(f"jupiter bench: equal pair over {rate} Mbit/s, {name}")
+                    rows = _run_system(cluster, long, config, pipelined=name == "jupiter")
+                    out[f"{rate}mbit"]["systems"][name] = rows
+            finally:
+                cluster.close()
+                workers.close()
+                os.environ.pop("GLOO_SOCKET_IFNAME", None)
+    return out
+
+
+def _memory_case(config: JupiterBenchConfig, prompt: list[int]) -> dict[str, Any]:
+    """A budget one device cannot meet is refused by the planner; two devices run a
+    request, each held to its budget by a memory cgroup (entered once the plan fits, as
+    ``coinfer edge launch --memory`` does)."""
+    from coinfer.bench.cgroup import MemoryCgroup
+    from coinfer.engines.jupiter import JupiterConfig, generate
+
     budget = config.memory_gb * 2**30
     out: dict[str, Any] = {"budget_gb_per_device": config.memory_gb}
     try:
@@ -198,14 +253,30 @@ def _memory_case(config: JupiterBenchConfig) -> dict[str, Any]:
         out["single"] = "ran"
     except CoinferError as exc:
         out["single"] = f"refused: {str(exc).splitlines()[0]}"
-    cluster, workers = _cluster(config, 2, "jupiter", None, budgets=[budget, budget])
+    groups = [MemoryCgroup(int(budget), prefix="coinfer-jupiter-bench") for _ in range(2)]
+    pids: list[int] = [os.getpid()]
+
+    def fence() -> None:
+        for group, pid in zip(groups, pids, strict=True):
+            group.adopt(pid)
+
+    cluster, workers = _cluster(config, 2, "jupiter", None, budgets=[budget, budget], before_load=fence,
+                                worker_pids=pids)  # fmt: skip
     try:
-        out["two"] = {"layers": [list(r) for r in cluster.layer_plan.ranges],
-                      "peak_rss_mb": [round(d.peak_rss / 2**20) for d in cluster.devices]}  # fmt: skip
+        response = generate(cluster, prompt, config=JupiterConfig(max_tokens=config.max_tokens))
+        out["two"] = {
+            "layers": [list(r) for r in cluster.layer_plan.ranges],
+            "prompt_tokens": len(prompt),
+            "ttft_s": round(response.stats.ttft_s, 4),
+            "cgroup_peak_mb": [g.peak() // 2**20 for g in groups],
+            "oom_kills": sum(g.oom_kills() for g in groups),
+        }
     finally:
         cluster.close()
-        if workers is not None:
-            workers.close()
+        workers.close()
+        groups[0].release(os.getpid())
+        for g in groups:
+            g.remove()
     return out
 
 
@@ -225,7 +296,49 @@ def _ratio(
     return round(math.exp(sum(math.log(x / y) for x, y in pairs) / len(pairs)), 3)
 
 
-def _summary(equal: dict[str, Any], hetero: dict[str, Any] | None) -> dict[str, Any]:
+def _peers(
+    config: JupiterBenchConfig,
+    prompts: list[dict[str, Any]],
+    skipped: dict[str, str],
+    log: Callable[[str], None],
+) -> dict[str, Any] | None:
+    """llama.cpp's RPC backend, where it is built (``--build-peers`` builds it)."""
+    from coinfer.bench.jupiter_rpc import rpc_binaries, run_rpc_peer
+
+    try:
+        if rpc_binaries(build=config.build_peers) is None:
+            raise ModelError("not built", hint="run the bench with --build-peers (about 10 minutes)")
+        return run_rpc_peer(config.model, prompts, config.max_tokens, log)
+    except (CoinferError, OSError, subprocess.CalledProcessError) as exc:
+        skipped["llama.cpp-rpc"] = f"{str(exc).splitlines()[0]} ({getattr(exc, 'hint', '')})"
+        return None
+
+
+def _link_summary(links: dict[str, Any] | None) -> dict[str, Any]:
+    return {
+        rate: {"prefill_speedup_vs_plain": _ratio(v["systems"]["plain-jupiter"], v["systems"]["jupiter"]),
+               "link_mbit_measured": round(v["link"]["bytes_per_s"] * 8 / 1e6, 1)}
+        for rate, v in (links or {}).items()
+    }  # fmt: skip
+
+
+def _decode_ratio(rows_a: list[dict[str, Any]], rows_b: list[dict[str, Any]]) -> float | None:
+    """Geometric mean of ``a``'s decode time per token over ``b``'s (above 1: ``a`` slower)."""
+    import math
+
+    pairs = [
+        (a["decode_ms_per_token"], b["decode_ms_per_token"]) for a, b in zip(rows_a, rows_b, strict=True)
+    ]
+    pairs = [(x, y) for x, y in pairs if x and y]
+    return round(math.exp(sum(math.log(x / y) for x, y in pairs) / len(pairs)), 3) if pairs else None
+
+
+def _summary(
+    equal: dict[str, Any],
+    hetero: dict[str, Any] | None,
+    links: dict[str, Any] | None,
+    peers: dict[str, Any] | None,
+) -> dict[str, Any]:
     e = equal["systems"]
     single = [r["text"] for r in e["single"]]
     identical = all([r["text"] for r in rows] == single for rows in e.values())
@@ -244,7 +357,19 @@ def _summary(equal: dict[str, Any], hetero: dict[str, Any] | None) -> dict[str, 
             max(equal["planner_gap"] + (hetero or {}).get("planner_gap", [])), 4
         ),
         "outputs_identical": identical,
+        "links": _link_summary(links),
     }
+    if peers is not None:
+        out["llamacpp_rpc_prefill_speedup_vs_its_single"] = _ratio(
+            peers["llama.cpp-single"], peers["llama.cpp-rpc"]
+        )
+        out["llamacpp_rpc_decode_ms_ratio_vs_its_single"] = _decode_ratio(
+            peers["llama.cpp-rpc"], peers["llama.cpp-single"]
+        )
+        out["jupiter_decode_ms_ratio_vs_single"] = _decode_ratio(e["jupiter"], e["single"])
+        out["llamacpp_rpc_outputs_identical"] = [r["tokens"] for r in peers["llama.cpp-rpc"]] == [
+            r["tokens"] for r in peers["llama.cpp-single"]
+        ]
     if hetero is not None:
         h = hetero["systems"]
         out["hetero_plain_speedup_jupiter_layers_vs_memory_split"] = _ratio(
@@ -258,19 +383,45 @@ def _summary(equal: dict[str, Any], hetero: dict[str, Any] | None) -> dict[str, 
 def _markdown(report: dict[str, Any]) -> str:
     lines = ["# Jupiter: one model on two devices (`coinfer bench jupiter`)", "",
              f"Model {report['config']['model']}; device 0 is core 0, device 1 core 1 (the heterogeneous "
-             "pair: half of core 1, a CPU cgroup quota); links are loopback, unlimited.", "",
+             "pair: half of core 1, a CPU cgroup quota). Links are loopback, unlimited, except in the "
+             "rows whose pair names a rate: a veth pair into a network namespace shaped with `tbf`.", "",
              "| pair | system | prompt | tokens | parts | TTFT s | prefill ms/tok | decode ms/tok | bytes "
              "| peak MB |",
              "|---|---|---|---|---|---|---|---|---|---|"]  # fmt: skip
-    for pair in ("equal", "hetero"):
-        for name, rows in (report.get(pair) or {}).get("systems", {}).items():
+    pairs = [
+        ("equal", report.get("equal")),
+        ("hetero", report.get("hetero")),
+        *(report.get("links") or {}).items(),
+    ]
+    for pair, result in pairs:
+        for name, rows in (result or {}).get("systems", {}).items():
             for r in rows:
                 lines.append(
                     f"| {pair} | {name} | {r['prompt']} | {r['prompt_tokens']} | {len(r['parts'])} | "
                     f"{r['ttft_s']} | {r['prefill_ms_per_token']} | {r['decode_ms_per_token']} | "
                     f"{r['bytes_between_stages']} | {r['peak_rss_mb']} |"
                 )
+    if report.get("peers"):
+        lines += [
+            "",
+            "llama.cpp (the catalogue's GGUF, 1 thread per device): alone on core 0, and its RPC "
+            "backend with a `ggml-rpc-server` on each of cores 0 and 1.",
+            "",
+            "| system | prompt | tokens | TTFT s | prefill ms/tok | decode ms/tok |",
+            "|---|---|---|---|---|---|",
+        ]
+        for name, rows in report["peers"].items():
+            for r in rows:
+                cells = (name, r["prompt"], r["prompt_tokens"], r["ttft_s"], r["prefill_ms_per_token"],
+                         r["decode_ms_per_token"])  # fmt: skip
+                lines.append("| " + " | ".join(map(str, cells)) + " |")
     lines += [
+        "",
+        "Memory case, skipped parts:",
+        "",
+        "```json",
+        json.dumps({"memory": report.get("memory"), "skipped": report.get("skipped")}, indent=2),
+        "```",
         "",
         "## Summary",
         "",
@@ -310,23 +461,34 @@ def run_jupiter_bench(config: JupiterBenchConfig, *, log: Callable[[str], None])
     prompts = _prompts(probe.text, lengths)
     probe.close()
     started = time.time()
+    skipped: dict[str, str] = {}
+    peers = _peers(config, prompts, skipped, log)
     equal = _pair(config, prompts, None, log)
-    hetero = None
-    skipped = {"llama.cpp-rpc": "rpc-server is not built by this bench yet (issue 17 gap)"}
+    hetero = links = memory = None
     try:
         hetero = _pair(config, prompts, config.slow_share, log)
     except BudgetError as exc:
         skipped["hetero"] = str(exc)
+    try:
+        links = _links(config, prompts, log)
+    except ConfigError as exc:
+        skipped["links"] = str(exc).splitlines()[0]
+    try:
+        memory = _memory_case(config, prompts[-1]["ids"])
+    except BudgetError as exc:
+        skipped["memory"] = str(exc).splitlines()[0]
     report = {
         "config": {**config.__dict__, "lengths": list(lengths)},
         "environment": environment(),
         "equal": equal,
         "hetero": hetero,
-        "memory": _memory_case(config),
+        "links": links,
+        "peers": peers,
+        "memory": memory,
         "skipped": skipped,
         "seconds": round(time.time() - started, 1),
     }
-    report["summary"] = _summary(equal, hetero)
+    report["summary"] = _summary(equal, hetero, links, peers)
     write_json(out / "results.json", report)
     write_markdown(out / "README.md", _markdown(report))
     _plot(report, out)

@@ -25,7 +25,7 @@ import socket
 import subprocess
 import time
 import urllib.request
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -55,7 +55,7 @@ SERVER_PEERS = {
 PEERS = ("llama-cpp-python-prompt-lookup", "transformers-assisted", *SERVER_PEERS)
 SLOW_PEERS = {"transformers-assisted"}  # run on the first prompt of each category only
 DRAFT_PEERS = {"transformers-assisted", "llama-server-draft-simple"}  # need the target's catalogue draft
-_SCRIPT = Path(__file__).resolve().parents[3] / "scripts" / "build-llama-server.sh"
+_SCRIPTS = Path(__file__).resolve().parents[3] / "scripts"
 
 
 @dataclass
@@ -91,16 +91,23 @@ class Peer:
 
 def llama_server_binary(*, build: bool = False) -> Path | None:
     """The cached llama-server binary; with ``build`` it is built first if missing."""
+    return built_binary("build-llama-server.sh", "llama-server", "llama-server", build=build)
+
+
+def built_binary(script: str, folder: str, name: str, *, build: bool = False) -> Path | None:
+    """``name`` as ``scripts/<script>`` builds it under the peers' cache
+    (``<folder>-<llama-cpp-python version>/build/bin``); with ``build`` built first if missing."""
     from importlib.metadata import version
 
     root = Path(os.environ.get("COINFER_PEERS") or catalog.cache_dir() / "peers")
-    binary = root / f"llama-server-{version('llama-cpp-python')}" / "build" / "bin" / "llama-server"
+    binary = root / f"{folder}-{version('llama-cpp-python')}" / "build" / "bin" / name
     if binary.is_file() or not build:
         return binary if binary.is_file() else None
-    if not _SCRIPT.is_file():
-        raise ConfigError(f"{_SCRIPT} is missing: build peers from a coinfer checkout")
+    path = _SCRIPTS / script
+    if not path.is_file():
+        raise ConfigError(f"{path} is missing: build peers from a coinfer checkout")
     env = {**os.environ, "COINFER_PEERS": str(root), "LLAMA_CPP_PYTHON_VERSION": version("llama-cpp-python")}
-    subprocess.run(["bash", str(_SCRIPT)], check=True, env=env)
+    subprocess.run(["bash", str(path)], check=True, env=env)
     return binary if binary.is_file() else None
 
 
@@ -150,24 +157,26 @@ def _prompt_lookup(model_path: str, n_threads: int | None, eos: frozenset[int]) 
     return Peer(run, llm.close)
 
 
-def _free_port() -> int:
+def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
 
 
-def _post(url: str, body: dict[str, Any], timeout: float) -> dict[str, Any]:
+def post_json(url: str, body: dict[str, Any], timeout: float) -> dict[str, Any]:
     req = urllib.request.Request(url, json.dumps(body).encode(), {"Content-Type": "application/json"})
     with urllib.request.urlopen(req, timeout=timeout) as resp:
         return json.loads(resp.read())  # type: ignore[no-any-return]
 
 
-def _llama_server(
-    binary: Path, model_path: str, extra: list[str], n_threads: int | None, eos: frozenset[int]
-) -> Peer:
-    port = _free_port()
+def launch_llama_server(
+    binary: Path, model_path: str, extra: list[str], n_threads: int | None, *, prefix: Sequence[str] = ()
+) -> tuple[subprocess.Popen[bytes], str]:
+    """A llama-server on loopback (run under ``prefix``, e.g. ``taskset``), once healthy:
+    the process and its base URL."""
+    port = free_port()
     threads = str(n_threads or os.cpu_count() or 1)
-    cmd = [str(binary), "-m", model_path, "--host", "127.0.0.1", "--port", str(port), "-c", "4096",
+    cmd = [*prefix, str(binary), "-m", model_path, "--host", "127.0.0.1", "--port", str(port), "-c", "4096",
            "-t", threads, "-tb", threads, "-np", "1", "-fa", "off", *extra]  # fmt: skip
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     base = f"http://127.0.0.1:{port}"
@@ -184,11 +193,18 @@ def _llama_server(
             err = proc.stderr.read().decode(errors="replace")[-400:] if proc.stderr else ""
             raise ModelError(f"llama-server did not start: {err}")
         time.sleep(0.3)
+    return proc, base
+
+
+def _llama_server(
+    binary: Path, model_path: str, extra: list[str], n_threads: int | None, eos: frozenset[int]
+) -> Peer:
+    proc, base = launch_llama_server(binary, model_path, extra, n_threads)
 
     def run(prompt: list[int], max_tokens: int) -> Run:
         body = {"prompt": prompt, "n_predict": max_tokens, "temperature": 0.0, "top_k": 1,
                 "cache_prompt": False, "return_tokens": True}  # fmt: skip
-        out = _post(base + "/completion", body, timeout=600)
+        out = post_json(base + "/completion", body, timeout=600)
         tokens = [int(t) for t in out.get("tokens", []) if int(t) not in eos]
         timings: dict[str, float] = out["timings"]
         total_s = (timings["prompt_ms"] + timings["predicted_ms"]) / 1000

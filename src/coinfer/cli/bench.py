@@ -198,7 +198,13 @@ def cmd_dragon(args: argparse.Namespace) -> int:
 def cmd_jupiter(args: argparse.Namespace) -> int:
     from coinfer.bench.jupiter import JupiterBenchConfig, run_jupiter_bench
 
-    config = JupiterBenchConfig(out=args.out, model=args.model, quick=args.quick, max_tokens=args.max_tokens)
+    config = JupiterBenchConfig(
+        out=args.out,
+        model=args.model,
+        quick=args.quick,
+        max_tokens=args.max_tokens,
+        build_peers=args.build_peers,
+    )
     s = run_jupiter_bench(config, log=err)["summary"]
     line = (
         f"Jupiter prefill on 2 devices: {s['prefill_speedup_vs_plain']}x the plain pipeline, "
@@ -217,6 +223,11 @@ def _add_jupiter(bench: Any) -> None:
     p.add_argument("--model", "-m", default="qwen2.5-coder-0.5b")
     p.add_argument("--max-tokens", type=int, default=16)
     p.add_argument("--quick", action="store_true", help="prompts of 512 tokens only")
+    p.add_argument(
+        "--build-peers",
+        action="store_true",
+        help="build llama.cpp's RPC peer first if missing (about 10 minutes)",
+    )
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_jupiter)
 
