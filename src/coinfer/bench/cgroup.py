@@ -18,12 +18,12 @@ from __future__ import annotations
 import itertools
 import os
 import subprocess
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from coinfer.errors import BudgetError
 
-__all__ = ["MemoryCgroup", "evict_page_cache"]
+__all__ = ["MemoryCgroup", "evict_page_cache", "fence_each"]
 
 V1_ROOT = Path("/sys/fs/cgroup/memory")
 V2_ROOT = Path("/sys/fs/cgroup")
@@ -149,3 +149,15 @@ class MemoryCgroup:
 
     def __exit__(self, *exc: object) -> None:
         self.remove()
+
+
+def fence_each(groups: Sequence[MemoryCgroup], pids: Sequence[int]) -> Callable[[], None]:
+    """A call that moves process ``pids[i]`` into ``groups[i]`` (``pids`` read when it runs):
+    for processes that started outside their budget and enter it once the plan fits. What
+    each allocates from then on counts; what it held before stays where it was."""
+
+    def fence() -> None:
+        for group, pid in zip(groups, pids, strict=True):
+            group.adopt(pid)
+
+    return fence

@@ -242,7 +242,7 @@ def _memory_case(config: JupiterBenchConfig, prompt: list[int]) -> dict[str, Any
     """A budget one device cannot meet is refused by the planner; two devices run a
     request, each held to its budget by a memory cgroup (entered once the plan fits, as
     ``coinfer edge launch --memory`` does)."""
-    from coinfer.bench.cgroup import MemoryCgroup
+    from coinfer.bench.cgroup import MemoryCgroup, fence_each
     from coinfer.engines.jupiter import JupiterConfig, generate
 
     budget = config.memory_gb * 2**30
@@ -254,14 +254,9 @@ def _memory_case(config: JupiterBenchConfig, prompt: list[int]) -> dict[str, Any
     except CoinferError as exc:
         out["single"] = f"refused: {str(exc).splitlines()[0]}"
     groups = [MemoryCgroup(int(budget), prefix="coinfer-jupiter-bench") for _ in range(2)]
-    pids: list[int] = [os.getpid()]
-
-    def fence() -> None:
-        for group, pid in zip(groups, pids, strict=True):
-            group.adopt(pid)
-
-    cluster, workers = _cluster(config, 2, "jupiter", None, budgets=[budget, budget], before_load=fence,
-                                worker_pids=pids)  # fmt: skip
+    pids: list[int] = [os.getpid()]  # the worker's joins when it starts
+    cluster, workers = _cluster(config, 2, "jupiter", None, budgets=[budget, budget],
+                                before_load=fence_each(groups, pids), worker_pids=pids)  # fmt: skip
     try:
         response = generate(cluster, prompt, config=JupiterConfig(max_tokens=config.max_tokens))
         out["two"] = {

@@ -193,6 +193,7 @@ def cmd_launch(args: argparse.Namespace) -> int:
         raise ConfigError("--devices and --cores-per-device must be >= 1")
     _budgets(args.memory, args.devices)  # checked before anything starts
     token = os.environ.get("COINFER_EDGE_TOKEN") or secrets.token_hex(16)
+    from coinfer.bench.cgroup import fence_each
     from coinfer.engines.jupiter.wire import free_loopback_port
 
     groups, why = _fences(_budgets(args.memory, args.devices))
@@ -201,7 +202,7 @@ def cmd_launch(args: argparse.Namespace) -> int:
     master = f"127.0.0.1:{free_loopback_port()}"
     try:
         procs = _spawn(args, master, token) if args.devices > 1 else []
-        fence = _fence_hook(groups, [os.getpid()] + [p.pid for p in procs])
+        fence = fence_each(groups, [os.getpid()] + [p.pid for p in procs]) if groups else None
         out: queue.Queue[Any] = queue.Queue()
         thread = threading.Thread(target=_run_request, args=(args, master, token, out, fence), daemon=True)
         thread.start()
@@ -234,20 +235,6 @@ def _memory_report(groups: list[Any] | None, why: str | None) -> dict[str, Any] 
         "budget_mb": [g.limit // 2**20 for g in groups],
         "peak_mb": [g.peak() // 2**20 for g in groups],
     }
-
-
-def _fence_hook(groups: list[Any] | None, pids: list[int]) -> Callable[[], None] | None:
-    """Once the plan fits: device ``i``'s process into cgroup ``i``. What each allocates
-    from then on (its layers, cache, activations) counts against its budget; the process's
-    own footprint before, which the plan subtracts from the budget, stays where it was."""
-    if not groups:
-        return None
-
-    def fence() -> None:
-        for group, pid in zip(groups, pids, strict=True):
-            group.adopt(pid)
-
-    return fence
 
 
 def _unfence(groups: list[Any] | None) -> None:

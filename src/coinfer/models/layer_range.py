@@ -68,17 +68,12 @@ def _checkpoint_files(folder: Path) -> dict[str, Path]:
             f"{folder} holds no safetensors weights",
             hint="save the model with save_pretrained(safe_serialization=True)",
         )
-    from safetensors import safe_open
-
-    with safe_open(str(single), "pt") as f:
-        return {name: single for name in f.keys()}  # noqa: SIM118 (safe_open is not iterable)
+    return {name: single for name in _safetensors_header(single)[0] if name != "__metadata__"}
 
 
 def _read_tensors(folder: Path, wanted: dict[str, str], dtype: Any) -> dict[str, Any]:
     """``{model name: tensor}`` for ``wanted`` (model name → checkpoint name), read from
     disk file by file. A tied head missing from the checkpoint reads the embedding."""
-    from safetensors import safe_open
-
     files = _checkpoint_files(folder)
     by_file: dict[Path, list[tuple[str, str]]] = {}
     for name, source in wanted.items():
@@ -89,11 +84,48 @@ def _read_tensors(folder: Path, wanted: dict[str, str], dtype: Any) -> dict[str,
         by_file.setdefault(files[source], []).append((name, source))
     out: dict[str, Any] = {}
     for path, names in by_file.items():
-        with safe_open(str(path), "pt") as f:
+        header, start = _safetensors_header(path)
+        with open(path, "rb", buffering=0) as f:
             for name, source in names:
-                tensor = f.get_tensor(source)  # backed by the file's pages until copied
-                out[name] = tensor.to(dtype) if tensor.dtype != dtype else tensor.clone()
+                tensor = _read_tensor(f, start, header[source])
+                out[name] = tensor if tensor.dtype == dtype else tensor.to(dtype)
     return out
+
+
+_DTYPES = {"F32": "float32", "F16": "float16", "BF16": "bfloat16", "F64": "float64", "I64": "int64",
+           "I32": "int32", "I16": "int16", "I8": "int8", "U8": "uint8", "BOOL": "bool"}  # fmt: skip
+
+
+def _safetensors_header(path: Path) -> tuple[dict[str, Any], int]:
+    """A safetensors file's header (name → dtype, shape, byte offsets) and where the data
+    starts."""
+    with open(path, "rb") as f:
+        size = int.from_bytes(f.read(8), "little")
+        if size <= 0 or size > 100 << 20:
+            raise ModelError(f"{path} is not a safetensors file", hint="re-save or re-download it")
+        return json.loads(f.read(size)), 8 + size
+
+
+def _read_tensor(f: Any, data_start: int, entry: dict[str, Any]) -> Any:
+    """One tensor read with ``readinto`` straight into its own memory. A memory map
+    (``safe_open``) would keep every page it touched in this process's resident set until
+    closed: a device's peak held its weights twice."""
+    import torch
+
+    begin, end = (int(v) for v in entry["data_offsets"])
+    dtype = _DTYPES.get(str(entry["dtype"]))
+    if dtype is None:
+        raise ModelError(f"safetensors dtype {entry['dtype']} is not supported here")
+    raw = torch.empty(end - begin, dtype=torch.uint8)
+    f.seek(data_start + begin)
+    view = raw.numpy().data  # a memoryview of bytes
+    got = 0
+    while got < len(view):
+        n = f.readinto(view[got:])
+        if not n:
+            raise ModelError(f"{f.name} ends inside a tensor", hint="the checkpoint is incomplete")
+        got += n
+    return raw.view(getattr(torch, dtype)).reshape([int(v) for v in entry["shape"]])
 
 
 def skeleton(config: Any, dtype: Any) -> Any:

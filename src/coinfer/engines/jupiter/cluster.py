@@ -86,6 +86,9 @@ class EdgeCluster:
             raise ConfigError(
                 f"{len(budgets)} memory budgets for {world} devices", hint="give one per device"
             )
+        import torch
+
+        torch.set_num_threads(threads)  # this process is device 0: profiled and run on these
         self.model, self.world, self.split, self.n_ctx = model, world, split, n_ctx
         self.budgets = budgets or [None] * world
         self.folder = transformers_folder(model)
