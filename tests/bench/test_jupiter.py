@@ -14,7 +14,7 @@ def _rows(ttfts: list[float], texts: list[str] | None = None) -> list[dict[str, 
 
 
 def test_speedups_are_geometric_means_over_long_prompts_and_a_changed_text_is_caught() -> None:
-    from coinfer.bench.jupiter import _summary
+    from coinfer.bench.jupiter import summarize
 
     equal = {
         "systems": {
@@ -27,11 +27,11 @@ def test_speedups_are_geometric_means_over_long_prompts_and_a_changed_text_is_ca
     }
     links = {"100mbit": {"link": {"bytes_per_s": 12.5e6}, "systems": {
         "plain-jupiter": _rows([1.0, 3.0, 3.0, 3.0]), "jupiter": _rows([1.0, 2.0, 2.0, 2.0])}}}  # fmt: skip
-    s = _summary(equal, None, links, None)
+    s = summarize(equal, None, links, None)
     assert s["prefill_speedup_vs_plain"] == round((2 * 2 * 2) ** (1 / 3), 3)
     assert s["prefill_speedup_vs_single"] == round((2 * 2.25 * 2) ** (1 / 3), 3)
     assert s["by_source"]["docs"]["vs_single"] == 2.0
     assert s["planner_gap_vs_exhaustive"] == 0.01 and s["outputs_identical"] is True
     assert s["links"]["100mbit"] == {"prefill_speedup_vs_plain": 1.5, "link_mbit_measured": 100.0}
     equal["systems"]["jupiter"] = _rows([9.0, 2.0, 4.0, 2.0], ["a", "b", "C", "d"])
-    assert _summary(equal, None, None, None)["outputs_identical"] is False
+    assert summarize(equal, None, None, None)["outputs_identical"] is False

@@ -42,7 +42,7 @@ from coinfer.engines.jupiter.wire import free_loopback_port
 from coinfer.engines.jupiter.worker import worker_command
 from coinfer.errors import BudgetError, CoinferError, ConfigError, ModelError
 
-__all__ = ["JupiterBenchConfig", "run_jupiter_bench"]
+__all__ = ["JupiterBenchConfig", "run_jupiter_bench", "summarize"]
 
 SYSTEMS = ("single", "plain-memory", "plain-jupiter", "jupiter")
 CPU_ROOT = Path("/sys/fs/cgroup/cpu")
@@ -328,7 +328,7 @@ def _decode_ratio(rows_a: list[dict[str, Any]], rows_b: list[dict[str, Any]]) ->
     return round(math.exp(sum(math.log(x / y) for x, y in pairs) / len(pairs)), 3) if pairs else None
 
 
-def _summary(
+def summarize(
     equal: dict[str, Any],
     hetero: dict[str, Any] | None,
     links: dict[str, Any] | None,
@@ -483,7 +483,7 @@ def run_jupiter_bench(config: JupiterBenchConfig, *, log: Callable[[str], None])
         "skipped": skipped,
         "seconds": round(time.time() - started, 1),
     }
-    report["summary"] = _summary(equal, hetero, links, peers)
+    report["summary"] = summarize(equal, hetero, links, peers)
     write_json(out / "results.json", report)
     write_markdown(out / "README.md", _markdown(report))
     _plot(report, out)

@@ -35,13 +35,13 @@ def test_a_device_that_is_fast_in_bursts_but_throttled_is_timed_by_its_sustained
 
 
 def test_two_models_in_folders_of_one_name_have_two_profiles(tmp_path) -> None:  # type: ignore[no-untyped-def]
-    from coinfer.engines.jupiter.profile import _cache_path
+    from coinfer.engines.jupiter.profile import profile_path
 
     a, b = tmp_path / "a" / "model", tmp_path / "b" / "model"
     for folder, layers in ((a, 2), (b, 4)):
         folder.mkdir(parents=True)
         (folder / "config.json").write_text(f'{{"num_hidden_layers": {layers}}}')
-    assert _cache_path(a, "device0", 1) != _cache_path(b, "device0", 1)
+    assert profile_path(a, "device0", 1) != profile_path(b, "device0", 1)
 
 
 @pytest.mark.skipif(not HAS_TORCH, reason="needs the torch extra")

@@ -27,7 +27,16 @@ import numpy as np
 
 from coinfer import catalog
 
-__all__ = ["DeviceProfile", "LinkProfile", "ModelShape", "echo_link", "measure_link", "profile_device"]
+__all__ = [
+    "DeviceProfile",
+    "LinkProfile",
+    "ModelShape",
+    "echo_link",
+    "measure_link",
+    "profile_device",
+    "profile_path",
+    "seconds_per_run",
+]
 
 LENGTHS = (1, 16, 64, 128, 256, 512)
 CACHED = (0, 512, 1024)
@@ -128,7 +137,7 @@ def _linear_rows(p: np.ndarray, grid: Sequence[int], rows: np.ndarray) -> np.nda
     return lower + w * (upper - lower)
 
 
-def _cache_path(folder: Path, name: str, threads: int) -> Path:
+def profile_path(folder: Path, name: str, threads: int) -> Path:
     """Per model (its folder's name and its config's digest: two folders of one name are
     two models) and device; the window is in the name, so a change of method re-profiles."""
     config = folder / "config.json"
@@ -143,7 +152,7 @@ def profile_device(
 ) -> DeviceProfile:
     """This device's profile for the model in ``folder`` (from the cache unless ``fresh``)."""
     folder = Path(folder)
-    path = _cache_path(folder, name, threads)
+    path = profile_path(folder, name, threads)
     if path.is_file() and not fresh:
         return DeviceProfile.from_json(json.loads(path.read_text()))
     from transformers import AutoConfig
