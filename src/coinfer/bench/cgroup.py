@@ -15,6 +15,7 @@ mapped stay.
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import os
 import subprocess
@@ -23,7 +24,7 @@ from pathlib import Path
 
 from coinfer.errors import BudgetError
 
-__all__ = ["MemoryCgroup", "evict_page_cache", "fence_each"]
+__all__ = ["MemoryCgroup", "evict_page_cache", "fence_each", "remove_all"]
 
 V1_ROOT = Path("/sys/fs/cgroup/memory")
 V2_ROOT = Path("/sys/fs/cgroup")
@@ -161,3 +162,11 @@ def fence_each(groups: Sequence[MemoryCgroup], pids: Sequence[int]) -> Callable[
             group.adopt(pid)
 
     return fence
+
+
+def remove_all(groups: Sequence[MemoryCgroup], *, member: int) -> None:
+    """Remove ``groups``, moving process ``member`` (in one of them at most) out first."""
+    for group in groups:
+        with contextlib.suppress(OSError):
+            group.release(member)
+        group.remove()

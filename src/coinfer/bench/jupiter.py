@@ -38,9 +38,9 @@ from typing import Any
 
 from coinfer.bench.netns import HOST, ShapedLink
 from coinfer.bench.report import environment, pyplot, write_json, write_markdown
-from coinfer.engines.jupiter.wire import free_loopback_port
 from coinfer.engines.jupiter.worker import worker_command
 from coinfer.errors import BudgetError, CoinferError, ConfigError, ModelError
+from coinfer.transport.ports import free_loopback_port
 
 __all__ = ["JupiterBenchConfig", "run_jupiter_bench", "summarize"]
 
@@ -145,8 +145,7 @@ def _cluster(
 
     master = f"{HOST if link else '127.0.0.1'}:{free_loopback_port()}"
     token = secrets.token_hex(8)
-    os.environ.pop("GLOO_SOCKET_IFNAME", None)
-    if link is not None:  # read when this process joins the group
+    if link is not None:  # read when this process joins the group (``_links`` unsets it)
         os.environ["GLOO_SOCKET_IFNAME"] = link.host_if
     workers = _Workers(world, master, token, slow, link) if world > 1 else None
     if worker_pids is not None and workers is not None:
@@ -242,7 +241,7 @@ def _memory_case(config: JupiterBenchConfig, prompt: list[int]) -> dict[str, Any
     """A budget one device cannot meet is refused by the planner; two devices run a
     request, each held to its budget by a memory cgroup (entered once the plan fits, as
     ``coinfer edge launch --memory`` does)."""
-    from coinfer.bench.cgroup import MemoryCgroup, fence_each
+    from coinfer.bench.cgroup import MemoryCgroup, fence_each, remove_all
     from coinfer.engines.jupiter import JupiterConfig, generate
 
     budget = config.memory_gb * 2**30
@@ -269,9 +268,7 @@ def _memory_case(config: JupiterBenchConfig, prompt: list[int]) -> dict[str, Any
     finally:
         cluster.close()
         workers.close()
-        groups[0].release(os.getpid())
-        for g in groups:
-            g.remove()
+        remove_all(groups, member=os.getpid())
     return out
 
 

@@ -20,8 +20,9 @@ from pathlib import Path
 from typing import Any
 
 from coinfer import catalog
-from coinfer.bench.peers import built_binary, free_port, launch_llama_server, post_json
+from coinfer.bench.peers import built_binary, launch_llama_server, post_json
 from coinfer.errors import ModelError
+from coinfer.transport.ports import free_loopback_port
 
 __all__ = ["rpc_binaries", "run_rpc_peer"]
 
@@ -37,7 +38,7 @@ def rpc_binaries(*, build: bool = False) -> tuple[Path, Path] | None:
 
 def _rpc_server(binary: Path, core: int) -> tuple[subprocess.Popen[bytes], str]:
     """One device: ``ggml-rpc-server`` on loopback, pinned to ``core``, once it listens."""
-    port = free_port()
+    port = free_loopback_port()
     cmd = ["taskset", "-c", str(core), str(binary), "-H", "127.0.0.1", "-p", str(port), "-t", "1"]
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     deadline = time.monotonic() + 30

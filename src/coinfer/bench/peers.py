@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import time
 import urllib.request
@@ -33,6 +32,7 @@ from typing import Any
 from coinfer import catalog
 from coinfer.decoding import DecodeStats
 from coinfer.errors import ConfigError, ModelError
+from coinfer.transport.ports import free_loopback_port
 
 __all__ = [
     "DRAFT_PEERS",
@@ -157,12 +157,6 @@ def _prompt_lookup(model_path: str, n_threads: int | None, eos: frozenset[int]) 
     return Peer(run, llm.close)
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def post_json(url: str, body: dict[str, Any], timeout: float) -> dict[str, Any]:
     req = urllib.request.Request(url, json.dumps(body).encode(), {"Content-Type": "application/json"})
     with urllib.request.urlopen(req, timeout=timeout) as resp:
@@ -174,7 +168,7 @@ def launch_llama_server(
 ) -> tuple[subprocess.Popen[bytes], str]:
     """A llama-server on loopback (run under ``prefix``, e.g. ``taskset``), once healthy:
     the process and its base URL."""
-    port = free_port()
+    port = free_loopback_port()
     threads = str(n_threads or os.cpu_count() or 1)
     cmd = [*prefix, str(binary), "-m", model_path, "--host", "127.0.0.1", "--port", str(port), "-c", "4096",
            "-t", threads, "-tb", threads, "-np", "1", "-fa", "off", *extra]  # fmt: skip

@@ -11,7 +11,6 @@ worker that dies stops every process at once, with one line naming the device.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import os
 import queue
@@ -109,6 +108,7 @@ def _stop(procs: list[subprocess.Popen[bytes]]) -> None:
 
 def _run_request(
     args: argparse.Namespace,
+    budgets: list[float | None] | None,
     master: str,
     token: str,
     out: queue.Queue[Any],
@@ -129,7 +129,7 @@ def _run_request(
         _pin(_cores(0, args.cores_per_device))
         cluster = EdgeCluster(
             args.model, world=args.devices, master=master, threads=args.cores_per_device, name="device0",
-            budgets=_budgets(args.memory, args.devices), split=args.split, n_ctx=args.ctx, token=token,
+            budgets=budgets, split=args.split, n_ctx=args.ctx, token=token,
             before_load=fence,
         )  # fmt: skip
         try:
@@ -191,12 +191,12 @@ def _follow(
 def cmd_launch(args: argparse.Namespace) -> int:
     if args.devices < 1 or args.cores_per_device < 1:
         raise ConfigError("--devices and --cores-per-device must be >= 1")
-    _budgets(args.memory, args.devices)  # checked before anything starts
+    budgets = _budgets(args.memory, args.devices)  # checked before anything starts
     token = os.environ.get("COINFER_EDGE_TOKEN") or secrets.token_hex(16)
-    from coinfer.bench.cgroup import fence_each
-    from coinfer.engines.jupiter.wire import free_loopback_port
+    from coinfer.bench.cgroup import fence_each, remove_all
+    from coinfer.transport.ports import free_loopback_port
 
-    groups, why = _fences(_budgets(args.memory, args.devices))
+    groups, why = _fences(budgets)
     if why is not None:
         err(f"coinfer: note: the memory budgets are planned for but not enforced ({why})")
     master = f"127.0.0.1:{free_loopback_port()}"
@@ -204,13 +204,14 @@ def cmd_launch(args: argparse.Namespace) -> int:
         procs = _spawn(args, master, token) if args.devices > 1 else []
         fence = fence_each(groups, [os.getpid()] + [p.pid for p in procs]) if groups else None
         out: queue.Queue[Any] = queue.Queue()
-        thread = threading.Thread(target=_run_request, args=(args, master, token, out, fence), daemon=True)
+        request = (args, budgets, master, token, out, fence)
+        thread = threading.Thread(target=_run_request, args=request, daemon=True)
         thread.start()
         try:
             responses, fmt, detokenize = _follow(out, procs, groups, echo=not args.json)
         except KeyboardInterrupt:
             _stop(procs)
-            _unfence(groups)
+            remove_all(groups or [], member=os.getpid())
             err("coinfer: interrupted; every device stopped")
             sys.stdout.flush()
             os._exit(130)  # the request's thread may sit in a gloo call of a closed group
@@ -221,7 +222,7 @@ def cmd_launch(args: argparse.Namespace) -> int:
         _stop(procs)
         memory = _memory_report(groups, why)
     finally:
-        _unfence(groups)
+        remove_all(groups or [], member=os.getpid())
     _report(args, responses, fmt, detokenize, memory)
     return 0
 
@@ -235,13 +236,6 @@ def _memory_report(groups: list[Any] | None, why: str | None) -> dict[str, Any] 
         "budget_mb": [g.limit // 2**20 for g in groups],
         "peak_mb": [g.peak() // 2**20 for g in groups],
     }
-
-
-def _unfence(groups: list[Any] | None) -> None:
-    for g in groups or []:
-        with contextlib.suppress(OSError):  # this process is in one of them at most
-            g.release(os.getpid())
-        g.remove()
 
 
 def _report(

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -42,6 +43,17 @@ class SamplingParams:
     @property
     def greedy(self) -> bool:
         return self.temperature == 0.0
+
+    @classmethod
+    def from_json(cls, obj: dict[str, Any]) -> SamplingParams:
+        """From ``dataclasses.asdict`` of one (received as JSON), validated as if given here."""
+        seed = obj.get("seed")
+        return cls(
+            temperature=float(obj.get("temperature", 0.0)),
+            top_k=int(obj.get("top_k", 0)),
+            top_p=float(obj.get("top_p", 1.0)),
+            seed=None if seed is None else int(seed),
+        )
 
 
 def probs_from_logits(logits: np.ndarray, params: SamplingParams) -> np.ndarray:

@@ -19,8 +19,8 @@ def _two_requests(path: str, out) -> None:  # type: ignore[no-untyped-def]
     import subprocess
 
     from coinfer.engines.jupiter import EdgeCluster, JupiterConfig, generate, stream
-    from coinfer.engines.jupiter.wire import free_loopback_port
     from coinfer.engines.jupiter.worker import worker_command
+    from coinfer.transport.ports import free_loopback_port
 
     master = f"127.0.0.1:{free_loopback_port()}"
     env = {**os.environ, "COINFER_EDGE_TOKEN": "t0ken"}

@@ -5,20 +5,14 @@ whole model's in one process."""
 from __future__ import annotations
 
 import multiprocessing as mp
-import socket
 from pathlib import Path
 
 import pytest
 
+from coinfer.transport.ports import free_loopback_port
 from tests.conftest import HAS_TORCH
 
 pytestmark = pytest.mark.skipif(not HAS_TORCH, reason="needs the torch extra")
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def _rank(
@@ -69,7 +63,7 @@ def test_a_pipeline_of_processes_writes_what_one_process_writes(
     prompt = [5, 17, 33, 8, 90, 41, 7, 7, 64, 12, 3, 99]
     ctx = mp.get_context("spawn")
     results = ctx.Queue()
-    port = _free_port()
+    port = free_loopback_port()
     world = len(bounds) - 1
     procs = [
         ctx.Process(target=_rank, args=(r, world, port, str(path), bounds, prompt, parts, results))

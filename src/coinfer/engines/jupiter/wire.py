@@ -18,7 +18,6 @@ from typing import Any
 from coinfer.errors import ConfigError, TransportError
 
 __all__ = [
-    "free_loopback_port",
     "MAX_MESSAGE",
     "TOKEN_ENV",
     "check_token",
@@ -31,15 +30,6 @@ __all__ = [
 
 MAX_MESSAGE = 1 << 20
 TOKEN_ENV = "COINFER_EDGE_TOKEN"
-
-
-def free_loopback_port() -> int:
-    """A port on 127.0.0.1 free now, for a rendezvous on this host."""
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def parse_master(text: str) -> tuple[str, int]:

@@ -100,13 +100,7 @@ class _Device:
         if self.stage is None:
             raise TransportError("rank 0 asked to serve before a layer range was loaded")
         self.stage.reset()
-        s = msg.get("sampling") or {}
-        sampling = SamplingParams(
-            temperature=float(s.get("temperature", 0.0)),
-            top_k=int(s.get("top_k", 0)),
-            top_p=float(s.get("top_p", 1.0)),
-            seed=None if s.get("seed") is None else int(s["seed"]),
-        )
+        sampling = SamplingParams.from_json(msg.get("sampling") or {})
         pick = Picker(sampling) if self.stage.last else None
         traffic = serve(self.stage, self.rank, self.world, pick)
         return {**traffic.as_dict(), "peak_rss": peak_rss_bytes()}
