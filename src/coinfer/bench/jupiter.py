@@ -59,6 +59,11 @@ class JupiterBenchConfig:
     memory_gb: float = 1.9
     link_mbit: tuple[int, ...] = (100, 1000)
     build_peers: bool = False
+    repeats: int = 3  # TTFT: the median of this many runs per prompt and system
+
+    def __post_init__(self) -> None:
+        if self.repeats < 1 or self.max_tokens < 1:
+            raise ConfigError("repeats and max_tokens must be >= 1")
 
 
 def _texts() -> dict[str, str]:
@@ -163,25 +168,45 @@ def _cluster(
     return cluster, workers
 
 
-def _run_system(
-    cluster: Any, prompts: list[dict[str, Any]], config: JupiterBenchConfig, pipelined: bool
-) -> list[dict[str, Any]]:
+def _row(p: dict[str, Any], r: Any, ttfts: list[float]) -> dict[str, Any]:
+    """One prompt's figures: TTFT is the median of the repeats (the first also decodes)."""
+    import statistics
+
+    s, devices = r.stats, r.extras["devices"]
+    ttft = statistics.median(ttfts)
+    return {
+        "prompt": p["id"], "source": p["source"], "prompt_tokens": s.prompt_tokens, "text": r.text,
+        "ttft_s": round(ttft, 4), "ttft_runs_s": [round(t, 4) for t in ttfts],
+        "prefill_ms_per_token": round(1000 * ttft / s.prompt_tokens, 3),
+        "decode_ms_per_token": round(1000 / s.decode_tokens_per_s, 2) if s.decode_tokens_per_s else None,
+        "parts": r.extras["parts"], "bytes_between_stages": sum(d["bytes_sent"] for d in devices),
+        "peak_rss_mb": [round(d["peak_rss"] / 2**20) for d in devices],
+        "layers": [d["layers"] for d in devices],
+    }  # fmt: skip
+
+
+def _run_systems(
+    cluster: Any, prompts: list[dict[str, Any]], config: JupiterBenchConfig, names: list[str]
+) -> dict[str, list[dict[str, Any]]]:
+    """Every system of one cluster on every prompt, ``config.repeats`` times, the systems
+    interleaved prompt by prompt so that a drift in the machine's speed falls on all alike."""
     from coinfer.engines.jupiter import JupiterConfig, generate
 
-    jc = JupiterConfig(max_tokens=config.max_tokens, pipelined_prefill=pipelined)
     generate(cluster, prompts[0]["ids"][:64], config=JupiterConfig(max_tokens=2))  # warm up
-    rows = []
+    rows: dict[str, list[dict[str, Any]]] = {name: [] for name in names}
     for p in prompts:
-        r = generate(cluster, p["ids"], config=jc)
-        s, devices = r.stats, r.extras["devices"]
-        rows.append({
-            "prompt": p["id"], "source": p["source"], "prompt_tokens": s.prompt_tokens, "text": r.text,
-            "ttft_s": round(s.ttft_s, 4), "prefill_ms_per_token": round(1000 * s.ttft_s / s.prompt_tokens, 3),
-            "decode_ms_per_token": round(1000 / s.decode_tokens_per_s, 2) if s.decode_tokens_per_s else None,
-            "parts": r.extras["parts"], "bytes_between_stages": sum(d["bytes_sent"] for d in devices),
-            "peak_rss_mb": [round(d["peak_rss"] / 2**20) for d in devices],
-            "layers": [d["layers"] for d in devices],
-        })  # fmt: skip
+        first: dict[str, Any] = {}
+        ttfts: dict[str, list[float]] = {name: [] for name in names}
+        for rep in range(config.repeats):
+            for name in names:
+                jc = JupiterConfig(
+                    max_tokens=1 if rep else config.max_tokens, pipelined_prefill=name == "jupiter"
+                )
+                r = generate(cluster, p["ids"], config=jc)
+                first.setdefault(name, r)
+                ttfts[name].append(r.stats.ttft_s)
+        for name in names:
+            rows[name].append(_row(p, first[name], ttfts[name]))
     return rows
 
 
@@ -206,9 +231,8 @@ def _pair(
                 times, layer_bytes, budgets = cluster._layer_inputs()
                 best = exhaustive_layers(times, layer_bytes, budgets)
                 gaps.append(cluster.layer_plan.bottleneck_s / best - 1)
-            for name in systems:
-                log(f"jupiter bench: {'hetero' if slow else 'equal'} pair, {name}")
-                results[name] = _run_system(cluster, prompts, config, pipelined=name == "jupiter")
+            log(f"jupiter bench: {'hetero' if slow else 'equal'} pair, {' and '.join(systems)}")
+            results.update(_run_systems(cluster, prompts, config, systems))
         finally:
             cluster.close()
             if workers is not None:
@@ -226,10 +250,10 @@ def _links(config: JupiterBenchConfig, prompts: list[dict[str, Any]], log: Calla
             cluster, workers = _cluster(config, 2, "jupiter", None, link)
             try:
                 out[f"{rate}mbit"] = {"link": asdict(cluster.links[0]), "systems": {}}
-                for name in ("plain-jupiter", "jupiter"):
-                    log(f"jupiter bench: equal pair over {rate} Mbit/s, {name}")
-                    rows = _run_system(cluster, long, config, pipelined=name == "jupiter")
-                    out[f"{rate}mbit"]["systems"][name] = rows
+                log(f"jupiter bench: equal pair over {rate} Mbit/s")
+                out[f"{rate}mbit"]["systems"] = _run_systems(
+                    cluster, long, config, ["plain-jupiter", "jupiter"]
+                )
             finally:
                 cluster.close()
                 workers.close()

@@ -204,6 +204,7 @@ def cmd_jupiter(args: argparse.Namespace) -> int:
         quick=args.quick,
         max_tokens=args.max_tokens,
         build_peers=args.build_peers,
+        repeats=args.repeats,
     )
     s = run_jupiter_bench(config, log=err)["summary"]
     line = (
@@ -223,6 +224,7 @@ def _add_jupiter(bench: Any) -> None:
     p.add_argument("--model", "-m", default="qwen2.5-coder-0.5b")
     p.add_argument("--max-tokens", type=int, default=16)
     p.add_argument("--quick", action="store_true", help="prompts of 512 tokens only")
+    p.add_argument("--repeats", type=int, default=3, help="runs per prompt and system; TTFT is their median")
     p.add_argument(
         "--build-peers",
         action="store_true",
