@@ -137,12 +137,28 @@ def _linear_rows(p: np.ndarray, grid: Sequence[int], rows: np.ndarray) -> np.nda
     return lower + w * (upper - lower)
 
 
+def _processor() -> str:
+    """What the device computes on: the CPU's model name (a cache carried to another
+    machine, or a VM moved to other hardware, profiles again)."""
+    import platform
+
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
 def profile_path(folder: Path, name: str, threads: int) -> Path:
     """Per model (its folder's name and its config's digest: two folders of one name are
-    two models) and device; the window is in the name, so a change of method re-profiles."""
+    two models), device and processor; the window is in the name, so a change of method
+    re-profiles."""
     config = folder / "config.json"
     digest = hashlib.sha256(config.read_bytes() if config.is_file() else b"").hexdigest()[:8]
-    raw = f"{folder.name}-{digest}-{name}-{threads}t-w{int(WINDOW_S * 1000)}"
+    cpu = hashlib.sha256(_processor().encode()).hexdigest()[:6]
+    raw = f"{folder.name}-{digest}-{name}-{cpu}-{threads}t-w{int(WINDOW_S * 1000)}"
     key = "".join(c if c.isalnum() or c in "-_." else "_" for c in raw)
     return catalog.cache_dir() / "jupiter" / "profiles" / f"{key}.json"
 
