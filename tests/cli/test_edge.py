@@ -131,3 +131,53 @@ def test_a_killed_device_stops_the_run_with_a_line_naming_it_and_leaves_no_proce
     assert not _workers_of(proc.pid)
     for pid in workers:
         assert not Path(f"/proc/{pid}").exists() or "Z" in Path(f"/proc/{pid}/stat").read_text().split()[2]
+
+
+def _remote_worker(port: int, token: str, *extra: str) -> subprocess.Popen[str]:
+    """``coinfer edge worker`` started by hand, as on another host."""
+    return subprocess.Popen(
+        [sys.executable, "-m", "coinfer", "edge", "worker", "--rank", "1", "--world", "2",
+         "--master", f"127.0.0.1:{port}", "--name", "remote", *extra],
+        env={**os.environ, "COINFER_EDGE_TOKEN": token},
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+
+
+@needs_torch
+def test_a_device_started_elsewhere_joins_a_listening_launch(four_layers: Path) -> None:
+    from coinfer.transport.ports import free_loopback_port
+
+    port, token = free_loopback_port(), "s3cret-edge"
+    before = _edge_cgroups()
+    worker = _remote_worker(port, token, "--memory", "3G")
+    listen = ("--devices", "2", "--listen", f"127.0.0.1:{port}")
+    proc = coinfer("edge", "launch", PROMPT, "-m", str(four_layers), "--raw", "-n", "16", "--json", *listen,
+                   env={"COINFER_EDGE_TOKEN": token})  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    worker.communicate(timeout=60)
+    assert worker.returncode == 0
+    out = json.loads(proc.stdout)
+    assert out["text"] == _generate(four_layers)["text"]
+    assert [d["name"] for d in out["extras"]["devices"]] == ["device0", "remote"]
+    assert _edge_cgroups() == before  # the worker removed its own cgroup (where it could make one)
+
+
+@needs_torch
+def test_a_remote_device_budget_is_planned_for_and_a_listen_without_a_token_is_refused(
+    four_layers: Path,
+) -> None:
+    from coinfer.transport.ports import free_loopback_port
+
+    port, token = free_loopback_port(), "s3cret-edge"
+    worker = _remote_worker(port, token, "--memory", "1M")  # less than any one layer
+    proc = coinfer("edge", "launch", PROMPT, "-m", str(four_layers), "--raw", "--devices", "2", "--memory",
+                   "3G,3G", "--listen", f"127.0.0.1:{port}", env={"COINFER_EDGE_TOKEN": token})  # fmt: skip
+    assert_user_error(proc, "does not fit")
+    worker.communicate(timeout=60)
+    assert worker.returncode != 0
+    env = {k: v for k, v in os.environ.items() if k != "COINFER_EDGE_TOKEN"}
+    bare = subprocess.run(
+        [sys.executable, "-m", "coinfer", "edge", "launch", "hi", "-m", str(four_layers), "--devices", "2",
+         "--listen", "127.0.0.1:29999"], capture_output=True, text=True, env=env, timeout=60,
+    )  # fmt: skip
+    assert_user_error(bare, "COINFER_EDGE_TOKEN")

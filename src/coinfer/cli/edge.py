@@ -188,20 +188,42 @@ def _follow(
             raise value
 
 
+def _rendezvous(args: argparse.Namespace) -> tuple[str, str]:
+    """Rank 0's address and the group's token: a free loopback port and a fresh token for
+    local workers; with ``--listen HOST:PORT``, that address and ``$COINFER_EDGE_TOKEN``,
+    which the devices started elsewhere (``coinfer edge worker``) must hold too."""
+    token = os.environ.get("COINFER_EDGE_TOKEN", "")
+    if not args.listen:
+        from coinfer.transport.ports import free_loopback_port
+
+        return f"127.0.0.1:{free_loopback_port()}", token or secrets.token_hex(16)
+    host, _, port = args.listen.rpartition(":")
+    if not host or not port.isdigit():
+        raise ConfigError(f"--listen {args.listen!r} is not HOST:PORT", hint="e.g. --listen 0.0.0.0:29500")
+    if not token:
+        raise ConfigError(
+            "--listen needs a shared secret in $COINFER_EDGE_TOKEN",
+            hint="export COINFER_EDGE_TOKEN=<random> here and on every device",
+        )
+    if args.devices < 2:
+        raise ConfigError("--listen waits for other devices: give --devices 2 or more")
+    return args.listen, token
+
+
 def cmd_launch(args: argparse.Namespace) -> int:
     if args.devices < 1 or args.cores_per_device < 1:
         raise ConfigError("--devices and --cores-per-device must be >= 1")
     budgets = _budgets(args.memory, args.devices)  # checked before anything starts
-    token = os.environ.get("COINFER_EDGE_TOKEN") or secrets.token_hex(16)
+    master, token = _rendezvous(args)
     from coinfer.bench.cgroup import fence_each, remove_all
-    from coinfer.transport.ports import free_loopback_port
 
-    groups, why = _fences(budgets)
+    groups, why = _fences(budgets[:1] if args.listen and budgets else budgets)  # here: device 0 only
     if why is not None:
         err(f"coinfer: note: the memory budgets are planned for but not enforced ({why})")
-    master = f"127.0.0.1:{free_loopback_port()}"
+    if args.listen:
+        err(f"coinfer: waiting for {args.devices - 1} devices at {master} (coinfer edge worker)")
     try:
-        procs = _spawn(args, master, token) if args.devices > 1 else []
+        procs = _spawn(args, master, token) if args.devices > 1 and not args.listen else []
         fence = fence_each(groups, [os.getpid()] + [p.pid for p in procs]) if groups else None
         out: queue.Queue[Any] = queue.Queue()
         request = (args, budgets, master, token, out, fence)
@@ -276,22 +298,34 @@ def _report(
 
 
 def cmd_worker(args: argparse.Namespace) -> int:
+    from coinfer.bench.cgroup import remove_all
     from coinfer.engines.jupiter import run_worker
 
     cores = [int(c) for c in args.cores.split(",")] if args.cores else sorted(os.sched_getaffinity(0))
     os.sched_setaffinity(0, cores)
+    budgets = _budgets(args.memory, 1)
+    groups, why = _fences(budgets)
+    if why is not None:
+        err(f"coinfer: note: the memory budget is planned for but not enforced ({why})")
+    me = os.getpid()
+    code = 0
     try:
         run_worker(
-            args.rank, args.world, args.master, name=args.name or socket.gethostname(), threads=len(cores)
-        )
+            args.rank, args.world, args.master, name=args.name or socket.gethostname(), threads=len(cores),
+            budget=int(budgets[0] or 0) if budgets else None,
+            before_load=(lambda: groups[0].adopt(me)) if groups else None,
+        )  # fmt: skip
     except CoinferError as exc:
         err(f"coinfer: error: device {args.rank}: {str(exc).splitlines()[0]}")
-        os._exit(2)
+        code = 2
     except RuntimeError as exc:  # gloo: the group broke (rank 0 or a neighbour went away)
         err(f"coinfer: error: device {args.rank} lost the group: {str(exc).splitlines()[0][:200]}")
-        os._exit(1)
+        code = 1
     except KeyboardInterrupt:
-        os._exit(130)
+        code = 130
+    remove_all(groups or [], member=me)
+    if code:
+        os._exit(code)  # a gloo thread may still hold the broken group
     return 0
 
 
@@ -306,6 +340,13 @@ def add_parser(sub: Any) -> None:
     launch.add_argument("--devices", type=int, default=2, help="devices (processes) in the pipeline")
     launch.add_argument("--cores-per-device", type=int, default=1, help="cores each device is pinned to")
     launch.add_argument("--memory", default=None, help="memory budget per device, e.g. 1.5,1.5 (GB) or 800M")
+    launch.add_argument(
+        "--listen",
+        default=None,
+        metavar="HOST:PORT",
+        help="start no local workers: wait here for "
+        "devices 1.. started elsewhere with coinfer edge worker --master HOST:PORT ($COINFER_EDGE_TOKEN)",
+    )
     launch.add_argument("--split", default="jupiter", choices=["jupiter", "memory"], help="layer plan: "
                         "jupiter (profiled, Eq. 1) or memory (exo's memory-proportional split)")  # fmt: skip
     launch.add_argument("--plain-prefill", action="store_true", help="read the prompt in one piece")
@@ -328,4 +369,10 @@ def add_parser(sub: Any) -> None:
     worker.add_argument("--master", required=True, help="rank 0's HOST:PORT")
     worker.add_argument("--cores", default=None, help="cores to pin to, e.g. 2,3 (default: all)")
     worker.add_argument("--name", default=None, help="this device's name (default: the host name)")
+    worker.add_argument(
+        "--memory",
+        default=None,
+        help="this device's memory budget, e.g. 1.5 (GB) or 800M; held by a "
+        "memory cgroup where this runs as root, and told to rank 0, which plans the layers under it",
+    )
     worker.set_defaults(func=cmd_worker)

@@ -90,7 +90,7 @@ class EdgeCluster:
 
         torch.set_num_threads(threads)  # this process is device 0: profiled and run on these
         self.model, self.world, self.split, self.n_ctx = model, world, split, n_ctx
-        self.budgets = budgets or [None] * world
+        self.budgets: list[float | None] = list(budgets) if budgets is not None else [None] * world
         self.folder = transformers_folder(model)
         self.text = HFTokenizer.load(self.folder, name=model)
         from transformers import AutoConfig
@@ -126,6 +126,10 @@ class EdgeCluster:
         for rank in range(1, self.world):
             reply = self._ask(rank)
             self.devices.append(_Device(rank, str(reply["name"]), int(reply["threads"])))
+            own = reply.get("budget")  # a device started with its own --memory
+            if own is not None:
+                given = self.budgets[rank]
+                self.budgets[rank] = float(own) if given is None else min(given, float(own))
 
     def _profile(self) -> None:
         me = self.devices[0]
@@ -166,7 +170,8 @@ class EdgeCluster:
     def _plan_layers(self) -> LayerPlan:
         times, layer_bytes, budgets = self._layer_inputs()
         if self.split == "memory":
-            memories = [b if b is not None else 1.0 for b in self.budgets]
+            known = all(b is not None for b in self.budgets)  # else: equal shares
+            memories = [b if known and b is not None else 1.0 for b in self.budgets]
             ranges = memory_split(self.shape.n_layers, [float(m) for m in memories])
             stage_s = tuple(sum(times[d][a:b]) for d, (a, b) in enumerate(ranges))
             return LayerPlan(ranges, stage_s, max(stage_s))

@@ -14,6 +14,7 @@ A failure here is answered as ``{"error": ...}`` so rank 0 can name this device.
 from __future__ import annotations
 
 import resource
+from collections.abc import Callable
 from typing import Any
 
 from coinfer.decoding.sampling import SamplingParams
@@ -60,8 +61,11 @@ def reset_peak_rss() -> None:
 
 
 class _Device:
-    def __init__(self, rank: int, world: int, name: str, threads: int) -> None:
+    def __init__(
+        self, rank: int, world: int, name: str, threads: int, before_load: Callable[[], None] | None
+    ) -> None:
         self.rank, self.world, self.name, self.threads = rank, world, name, threads
+        self.before_load = before_load
         self.stage: Stage | None = None
         self.folder: str | None = None
         self.base_bytes = peak_rss_bytes()
@@ -86,6 +90,9 @@ class _Device:
             if self.folder is None:
                 raise TransportError("rank 0 asked to load before naming the model")
             self.stage = None  # the old stage's memory goes first
+            if self.before_load is not None:  # e.g. enter this device's memory cgroup, once
+                self.before_load()
+                self.before_load = None
             self.stage = Stage.load(self.folder, int(msg["start"]), int(msg["stop"]))
             return {"ok": True, "peak_rss": peak_rss_bytes()}
         if op == "serve":
@@ -106,16 +113,28 @@ class _Device:
         return {**traffic.as_dict(), "peak_rss": peak_rss_bytes()}
 
 
-def run_worker(rank: int, world: int, master: str, *, name: str, threads: int) -> None:
-    """Serve as device ``rank`` until rank 0 says ``bye`` (or goes away)."""
+def run_worker(
+    rank: int,
+    world: int,
+    master: str,
+    *,
+    name: str,
+    threads: int,
+    budget: int | None = None,
+    before_load: Callable[[], None] | None = None,
+) -> None:
+    """Serve as device ``rank`` until rank 0 says ``bye`` (or goes away). ``budget``: this
+    device's memory budget in bytes, told to rank 0, which plans the layers under it;
+    ``before_load``: called once the plan fits, before the layers are read (the CLI enters
+    a memory cgroup of the budget there)."""
     import torch
 
     torch.set_num_threads(threads)
     join(rank, world, master)
     try:
         check_token(recv_json(0))
-        device = _Device(rank, world, name, threads)
-        send_json({"ok": True, "name": name, "threads": threads}, 0)
+        device = _Device(rank, world, name, threads, before_load)
+        send_json({"ok": True, "name": name, "threads": threads, "budget": budget}, 0)
         while True:
             msg = recv_json(0)
             try:
