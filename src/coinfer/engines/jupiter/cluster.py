@@ -268,6 +268,8 @@ class EdgeCluster:
         ]
 
     def close(self) -> None:
+        if getattr(self, "stage", None) is not None:
+            self.stage.release()
         if self._joined:
             try:
                 for rank in range(1, self.world):

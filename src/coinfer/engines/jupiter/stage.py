@@ -84,6 +84,12 @@ class Stage:
                 return None
             return self.model.lm_head(hidden[:, -1:] if logits == "last" else hidden)
 
+    def release(self) -> None:
+        """Free the weights and the cache now (a process that loads another stage next
+        would otherwise hold both at its peak)."""
+        self.model = None
+        self.cache = None
+
     def truncate(self, length: int) -> None:
         """Forget every token from ``length`` on."""
         if length < self.length:
