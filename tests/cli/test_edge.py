@@ -181,3 +181,22 @@ def test_a_remote_device_budget_is_planned_for_and_a_listen_without_a_token_is_r
          "--listen", "127.0.0.1:29999"], capture_output=True, text=True, env=env, timeout=60,
     )  # fmt: skip
     assert_user_error(bare, "COINFER_EDGE_TOKEN")
+
+
+@needs_torch
+def test_speculative_decoding_with_heads_writes_what_generate_writes(
+    four_layers: Path, tmp_path: Path
+) -> None:
+    import torch
+
+    from coinfer.models.heads import DraftHeads, HeadsMeta, config_digest
+
+    torch.manual_seed(0)
+    meta = HeadsMeta("tiny", config_digest(four_layers), 64, 3)
+    DraftHeads(torch.randn(3, 64, 64) * 0.05, torch.zeros(3, 64), meta).save(tmp_path / "heads")
+    for devices in ("1", "2"):
+        out = _launch(four_layers, "--devices", devices, "--decode", "sd", "--heads", str(tmp_path / "heads"))
+        assert out["text"] == _generate(four_layers)["text"]
+        assert out["extras"]["decode"] == "sd"
+    proc = coinfer("edge", "launch", "hi", "-m", str(four_layers), "--decode", "sd")
+    assert_user_error(proc, "--heads")

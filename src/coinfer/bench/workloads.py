@@ -21,7 +21,7 @@ from typing import Any
 
 from coinfer.errors import ConfigError, MissingDependencyError
 
-__all__ = ["CATEGORIES", "build_suite", "load_prompts"]
+__all__ = ["CATEGORIES", "build_suite", "head_training_prompts", "load_prompts"]
 
 CATEGORIES = ("humaneval", "edit", "grounded")
 _EDITS = (
@@ -98,3 +98,22 @@ def load_prompts(path: str | Path) -> list[dict[str, Any]]:
     if not out:
         raise ConfigError(f"{path} holds no prompts")
     return out
+
+
+def head_training_prompts(*, held_out: bool, limit: int | None = None) -> list[str]:
+    """User prompts from CPython's docs and HumanEval: every fourth of each source is held
+    out (``held_out=True`` returns those), the rest train."""
+    from pydoc_data.topics import topics
+
+    docs = [
+        f"Explain the following part of Python's documentation in your own words, with an example.\n\n"
+        f"{body[:1500]}"
+        for _, body in sorted(topics.items())
+        if len(body) >= 400
+    ]
+    code = [f"Complete this Python function.\n\n```python\n{p['prompt']}```" for p in _humaneval_problems()]
+    out: list[str] = []
+    for source in (docs, code):
+        out += [p for i, p in enumerate(source) if (i % 4 == 3) == held_out]
+    out = out[::2] + out[1::2]  # the two sources interleaved: a limit takes from both
+    return out[:limit] if limit is not None else out

@@ -125,6 +125,8 @@ def _run_request(
             pipelined_prefill=not args.plain_prefill,
             min_part=args.min_part,
             parts=args.parts,
+            decode=args.decode,
+            tree_width=args.tree_width,
         )
         _pin(_cores(0, args.cores_per_device))
         cluster = EdgeCluster(
@@ -133,6 +135,10 @@ def _run_request(
             before_load=fence,
         )  # fmt: skip
         try:
+            if args.heads:
+                from coinfer.models.heads import DraftHeads
+
+                cluster.use_heads(DraftHeads.load(args.heads))
             prompt, fmt = prompt_ids(cluster.text, args, quiet=args.json)
             out.put(("begin", fmt))
             for response in stream(cluster, prompt, config=config):
@@ -213,6 +219,8 @@ def _rendezvous(args: argparse.Namespace) -> tuple[str, str]:
 def cmd_launch(args: argparse.Namespace) -> int:
     if args.devices < 1 or args.cores_per_device < 1:
         raise ConfigError("--devices and --cores-per-device must be >= 1")
+    if args.decode == "sd" and not args.heads:
+        raise ConfigError("--decode sd needs draft heads", hint="give --heads DIR (coinfer edge train-heads)")
     budgets = _budgets(args.memory, args.devices)  # checked before anything starts
     master, token = _rendezvous(args)
     from coinfer.bench.cgroup import fence_each, remove_all
@@ -356,6 +364,12 @@ def add_parser(sub: Any) -> None:
     launch.add_argument(
         "--min-part", type=int, default=None, help="shortest prompt sub-sequence (default: from the profiles)"
     )
+    launch.add_argument(
+        "--decode", default="naive", choices=["naive", "sd"],
+        help="naive: one token per pass; sd: self-drafting heads propose a token tree (needs --heads)",
+    )  # fmt: skip
+    launch.add_argument("--heads", default=None, help="draft heads' folder (coinfer edge train-heads)")
+    launch.add_argument("--tree-width", type=int, default=1, help="sd: head 1's guesses the tree branches on")
     launch.add_argument("--max-tokens", "-n", type=int, default=256, help="tokens to generate at most")
     launch.add_argument("--ctx", type=int, default=4096, help="context window")
     add_sampling_flags(launch)
@@ -376,3 +390,6 @@ def add_parser(sub: Any) -> None:
         "memory cgroup where this runs as root, and told to rank 0, which plans the layers under it",
     )
     worker.set_defaults(func=cmd_worker)
+    from coinfer.cli.edge_train import add_train_parser
+
+    add_train_parser(edge)

@@ -26,7 +26,7 @@ from coinfer.models.base import Prompter, Seq, SteerableModel, backend_seq
 from coinfer.models.chat_template import ChatTemplate
 from coinfer.models.tree import TokenTree
 
-__all__ = ["HFModel", "HFTokenizer", "import_torch"]
+__all__ = ["HFModel", "HFTokenizer", "commit_tree_path", "import_torch", "tree_attention_mask"]
 
 # Control tokens that end generation, as llama.cpp's vocabulary marks them (EOG): turn ends
 # of the common chat formats and the fill-in-the-middle separators, so that both backends
@@ -108,6 +108,34 @@ class HFSeq(Seq):
     cache: Any = None
 
 
+def tree_attention_mask(start: int, tree: TokenTree, dtype: Any) -> Any:
+    """Additive mask (1, 1, n, start + n) for a tree after ``start`` cached tokens: 0 where
+    a node may look (the prefix, its ancestors and itself), dtype-min elsewhere."""
+    torch = import_torch()
+    n = len(tree)
+    allowed = torch.zeros((n, start + n), dtype=torch.bool)
+    allowed[:, :start] = True
+    allowed[:, start:] = torch.from_numpy(tree.attention_mask())
+    mask = torch.zeros((n, start + n), dtype=dtype)
+    mask.masked_fill_(~allowed, torch.finfo(dtype).min)
+    return mask[None, None]
+
+
+def commit_tree_path(cache: Any, start: int, path: Sequence[int]) -> None:
+    """Keep a ``DynamicCache``'s first ``start`` entries and then the tree nodes ``path``
+    (indices into the tree that followed them), in that order."""
+    torch = import_torch()
+    layers = [layer for layer in cache.layers if getattr(layer, "is_initialized", False)]
+    if not layers:
+        return
+    keep = torch.tensor(
+        list(range(start)) + [start + n for n in path], dtype=torch.long, device=layers[0].keys.device
+    )
+    for layer in layers:
+        layer.keys = layer.keys.index_select(-2, keep)
+        layer.values = layer.values.index_select(-2, keep)
+
+
 def _hseq(seq: Seq) -> HFSeq:
     return backend_seq(seq, HFSeq)
 
@@ -162,15 +190,7 @@ class HFModel(SteerableModel):
             own.update(layer.keys, layer.values, index)
 
     def _commit_path(self, seq: Seq, path: list[int]) -> None:
-        start = len(seq.tokens)
-        keep = self._torch.tensor(
-            list(range(start)) + [start + n for n in path],
-            dtype=self._torch.long,
-            device=self.device,
-        )
-        for layer in self._layers(seq):
-            layer.keys = layer.keys.index_select(-2, keep)
-            layer.values = layer.values.index_select(-2, keep)
+        commit_tree_path(_hseq(seq).cache, len(seq.tokens), path)
 
     # ---- forward ----------------------------------------------------------------------
     def _extend(self, seq: Seq, ids: list[int], tree: TokenTree | None, last_only: bool) -> np.ndarray:
@@ -267,17 +287,7 @@ class HFModel(SteerableModel):
                 own.update(k, v, index)
 
     def _tree_mask(self, start: int, tree: TokenTree) -> Any:
-        """Additive mask (1, 1, n, start + n): 0 where a node may look (the prefix, its
-        ancestors and itself), dtype-min elsewhere."""
-        torch = self._torch
-        n = len(tree)
-        allowed = torch.zeros((n, start + n), dtype=torch.bool)
-        allowed[:, :start] = True
-        allowed[:, start:] = torch.from_numpy(tree.attention_mask())
-        dtype = self.model.dtype
-        mask = torch.zeros((n, start + n), dtype=dtype)
-        mask.masked_fill_(~allowed, torch.finfo(dtype).min)
-        return mask[None, None].to(self.device)
+        return tree_attention_mask(start, tree, self.model.dtype).to(self.device)
 
     def close(self) -> None:
         super().close()

@@ -58,6 +58,7 @@ def tiny_hf_model_dir(
     vocab_size: int = 320,
     hidden_size: int = 64,
     layers: int = 2,
+    context: int = 512,
 ) -> Path:
     """Write a tiny random causal LM with its tokenizer to ``folder``; return it."""
     import torch
@@ -72,7 +73,7 @@ def tiny_hf_model_dir(
         num_hidden_layers=layers,
         num_attention_heads=4,
         num_key_value_heads=2,
-        max_position_embeddings=512,
+        max_position_embeddings=context,
         eos_token_id=tok.eos_token_id,
         pad_token_id=tok.pad_token_id,
         bos_token_id=None,

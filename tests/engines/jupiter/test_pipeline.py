@@ -23,7 +23,8 @@ def _rank(
     from transformers import AutoModelForCausalLM
 
     from coinfer.decoding.sampling import SamplingParams
-    from coinfer.engines.jupiter.pipeline import Picker, drive, serve
+    from coinfer.engines.jupiter.pipeline import Picker, drive
+    from coinfer.engines.jupiter.relay import serve
     from coinfer.engines.jupiter.stage import Stage
 
     torch.set_num_threads(1)

@@ -101,6 +101,7 @@ class EdgeCluster:
         self.devices = [_Device(0, name, threads)]
         self.links: list[LinkProfile] = []
         self._plans: dict[tuple[int, int, int, int], SequencePlan] = {}
+        self.heads: Any = None  # DraftHeads, once use_heads gave them
         self._joined = False
         reset_peak_rss()
         if world > 1:
@@ -249,11 +250,33 @@ class EdgeCluster:
             )
         return self._plans[key]
 
-    def begin(self, sampling: dict[str, Any]) -> None:
-        """Every worker resets its cache and serves one request."""
+    def use_heads(self, heads: Any) -> None:
+        """Self-drafting heads (``models.heads.DraftHeads``) for speculative decoding: they
+        go to the last device (as tensors over the group, never pickled), which runs them.
+        Heads trained for another model are refused."""
+        from coinfer.models.heads import config_digest
+
+        if heads.meta.digest != config_digest(self.folder):
+            raise ConfigError(
+                f"the heads were trained for {heads.meta.model}, not {self.model}",
+                hint="train heads for this model with coinfer edge train-heads",
+            )
+        self.heads = heads
+        if self.world > 1:
+            import torch.distributed as dist
+
+            last = self.world - 1
+            send_json({"op": "heads", "heads": heads.meta.heads, "hidden": heads.meta.hidden}, last)
+            dist.send(heads.weight.float().contiguous(), last)
+            dist.send(heads.bias.float().contiguous(), last)
+            self._ask(last)
+
+    def begin(self, sampling: dict[str, Any], *, tree_width: int = 0) -> None:
+        """Every worker resets its cache and serves one request (``tree_width`` > 0: with
+        the heads' trees of that width)."""
         self.stage.reset()
         for rank in range(1, self.world):
-            send_json({"op": "serve", "sampling": sampling}, rank)
+            send_json({"op": "serve", "sampling": sampling, "tree_width": tree_width}, rank)
 
     def finish(self, traffic: Traffic) -> list[dict[str, Any]]:
         """After ``STOP``: what each device sent, computed and held at its peak."""

@@ -16,11 +16,15 @@ from dataclasses import asdict, dataclass, field
 from coinfer.decoding.detok import IncrementalDetokenizer
 from coinfer.decoding.response import DecodeStats, Response, collect
 from coinfer.decoding.sampling import SamplingParams
+from coinfer.decoding.self_draft import widened_choices
 from coinfer.engines.jupiter.cluster import EdgeCluster
 from coinfer.engines.jupiter.pipeline import Picker, Traffic, drive
+from coinfer.engines.jupiter.tree_pipeline import TreeRound, TreeVerifier, drive_tree
 from coinfer.errors import ConfigError, ContextOverflowError, TransportError
 
-__all__ = ["JupiterConfig", "generate", "stream"]
+__all__ = ["DECODES", "JupiterConfig", "generate", "stream"]
+
+DECODES = ("naive", "sd")
 
 
 @dataclass(frozen=True)
@@ -28,7 +32,9 @@ class JupiterConfig:
     """``pipelined_prefill``: the prompt in planned sub-sequences (paper 004 §IV-A), or in
     one piece; ``min_part``: Eq. 3's shortest sub-sequence (None: from the devices'
     profiles); ``max_parts``: at most this many (None: ``4 |D|``, the paper's);
-    ``parts``: exactly this many (as many as ``min_part`` allows), cut by Eq. 2."""
+    ``parts``: exactly this many (as many as ``min_part`` allows), cut by Eq. 2;
+    ``decode``: ``naive`` (one token per pass) or ``sd`` (the cluster's self-drafting
+    heads propose a tree, §V-A; ``tree_width``: head 1's guesses it branches on)."""
 
     max_tokens: int = 256
     sampling: SamplingParams = field(default_factory=SamplingParams)
@@ -36,8 +42,14 @@ class JupiterConfig:
     min_part: int | None = None
     max_parts: int | None = None
     parts: int | None = None
+    decode: str = "naive"
+    tree_width: int = 1
 
     def __post_init__(self) -> None:
+        if self.decode not in DECODES:
+            raise ConfigError(f"unknown decoding {self.decode!r}", hint=f"choose one of {', '.join(DECODES)}")
+        if not 1 <= self.tree_width <= 8:
+            raise ConfigError(f"tree_width must be 1..8, got {self.tree_width}")
         if self.parts is not None and self.parts < 1:
             raise ConfigError(f"parts must be >= 1, got {self.parts}")
         if self.max_tokens < 1:
@@ -69,44 +81,77 @@ def _budget(cluster: EdgeCluster, prompt: Sequence[int], config: JupiterConfig) 
     return min(config.max_tokens, room)
 
 
+def _rounds(
+    cluster: EdgeCluster, prompt_ids: Sequence[int], parts: Sequence[int], max_tokens: int,
+    config: JupiterConfig, traffic: Traffic,
+) -> Generator[TreeRound, None, None]:  # fmt: skip
+    """The request's verification rounds: one token each in plain decoding."""
+    prompt, eos = list(prompt_ids), cluster.text.eos_ids
+    if config.decode == "naive":
+        pick = Picker(config.sampling) if cluster.world == 1 else None
+        tokens = drive(cluster.stage, cluster.world, prompt, parts, max_tokens=max_tokens, eos=eos, pick=pick,
+                       traffic=traffic)  # fmt: skip
+        try:
+            for token in tokens:
+                yield TreeRound([token], 0, 0)
+        finally:
+            tokens.close()
+        return
+    heads = cluster.heads
+    if heads is None:
+        raise ConfigError(
+            "speculative decoding needs draft heads", hint="give --heads DIR (coinfer edge train-heads)"
+        )
+    width = config.tree_width
+    verifier = TreeVerifier(config.sampling, heads, width) if cluster.world == 1 else None
+    rounds = drive_tree(
+        cluster.stage, cluster.world, prompt, parts, max_tokens=max_tokens, eos=eos,
+        choices=widened_choices(heads.k, width), heads=heads.k, width=width, verifier=verifier,
+        traffic=traffic,
+    )  # fmt: skip
+    try:
+        yield from rounds
+    finally:
+        rounds.close()
+
+
 def stream(
     cluster: EdgeCluster, prompt_ids: Sequence[int], *, config: JupiterConfig | None = None
 ) -> Generator[Response, None, None]:
-    """One request through the devices, a ``Response`` per token."""
+    """One request through the devices, a ``Response`` per verification round (per token
+    in plain decoding)."""
     config = config or JupiterConfig()
     max_tokens = _budget(cluster, prompt_ids, config)
     parts = _parts(cluster, len(prompt_ids), config)
     stats = DecodeStats(prompt_tokens=len(prompt_ids))
     detok = IncrementalDetokenizer(cluster.text.detokenize)
     traffic = Traffic()
-    cluster.begin(asdict(config.sampling))
-    pick = Picker(config.sampling) if cluster.world == 1 else None
-    tokens = drive(
-        cluster.stage, cluster.world, list(prompt_ids), parts,
-        max_tokens=max_tokens, eos=cluster.text.eos_ids, pick=pick, traffic=traffic,
-    )  # fmt: skip
+    cluster.begin(asdict(config.sampling), tree_width=config.tree_width if config.decode == "sd" else 0)
+    rounds = _rounds(cluster, prompt_ids, parts, max_tokens, config, traffic)
     produced = 0
     try:
-        for token in tokens:
+        for r in rounds:
             if produced:
-                stats.verified(0, 0)
+                stats.verified(r.drafted, r.accepted)
             else:
                 stats.prefilled()
-            produced += 1
-            stats.emitted(1)
+            produced += len(r.tokens)
+            stats.emitted(len(r.tokens))
+            text = "".join(detok.push(t) for t in r.tokens)
+            last = r.tokens[-1]
             finish = (
-                "stop" if token in cluster.text.eos_ids else ("length" if produced >= max_tokens else None)
+                "stop" if last in cluster.text.eos_ids else ("length" if produced >= max_tokens else None)
             )
-            text = detok.push(token)
             if finish is None:
-                yield Response(text, [token], stats.snapshot())
+                yield Response(text, list(r.tokens), stats.snapshot())
                 continue
-            tokens.close()
-            extras = {"parts": list(parts), "split": cluster.split, "devices": cluster.finish(traffic)}
-            yield Response(text + detok.flush(), [token], stats.snapshot(), finish, extras=extras)
+            rounds.close()
+            extras = {"parts": list(parts), "split": cluster.split, "decode": config.decode,
+                      "devices": cluster.finish(traffic)}  # fmt: skip
+            yield Response(text + detok.flush(), list(r.tokens), stats.snapshot(), finish, extras=extras)
             return
     except GeneratorExit:  # the caller stopped early: STOP goes out, the reports come back
-        tokens.close()
+        rounds.close()
         cluster.finish(traffic)
         raise
     except RuntimeError as exc:  # gloo: a device's connection broke

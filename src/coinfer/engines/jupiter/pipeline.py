@@ -17,22 +17,51 @@ from __future__ import annotations
 import time
 from collections.abc import Collection, Generator, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 from coinfer.decoding.sampling import PositionDraws, SamplingParams, probs_from_logits, sample_at
 from coinfer.errors import ConfigError
 
-__all__ = ["DECODE", "PREFILL", "STOP", "Picker", "Traffic", "drive", "serve"]
+__all__ = [
+    "DECODE",
+    "PREFILL",
+    "STOP",
+    "Answerer",
+    "Picker",
+    "Traffic",
+    "check_parts",
+    "drive",
+    "make_header",
+    "pass_on",
+    "settle",
+]
 
 PREFILL, DECODE, STOP = 1, 2, 3
 
 
+class Answerer(Protocol):
+    """The last stage's answer to rank 0 after a prompt or a plain decoding step: ``Picker``
+    (the next token) or ``tree_pipeline.TreeVerifier`` (the token and the heads' guesses)."""
+
+    wants: str  # "last": the last token's logits; "hidden": its hidden state
+
+    def answer(self, stage: Any, out: Any, at: int) -> Any: ...
+
+
 class Picker:
-    """The last stage's choice of the next token from its logits."""
+    """The last stage's choice of the next token from its logits (plain decoding)."""
+
+    wants = "last"  # what the last stage's forward returns for it: the last token's logits
 
     def __init__(self, sampling: SamplingParams) -> None:
         self.sampling = sampling
         self.draws = PositionDraws(sampling.seed)
+
+    def answer(self, stage: Any, out: Any, at: int) -> Any:
+        """What goes back to rank 0 for logits ``out`` (1, 1, vocab): the token at ``at``."""
+        import torch
+
+        return torch.tensor([self(out[0, -1], at)], dtype=torch.int64)
 
     def __call__(self, logits: Any, position: int) -> int:
         """``logits`` (vocab,) for the token at ``position``."""
@@ -50,25 +79,25 @@ class Traffic:
     bytes_sent: int = 0
     busy_s: float = 0.0
     forwards: int = 0
-    kept: list[int] = field(default_factory=list)  # one device: its own next token
+    kept: list[Any] = field(default_factory=list)  # one device: its own answers
 
     def as_dict(self) -> dict[str, Any]:
         return {"bytes_sent": self.bytes_sent, "busy_s": round(self.busy_s, 4), "forwards": self.forwards}
 
 
-def _header(op: int, position: int, n: int, last: bool) -> Any:
+def make_header(op: int, position: int, n: int, last: bool) -> Any:
     import torch
 
     return torch.tensor([op, position, n, int(last)], dtype=torch.int64)
 
 
-def _pass_on(
+def pass_on(
     stage: Any,
     rank: int,
     world: int,
     header: Any,
     x: Any,
-    pick: Picker | None,
+    pick: Answerer | None,
     traffic: Traffic,
     pending: list[Any],
 ) -> list[Any]:
@@ -77,52 +106,35 @@ def _pass_on(
     previous sends (``pending``) are waited for only after the forward: the next rank
     takes them when it is done with the one before, which it does while this rank
     computes."""
-    import torch
     import torch.distributed as dist
 
     _, position, n, last = (int(v) for v in header)
     t0 = time.perf_counter()
-    out = stage.forward(x, position, logits="last" if last else "none")
+    out = stage.forward(x, position, logits=(pick.wants if pick is not None else "last") if last else "none")
     traffic.busy_s += time.perf_counter() - t0
     traffic.forwards += 1
-    _settle(pending)
+    settle(pending)
     if rank + 1 < world:
         out = out.contiguous()
         traffic.bytes_sent += header.numel() * 8 + out.numel() * out.element_size()
         return [dist.isend(header, rank + 1), dist.isend(out, rank + 1)]
     if last:
         assert pick is not None
-        token = torch.tensor([pick(out[0, -1], position + n)], dtype=torch.int64)
+        reply = pick.answer(stage, out, position + n)
         if world > 1:
-            dist.send(token, 0)
+            dist.send(reply, 0)
         else:
-            traffic.kept.append(int(token))
+            traffic.kept.append(reply)
     return []
 
 
-def serve(stage: Any, rank: int, world: int, pick: Picker | None) -> Traffic:
-    """A rank after the first: receive, run, pass on, until ``STOP``."""
-    import torch
-    import torch.distributed as dist
-
-    pending: list[Any] = []
-    traffic = Traffic()
-    hidden = int(stage.config.hidden_size)
-    while True:
-        header = torch.empty(4, dtype=torch.int64)
-        dist.recv(header, rank - 1)
-        op, _, n, _ = (int(v) for v in header)
-        if op == STOP:
-            _settle(pending)
-            if rank + 1 < world:
-                dist.send(header, rank + 1)
-            return traffic
-        x = torch.empty((1, n, hidden), dtype=torch.float32)
-        dist.recv(x, rank - 1)
-        pending = _pass_on(stage, rank, world, header, x, pick, traffic, pending)
+def check_parts(prompt: Sequence[int], parts: Sequence[int]) -> None:
+    """``parts`` must cut ``prompt`` into sub-sequences of at least one token."""
+    if sum(parts) != len(prompt) or not parts or min(parts) < 1:
+        raise ConfigError(f"parts {list(parts)} do not cut a prompt of {len(prompt)} tokens")
 
 
-def _settle(pending: list[Any]) -> list[Any]:
+def settle(pending: list[Any]) -> list[Any]:
     """Wait for the sends still in flight (each once: gloo's wait does not return twice)."""
     for work in pending:
         work.wait()
@@ -134,7 +146,7 @@ def _next_token(world: int, traffic: Traffic) -> int:
     import torch.distributed as dist
 
     if world == 1:
-        return traffic.kept.pop()
+        return int(traffic.kept.pop()[0])
     token = torch.empty(1, dtype=torch.int64)
     dist.recv(token, world - 1)
     return int(token)
@@ -148,7 +160,7 @@ def drive(
     *,
     max_tokens: int,
     eos: Collection[int],
-    pick: Picker | None = None,
+    pick: Answerer | None = None,
     traffic: Traffic | None = None,
 ) -> Generator[int, None, None]:
     """Rank 0: prefill ``prompt`` in ``parts``, then decode up to ``max_tokens`` (or an
@@ -158,33 +170,32 @@ def drive(
     import torch
     import torch.distributed as dist
 
-    if sum(parts) != len(prompt) or not parts or min(parts) < 1:
-        raise ConfigError(f"parts {list(parts)} do not cut a prompt of {len(prompt)} tokens")
+    check_parts(prompt, parts)
     traffic = traffic if traffic is not None else Traffic()
     ids = torch.tensor([list(prompt)], dtype=torch.int64)
     pending: list[Any] = []
     position, produced, waiting = 0, 0, False
     try:
         for i, n in enumerate(parts):
-            header = _header(PREFILL, position, n, i == len(parts) - 1)
+            header = make_header(PREFILL, position, n, i == len(parts) - 1)
             x = ids[:, position : position + n]
-            pending = _pass_on(stage, 0, world, header, x, pick, traffic, pending)
+            pending = pass_on(stage, 0, world, header, x, pick, traffic, pending)
             position += n
         waiting = True
         while True:
-            pending = _settle(pending)
+            pending = settle(pending)
             token = _next_token(world, traffic)
             waiting = False
             produced += 1
             yield token
             if produced >= max_tokens or token in eos:
                 break
-            header = _header(DECODE, position, 1, True)
+            header = make_header(DECODE, position, 1, True)
             x = torch.tensor([[token]])
-            pending = _pass_on(stage, 0, world, header, x, pick, traffic, pending)
+            pending = pass_on(stage, 0, world, header, x, pick, traffic, pending)
             position, waiting = position + 1, True
     finally:
         if world > 1:
             if waiting:  # a token is on its way: take it so that no rank is left sending
                 _next_token(world, traffic)
-            dist.send(_header(STOP, position, 0, False), 1)
+            dist.send(make_header(STOP, position, 0, False), 1)

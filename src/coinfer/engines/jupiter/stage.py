@@ -15,11 +15,14 @@ layers' cache slots are renumbered from 0 so the stage's cache holds only its ow
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from coinfer.errors import ConfigError
+from coinfer.models.hf import commit_tree_path, tree_attention_mask
 from coinfer.models.layer_range import keep_layers, layer_count, load_layer_range
+from coinfer.models.tree import TokenTree
 
 __all__ = ["Stage"]
 
@@ -62,8 +65,9 @@ class Stage:
         """Token ids ``(1, n)`` on the first stage, hidden states ``(1, n, hidden)`` after;
         ``position`` must be the cache's length (the tokens arrive in order). Hidden
         states out; on the last stage logits: ``(1, n, vocab)`` for ``logits="all"``,
-        ``(1, 1, vocab)`` of the last token for ``"last"``, or None for ``"none"`` (a
-        prompt's sub-sequence before its last needs only the cache)."""
+        ``(1, 1, vocab)`` of the last token for ``"last"``, its hidden state ``(hidden,)`` for
+        ``"hidden"``, or None for ``"none"`` (a prompt's sub-sequence before its last
+        needs only the cache)."""
         import torch
 
         if position != self.length:
@@ -82,7 +86,47 @@ class Stage:
                 return hidden
             if logits == "none":
                 return None
+            if logits == "hidden":  # the last token's, for heads that guess from it
+                return hidden[0, -1]
             return self.model.lm_head(hidden[:, -1:] if logits == "last" else hidden)
+
+    def forward_tree(self, x: Any, position: int, parents: Sequence[int]) -> Any:
+        """A token tree after the cache's ``position`` tokens in one pass (paper 004 §V-A):
+        ids ``(1, n)`` on the first stage, hidden states after; node i sits at
+        ``position + depth`` and sees the cache, its ancestors and itself. Returns the
+        hidden states ``(1, n, hidden)`` (on the last stage after the final norm: ``head``
+        turns them into logits)."""
+        import torch
+
+        if position != self.length:
+            raise ConfigError(
+                f"stage {self.start}-{self.stop} holds {self.length} tokens, got a tree at {position}"
+            )
+        tree = TokenTree.of([0] * len(parents), parents)
+        positions = torch.tensor([[position + d for d in tree.depths()]])
+        mask = tree_attention_mask(position, tree, self.model.dtype)
+        with torch.inference_mode():
+            kwargs: dict[str, Any] = {"input_ids": x} if self.first else {"inputs_embeds": x}
+            out = self.model.model(
+                **kwargs,
+                position_ids=positions,
+                attention_mask=mask,
+                past_key_values=self.cache,
+                use_cache=True,
+            )
+        return out.last_hidden_state
+
+    def head(self, hidden: Any) -> Any:
+        """The last stage's logits for its hidden states."""
+        import torch
+
+        with torch.inference_mode():
+            return self.model.lm_head(hidden)
+
+    def commit(self, start: int, nodes: Sequence[int]) -> None:
+        """Keep the first ``start`` cached tokens and then the nodes ``nodes`` of the tree
+        that followed them: the verified path."""
+        commit_tree_path(self.cache, start, nodes)
 
     def release(self) -> None:
         """Free the weights and the cache now (a process that loads another stage next

@@ -18,9 +18,11 @@ from collections.abc import Callable
 from typing import Any
 
 from coinfer.decoding.sampling import SamplingParams
-from coinfer.engines.jupiter.pipeline import Picker, serve
+from coinfer.engines.jupiter.pipeline import Answerer, Picker
 from coinfer.engines.jupiter.profile import echo_link, measure_link, profile_device
+from coinfer.engines.jupiter.relay import serve
 from coinfer.engines.jupiter.stage import Stage
+from coinfer.engines.jupiter.tree_pipeline import TreeVerifier
 from coinfer.engines.jupiter.wire import check_token, join, leave, recv_json, send_json
 from coinfer.errors import CoinferError, TransportError
 
@@ -67,6 +69,7 @@ class _Device:
         self.rank, self.world, self.name, self.threads = rank, world, name, threads
         self.before_load = before_load
         self.stage: Stage | None = None
+        self.heads: Any = None
         self.folder: str | None = None
         self.base_bytes = peak_rss_bytes()
 
@@ -97,18 +100,42 @@ class _Device:
             return {"ok": True, "peak_rss": peak_rss_bytes()}
         if op == "serve":
             return self._serve(msg)
+        if op == "heads":
+            self._receive_heads(int(msg["heads"]), int(msg["hidden"]))
+            return {"ok": True}
         if op == "bye":
             return None
         raise TransportError(
             f"rank 0 sent an unknown request {op!r}", hint="run the same coinfer on every device"
         )
 
+    def _receive_heads(self, k: int, hidden: int) -> None:
+        """The heads' tensors, straight after the message that announced their shape."""
+        import torch
+        import torch.distributed as dist
+
+        from coinfer.models.heads import DraftHeads, HeadsMeta
+
+        if not (0 < k <= 64 and hidden > 0 and k * hidden * hidden <= 2**28):
+            raise TransportError(f"rank 0 announced heads of an unlikely shape ({k} x {hidden})")
+        weight, bias = torch.empty(k, hidden, hidden), torch.empty(k, hidden)
+        dist.recv(weight, 0)
+        dist.recv(bias, 0)
+        self.heads = DraftHeads(weight, bias, HeadsMeta("", "", hidden, k))
+
     def _serve(self, msg: dict[str, Any]) -> dict[str, Any]:
         if self.stage is None:
             raise TransportError("rank 0 asked to serve before a layer range was loaded")
         self.stage.reset()
         sampling = SamplingParams.from_json(msg.get("sampling") or {})
-        pick = Picker(sampling) if self.stage.last else None
+        width = int(msg.get("tree_width") or 0)
+        pick: Answerer | None = None
+        if self.stage.last and width:
+            if self.heads is None:
+                raise TransportError("rank 0 asked for speculative decoding before sending the heads")
+            pick = TreeVerifier(sampling, self.heads, width)
+        elif self.stage.last:
+            pick = Picker(sampling)
         traffic = serve(self.stage, self.rank, self.world, pick)
         return {**traffic.as_dict(), "peak_rss": peak_rss_bytes()}
 

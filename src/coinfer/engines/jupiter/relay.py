@@ -1,0 +1,45 @@
+"""A rank after the first: it receives from the rank before, runs its stage and passes
+on, until ``STOP``. Plain messages (``PREFILL``, ``DECODE``) go through
+``pipeline.pass_on``; ``TREE`` messages (speculative decoding) carry their tree before
+the hidden states and go through ``tree_pipeline.pass_tree``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from coinfer.engines.jupiter.pipeline import STOP, Answerer, Traffic, pass_on, settle
+from coinfer.engines.jupiter.tree_pipeline import TREE, TreeStep, pass_tree
+
+__all__ = ["serve"]
+
+
+def serve(stage: Any, rank: int, world: int, pick: Answerer | None) -> Traffic:
+    """A rank after the first: receive, run, pass on, until ``STOP``. ``TREE`` messages
+    (speculative decoding, ``tree_pipeline``) carry their tree before the hidden states."""
+    import torch
+    import torch.distributed as dist
+
+    pending: list[Any] = []
+    traffic, step = Traffic(), TreeStep()
+    hidden = int(stage.config.hidden_size)
+    while True:
+        header = torch.empty(4, dtype=torch.int64)
+        dist.recv(header, rank - 1)
+        op, _, n, m = (int(v) for v in header)
+        if op == STOP:
+            settle(pending)
+            if rank + 1 < world:
+                dist.send(header, rank + 1)
+            return traffic
+        meta = None
+        if op == TREE:
+            pending = settle(pending)
+            meta = torch.empty(2 * n + m, dtype=torch.int64)
+            dist.recv(meta, rank - 1)
+        x = torch.empty((1, n, hidden), dtype=torch.float32)
+        dist.recv(x, rank - 1)
+        if meta is not None:
+            pass_tree(stage, rank, world, header, meta, x, pick, step, traffic)  # type: ignore[arg-type]
+        else:
+            pending = pass_on(stage, rank, world, header, x, pick, traffic, pending)

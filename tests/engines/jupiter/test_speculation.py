@@ -1,0 +1,126 @@
+"""Speculative decoding through the pipeline with self-drafting heads (paper 004 §V-A), on
+real devices: the text is plain decoding's, greedy and sampled, on one, two and three
+devices, and heads trained on the model's own text get their guesses accepted."""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+from typing import Any
+
+import pytest
+
+from tests.conftest import HAS_TORCH
+
+pytestmark = pytest.mark.skipif(not HAS_TORCH, reason="needs the torch extra")
+
+PROMPT = [5, 17, 33, 8, 90, 41, 7, 7, 64, 12, 3, 99, 21, 40]
+
+
+@pytest.fixture(scope="module")
+def model_and_heads(tmp_path_factory: pytest.TempPathFactory) -> tuple[str, str]:
+    """A tiny 4-layer model and heads trained on its own greedy answers (this prompt's
+    among them), so that the heads guess well."""
+    from coinfer.models.heads import DraftHeads, config_digest
+    from coinfer.models.heads_training import TrainConfig, corpus_features, generate_corpus, train_heads
+    from coinfer.models.load import load_model
+    from coinfer.testing import tiny_hf_model_dir
+
+    root = tmp_path_factory.mktemp("sd")
+    folder = tiny_hf_model_dir(root / "m", arch="qwen2", layers=4, seed=9)
+    model = load_model(str(folder), backend="transformers")
+    rows = generate_corpus(model, ["a b c", "hello there", "x y"], root / "answers.jsonl", max_tokens=40)
+    seq = model.new_sequence()  # the test prompt's own answer, as raw ids
+    answer: list[int] = []
+    logits = model.extend(seq, PROMPT)
+    for _ in range(40):
+        answer.append(int(logits[-1].argmax()))
+        logits = model.extend(seq, answer[-1:])
+    data = corpus_features(model.model, [*rows, {"prompt": PROMPT, "answer": answer}], k=3)
+    heads = DraftHeads.zeros(model="tiny", digest=config_digest(folder), hidden=data.hidden.shape[1], heads=3)
+    train_heads(heads, model.model.lm_head, data, config=TrainConfig(epochs=30, batch=64, lr=1e-2))
+    heads.save(root / "heads")
+    return str(folder), str(root / "heads")
+
+
+def _requests(path: str, heads_dir: str, world: int, runs: list[dict[str, Any]], out) -> None:  # type: ignore[no-untyped-def]
+    import os
+    import subprocess
+
+    from coinfer.decoding.sampling import SamplingParams
+    from coinfer.engines.jupiter import EdgeCluster, JupiterConfig, generate
+    from coinfer.engines.jupiter.worker import worker_command
+    from coinfer.models.heads import DraftHeads
+    from coinfer.transport.ports import free_loopback_port
+
+    master = f"127.0.0.1:{free_loopback_port()}"
+    env = {**os.environ, "COINFER_EDGE_TOKEN": "t0ken"}
+    workers = [
+        subprocess.Popen(worker_command(r, world, master, [0], f"d{r}"), env=env) for r in range(1, world)
+    ]
+    try:
+        cluster = EdgeCluster(path, world=world, master=master, threads=1, token="t0ken")
+        cluster.use_heads(DraftHeads.load(heads_dir))
+        results = []
+        for run in runs:
+            sampling = SamplingParams(**run.pop("sampling", {}))
+            r = generate(
+                cluster,
+                PROMPT,
+                config=JupiterConfig(max_tokens=32, parts=2, min_part=4, sampling=sampling, **run),
+            )
+            results.append((r.tokens, r.stats.accepted, r.stats.rounds))
+        out.put(results)
+        cluster.close()
+    finally:
+        for w in workers:
+            w.wait(timeout=60)
+
+
+def _run(model_and_heads: tuple[str, str], world: int, runs: list[dict[str, Any]]) -> list[Any]:
+    ctx = mp.get_context("spawn")
+    results = ctx.Queue()
+    proc = ctx.Process(target=_requests, args=(*model_and_heads, world, runs, results))
+    proc.start()
+    try:
+        return results.get(timeout=240)
+    finally:
+        proc.join(timeout=60)
+        if proc.is_alive():
+            proc.kill()
+
+
+@pytest.mark.parametrize("world", [1, 2, 3])
+def test_greedy_speculative_decoding_writes_plain_decodings_text(
+    model_and_heads: tuple[str, str], world: int
+) -> None:
+    naive, chain, wide = _run(
+        model_and_heads, world, [{}, {"decode": "sd"}, {"decode": "sd", "tree_width": 2}]
+    )
+    assert chain[0] == naive[0] and wide[0] == naive[0]
+    assert chain[1] > 0 and wide[1] > 0  # the heads' guesses were accepted ...
+    assert chain[2] < len(naive[0]) - 1  # ... so fewer passes than tokens
+
+
+def test_sampled_speculative_decoding_writes_plain_decodings_text_for_a_seed(
+    model_and_heads: tuple[str, str],
+) -> None:
+    sampled = {"temperature": 0.9, "seed": 7}
+    naive, sd, other = _run(model_and_heads, 2, [
+        {"sampling": dict(sampled)}, {"decode": "sd", "sampling": dict(sampled)},
+        {"decode": "sd", "sampling": {"temperature": 0.9, "seed": 8}},
+    ])  # fmt: skip
+    assert sd[0] == naive[0]
+    assert other[0] != naive[0]  # the seed decides, not the heads
+
+
+def test_heads_of_another_model_are_refused(model_and_heads: tuple[str, str], tiny_dirs) -> None:  # type: ignore[no-untyped-def]
+    from coinfer.engines.jupiter import EdgeCluster
+    from coinfer.errors import ConfigError
+    from coinfer.models.heads import DraftHeads
+
+    cluster = EdgeCluster(str(tiny_dirs["qwen2"]), world=1, master="127.0.0.1:1", threads=1)
+    try:
+        with pytest.raises(ConfigError, match="trained for tiny"):
+            cluster.use_heads(DraftHeads.load(model_and_heads[1]))
+    finally:
+        cluster.close()
