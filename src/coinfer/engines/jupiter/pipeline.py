@@ -85,7 +85,9 @@ class Traffic:
         return {"bytes_sent": self.bytes_sent, "busy_s": round(self.busy_s, 4), "forwards": self.forwards}
 
 
-def make_header(op: int, position: int, n: int, last: bool) -> Any:
+def make_header(op: int, position: int, n: int, last: int) -> Any:
+    """``(op, position, n, last)``: ``last`` flags a prompt's last part, or counts a
+    ``TREE``'s nodes to keep."""
     import torch
 
     return torch.tensor([op, position, n, int(last)], dtype=torch.int64)

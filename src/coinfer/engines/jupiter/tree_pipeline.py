@@ -23,10 +23,19 @@ from collections.abc import Collection, Generator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from coinfer.decoding.sampling import PositionDraws, SamplingParams, probs_from_logits, sample_at
+from coinfer.decoding.sampling import SamplingParams
 from coinfer.decoding.self_draft import heads_tree
 from coinfer.decoding.verify import accept_tree
-from coinfer.engines.jupiter.pipeline import PREFILL, STOP, Traffic, check_parts, make_header, pass_on, settle
+from coinfer.engines.jupiter.pipeline import (
+    PREFILL,
+    STOP,
+    Picker,
+    Traffic,
+    check_parts,
+    make_header,
+    pass_on,
+    settle,
+)
 from coinfer.models.tree import TokenTree
 
 __all__ = ["TREE", "TreeStep", "TreeVerifier", "drive_tree", "pass_tree"]
@@ -39,13 +48,7 @@ class TreeVerifier:
 
     def __init__(self, sampling: SamplingParams, heads: Any, width: int) -> None:
         self.sampling, self.heads, self.width = sampling, heads, width
-        self.draws = PositionDraws(sampling.seed)
-
-    def _choose(self, logits: Any, position: int) -> int:
-        if self.sampling.greedy:
-            return int(logits.argmax())
-        probs = probs_from_logits(logits.double().numpy(), self.sampling)
-        return sample_at(probs, self.draws.uniform(position))
+        self.pick = Picker(sampling)  # the next token: greedy, or the position's seeded draw
 
     def _guesses(self, stage: Any, hidden: Any) -> list[int]:
         """(d,) -> the heads' ``width`` best per head, flat (K * width)."""
@@ -60,7 +63,7 @@ class TreeVerifier:
         place of the token to choose."""
         import torch
 
-        token = self._choose(stage.head(out), at)
+        token = self.pick(stage.head(out), at)
         return torch.tensor([0, token, *self._guesses(stage, out)], dtype=torch.int64)
 
     def verify(
@@ -72,7 +75,7 @@ class TreeVerifier:
 
         candidates = TokenTree.of(tokens[1:], [p - 1 for p in parents[1:]])
         rows = stage.head(hidden).float().numpy()
-        path, token = accept_tree(candidates, rows, self.sampling, self.draws, position + 1)
+        path, token = accept_tree(candidates, rows, self.sampling, self.pick.draws, position + 1)
         last = path[-1] + 1 if path else 0
         padded = [p + 1 for p in path] + [0] * (len(parents) - len(path))
         out = [len(path), *padded, token, *self._guesses(stage, hidden[last])]
@@ -193,8 +196,7 @@ def drive_tree(
             table = [guesses[d * width : (d + 1) * width] for d in range(heads)]
             tree_ids, parents = heads_tree(table, choices).verify_inputs(token)
             n = len(tree_ids)
-            header = make_header(TREE, position, n, False)
-            header[3] = len(keep)
+            header = make_header(TREE, position, n, len(keep))
             meta = _tree_meta(tree_ids, parents, keep, world)
             expect = 2 + n + heads * width
             x = torch.tensor([tree_ids])
