@@ -141,7 +141,8 @@ def _run_request(
                 cluster.use_heads(DraftHeads.load(args.heads))
             prompt, fmt = prompt_ids(cluster.text, args, quiet=args.json)
             out.put(("begin", fmt))
-            for response in stream(cluster, prompt, config=config):
+            question = args.prompt if args.decode in ("outline", "auto") else prompt
+            for response in stream(cluster, question, config=config, system=args.system):
                 out.put(("response", response))
         finally:
             cluster.close()
@@ -221,6 +222,8 @@ def cmd_launch(args: argparse.Namespace) -> int:
         raise ConfigError("--devices and --cores-per-device must be >= 1")
     if args.decode == "sd" and not args.heads:
         raise ConfigError("--decode sd needs draft heads", hint="give --heads DIR (coinfer edge train-heads)")
+    if args.decode in ("outline", "auto") and args.raw:
+        raise ConfigError(f"--decode {args.decode} writes its own chat turns: it cannot take --raw")
     budgets = _budgets(args.memory, args.devices)  # checked before anything starts
     master, token = _rendezvous(args)
     from coinfer.bench.cgroup import fence_each, remove_all
@@ -303,6 +306,10 @@ def _report(
             + ", ".join(f"{d['name']} {d['layers'][0]}-{d['layers'][1]}" for d in devices)
             + f", prompt in {len(last.extras.get('parts', []))} parts]"
         )
+        if "router" in last.extras or "outline" in last.extras:
+            route, points = last.extras.get("router", {}), last.extras.get("outline") or []
+            how = f"outline of {len(points)} points" if points else "sequential"
+            err(f"[decoded: {how}; router: {route.get('reason', '-')}]")
 
 
 def cmd_worker(args: argparse.Namespace) -> int:
@@ -365,8 +372,9 @@ def add_parser(sub: Any) -> None:
         "--min-part", type=int, default=None, help="shortest prompt sub-sequence (default: from the profiles)"
     )
     launch.add_argument(
-        "--decode", default="naive", choices=["naive", "sd"],
-        help="naive: one token per pass; sd: self-drafting heads propose a token tree (needs --heads)",
+        "--decode", default="naive", choices=["naive", "sd", "outline", "auto"],
+        help="naive: one token per pass; sd: self-drafting heads propose a token tree (needs --heads); "
+        "outline: an outline, then its points decoded together; auto: the router picks outline or sequential",
     )  # fmt: skip
     launch.add_argument("--heads", default=None, help="draft heads' folder (coinfer edge train-heads)")
     launch.add_argument("--tree-width", type=int, default=1, help="sd: head 1's guesses the tree branches on")

@@ -26,7 +26,15 @@ from coinfer.models.base import Prompter, Seq, SteerableModel, backend_seq
 from coinfer.models.chat_template import ChatTemplate
 from coinfer.models.tree import TokenTree
 
-__all__ = ["HFModel", "HFTokenizer", "commit_tree_path", "import_torch", "tree_attention_mask"]
+__all__ = [
+    "HFModel",
+    "HFTokenizer",
+    "branch_attention_mask",
+    "commit_tree_path",
+    "import_torch",
+    "keep_cache_slots",
+    "tree_attention_mask",
+]
 
 # Control tokens that end generation, as llama.cpp's vocabulary marks them (EOG): turn ends
 # of the common chat formats and the fill-in-the-middle separators, so that both backends
@@ -124,16 +132,37 @@ def tree_attention_mask(start: int, tree: TokenTree, dtype: Any) -> Any:
 def commit_tree_path(cache: Any, start: int, path: Sequence[int]) -> None:
     """Keep a ``DynamicCache``'s first ``start`` entries and then the tree nodes ``path``
     (indices into the tree that followed them), in that order."""
+    keep_cache_slots(cache, [*range(start), *(start + n for n in path)])
+
+
+def keep_cache_slots(cache: Any, keep: Sequence[int]) -> None:
+    """Keep only the cache entries ``keep`` (indices, in the order given)."""
     torch = import_torch()
     layers = [layer for layer in cache.layers if getattr(layer, "is_initialized", False)]
     if not layers:
         return
-    keep = torch.tensor(
-        list(range(start)) + [start + n for n in path], dtype=torch.long, device=layers[0].keys.device
-    )
+    index = torch.tensor(list(keep), dtype=torch.long, device=layers[0].keys.device)
     for layer in layers:
-        layer.keys = layer.keys.index_select(-2, keep)
-        layer.values = layer.values.index_select(-2, keep)
+        layer.keys = layer.keys.index_select(-2, index)
+        layer.values = layer.values.index_select(-2, index)
+
+
+def branch_attention_mask(
+    labels: Sequence[int], branches: Sequence[int], parents: Sequence[int], dtype: Any
+) -> Any:
+    """Additive mask (1, 1, n, len(labels) + n) for n new nodes of several branches after a
+    cache whose entries carry ``labels`` (-1: shared by every branch, b: branch b's own).
+    New node i of branch ``branches[i]`` (-1: shared) sees the shared entries, its branch's
+    and, among the new nodes, itself and its ancestors (``parents``, -1: none)."""
+    torch = import_torch()
+    cached = torch.tensor(list(labels), dtype=torch.long)
+    mine = torch.tensor(list(branches), dtype=torch.long)
+    sees_cache = (cached[None, :] == -1) | (cached[None, :] == mine[:, None])
+    tree = TokenTree.of([0] * len(parents), parents)
+    allowed = torch.cat([sees_cache, torch.from_numpy(tree.attention_mask())], dim=1)
+    mask = torch.zeros(allowed.shape, dtype=dtype)
+    mask.masked_fill_(~allowed, torch.finfo(dtype).min)
+    return mask[None, None]
 
 
 def _hseq(seq: Seq) -> HFSeq:

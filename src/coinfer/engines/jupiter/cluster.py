@@ -271,12 +271,14 @@ class EdgeCluster:
             dist.send(heads.bias.float().contiguous(), last)
             self._ask(last)
 
-    def begin(self, sampling: dict[str, Any], *, tree_width: int = 0) -> None:
+    def begin(self, sampling: dict[str, Any], *, tree_width: int = 0, branches: bool = False) -> None:
         """Every worker resets its cache and serves one request (``tree_width`` > 0: with
-        the heads' trees of that width)."""
+        the heads' trees of that width; ``branches``: outline decoding's branches)."""
         self.stage.reset()
         for rank in range(1, self.world):
-            send_json({"op": "serve", "sampling": sampling, "tree_width": tree_width}, rank)
+            send_json(
+                {"op": "serve", "sampling": sampling, "tree_width": tree_width, "branches": branches}, rank
+            )
 
     def finish(self, traffic: Traffic) -> list[dict[str, Any]]:
         """After ``STOP``: what each device sent, computed and held at its peak."""

@@ -11,20 +11,25 @@ sent to the next stage, seconds computed, peak memory.
 from __future__ import annotations
 
 from collections.abc import Generator, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
+from typing import Any
 
 from coinfer.decoding.detok import IncrementalDetokenizer
 from coinfer.decoding.response import DecodeStats, Response, collect
 from coinfer.decoding.sampling import SamplingParams
 from coinfer.decoding.self_draft import widened_choices
+from coinfer.engines.jupiter.branch_driver import BranchDriver, BranchRound
+from coinfer.engines.jupiter.branches import BranchVerifier
 from coinfer.engines.jupiter.cluster import EdgeCluster
+from coinfer.engines.jupiter.outline import Route, point_text, route
+from coinfer.engines.jupiter.outline_decode import OutlinePlan, decode_outline, outline_prompt
 from coinfer.engines.jupiter.pipeline import Picker, Traffic, drive
 from coinfer.engines.jupiter.tree_pipeline import TreeRound, TreeVerifier, drive_tree
 from coinfer.errors import ConfigError, ContextOverflowError, TransportError
 
 __all__ = ["DECODES", "JupiterConfig", "generate", "stream"]
 
-DECODES = ("naive", "sd")
+DECODES = ("naive", "sd", "outline", "auto")
 
 
 @dataclass(frozen=True)
@@ -33,8 +38,11 @@ class JupiterConfig:
     one piece; ``min_part``: Eq. 3's shortest sub-sequence (None: from the devices'
     profiles); ``max_parts``: at most this many (None: ``4 |D|``, the paper's);
     ``parts``: exactly this many (as many as ``min_part`` allows), cut by Eq. 2;
-    ``decode``: ``naive`` (one token per pass) or ``sd`` (the cluster's self-drafting
-    heads propose a tree, §V-A; ``tree_width``: head 1's guesses it branches on)."""
+    ``decode``: ``naive`` (one token per pass), ``sd`` (the cluster's self-drafting
+    heads propose a tree, §V-A; ``tree_width``: head 1's guesses it branches on),
+    ``outline`` (an outline, then its points decoded together, §V-B) or ``auto`` (the
+    router chooses the outline or sequential decoding per question); ``draft_heads``:
+    outline and auto decoding speculate with the cluster's heads when it has them."""
 
     max_tokens: int = 256
     sampling: SamplingParams = field(default_factory=SamplingParams)
@@ -44,6 +52,7 @@ class JupiterConfig:
     parts: int | None = None
     decode: str = "naive"
     tree_width: int = 1
+    draft_heads: bool = True
 
     def __post_init__(self) -> None:
         if self.decode not in DECODES:
@@ -116,11 +125,36 @@ def _rounds(
 
 
 def stream(
-    cluster: EdgeCluster, prompt_ids: Sequence[int], *, config: JupiterConfig | None = None
-) -> Generator[Response, None, None]:
+    cluster: EdgeCluster, prompt: str | Sequence[int], *, config: JupiterConfig | None = None,
+    system: str | None = None,
+) -> Generator[Response, None, None]:  # fmt: skip
     """One request through the devices, a ``Response`` per verification round (per token
-    in plain decoding)."""
+    in plain decoding; per point, in the outline's order, in outline decoding).
+    ``prompt``: the question (put in the model's chat template after ``system``) or its
+    ids; outline and auto decoding need the text."""
     config = config or JupiterConfig()
+    if config.decode in ("outline", "auto"):
+        if not isinstance(prompt, str):
+            raise ConfigError(
+                f"--decode {config.decode} reads the question: pass the prompt as text",
+                hint="or use --decode sd or naive",
+            )
+        decision = route(prompt) if config.decode == "auto" else Route(True, "outline decoding was asked for")
+        if decision.outline:
+            yield from _outline_stream(cluster, prompt, config, system, decision)
+            return
+        sequential = "sd" if cluster.heads is not None and config.draft_heads else "naive"
+        config = replace(config, decode=sequential)
+        extra = {"router": decision.as_dict()}
+    else:
+        extra = {}
+    ids = cluster.text.user_prompt(prompt, system=system) if isinstance(prompt, str) else list(prompt)
+    yield from _sequential_stream(cluster, ids, config, extra)
+
+
+def _sequential_stream(
+    cluster: EdgeCluster, prompt_ids: Sequence[int], config: JupiterConfig, extra: dict[str, Any]
+) -> Generator[Response, None, None]:
     max_tokens = _budget(cluster, prompt_ids, config)
     parts = _parts(cluster, len(prompt_ids), config)
     stats = DecodeStats(prompt_tokens=len(prompt_ids))
@@ -146,7 +180,7 @@ def stream(
                 yield Response(text, list(r.tokens), stats.snapshot())
                 continue
             rounds.close()
-            extras = {"parts": list(parts), "split": cluster.split, "decode": config.decode,
+            extras = {"parts": list(parts), "split": cluster.split, "decode": config.decode, **extra,
                       "devices": cluster.finish(traffic)}  # fmt: skip
             yield Response(text + detok.flush(), list(r.tokens), stats.snapshot(), finish, extras=extras)
             return
@@ -155,10 +189,79 @@ def stream(
         cluster.finish(traffic)
         raise
     except RuntimeError as exc:  # gloo: a device's connection broke
-        raise TransportError(
-            f"a device stopped answering: {str(exc).splitlines()[0][:200]}",
-            hint="check that every device is still running",
-        ) from exc
+        raise _lost_device(exc) from exc
+
+
+def _outline_driver(cluster: EdgeCluster, config: JupiterConfig, traffic: Traffic) -> BranchDriver:
+    """Rank 0's driver of the branches, with the heads' trees when speculating."""
+    heads = cluster.heads if config.draft_heads else None
+    width = config.tree_width if heads is not None else 0
+    cluster.begin(asdict(config.sampling), tree_width=width, branches=True)
+    verifier = BranchVerifier(config.sampling, heads, max(width, 1)) if cluster.world == 1 else None
+    return BranchDriver(
+        cluster.stage, cluster.world, traffic, eos=cluster.text.eos_ids, heads=heads.k if heads else 0,
+        width=max(width, 1), choices=widened_choices(heads.k, width) if heads else (), verifier=verifier,
+    )  # fmt: skip
+
+
+def _outline_stream(
+    cluster: EdgeCluster, question: str, config: JupiterConfig, system: str | None, decision: Route
+) -> Generator[Response, None, None]:
+    """Outline decoding (§V-B): the points' texts in the outline's order; the sequential
+    answer's tokens as they come when the outline was not one."""
+    prompt = outline_prompt(cluster.text, question, system)
+    max_tokens = _budget(cluster, prompt, config)
+    parts = _parts(cluster, len(prompt), config)
+    stats, traffic = DecodeStats(prompt_tokens=len(prompt)), Traffic()
+    driver = _outline_driver(cluster, config, traffic)
+    plan = OutlinePlan(max_tokens, groups=cluster.world, system=system)
+    events = decode_outline(driver, cluster.world, cluster.text, question, prompt, parts, plan)
+    detok = IncrementalDetokenizer(cluster.text.detokenize)
+    extras: dict[str, Any] = {"router": decision.as_dict(), "decode": config.decode, "parts": list(parts),
+                              "split": cluster.split, "groups": plan.groups}  # fmt: skip
+    points: list[str] = []
+    finish = "stop"
+    try:
+        for event in events:
+            if event.round is not None:
+                _count(stats, event.round)
+                finish = "length" if event.round.finish == "length" else finish
+            if event.points is not None:
+                points = event.points
+                extras.update({"outline": points, **event.extras})
+                extras["decoded"] = "sequential" if event.sequential else "outline"
+            if event.sequential and event.round is not None:
+                text = "".join(detok.push(t) for t in event.round.tokens if t not in cluster.text.eos_ids)
+                yield Response(text, list(event.round.tokens), stats.snapshot())
+            elif "point" in event.extras:
+                i = int(event.extras["point"])
+                chunk = ("\n" if i else "") + point_text(i + 1, points[i], event.text)
+                yield Response(chunk, cluster.text.tokenize(chunk), stats.snapshot())
+    except GeneratorExit:  # the caller stopped early: STOP goes out, the reports come back
+        events.close()
+        driver.close()
+        cluster.finish(traffic)
+        raise
+    except RuntimeError as exc:  # gloo: a device's connection broke
+        raise _lost_device(exc) from exc
+    driver.close()
+    extras["devices"] = cluster.finish(traffic)
+    yield Response(detok.flush(), [], stats.snapshot(), finish, extras=extras)
+
+
+def _count(stats: DecodeStats, r: BranchRound) -> None:
+    if stats.target_forwards:
+        stats.verified(r.drafted, r.accepted)
+    else:
+        stats.prefilled()
+    stats.emitted(len(r.tokens))
+
+
+def _lost_device(exc: RuntimeError) -> TransportError:
+    return TransportError(
+        f"a device stopped answering: {str(exc).splitlines()[0][:200]}",
+        hint="check that every device is still running",
+    )
 
 
 def generate(

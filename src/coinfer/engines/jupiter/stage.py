@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from coinfer.errors import ConfigError
-from coinfer.models.hf import commit_tree_path, tree_attention_mask
+from coinfer.models.hf import branch_attention_mask, commit_tree_path, keep_cache_slots, tree_attention_mask
 from coinfer.models.layer_range import keep_layers, layer_count, load_layer_range
 from coinfer.models.tree import TokenTree
 
@@ -42,6 +42,7 @@ class Stage:
         self.model = model
         self.config = model.config
         self.cache: Any = None
+        self.labels: list[int] = []  # per cache entry: -1 shared, b: outline point b's own
         self.reset()
 
     @classmethod
@@ -55,6 +56,7 @@ class Stage:
         from transformers import DynamicCache
 
         self.cache = DynamicCache(config=self.config)
+        self.labels = []
 
     @property
     def length(self) -> int:
@@ -76,6 +78,7 @@ class Stage:
             )
         n = int(x.shape[1])
         positions = torch.arange(position, position + n).unsqueeze(0)
+        self.labels.extend([-1] * n)
         with torch.inference_mode():
             kwargs: dict[str, Any] = {"input_ids": x} if self.first else {"inputs_embeds": x}
             out = self.model.model(
@@ -105,6 +108,7 @@ class Stage:
         tree = TokenTree.of([0] * len(parents), parents)
         positions = torch.tensor([[position + d for d in tree.depths()]])
         mask = tree_attention_mask(position, tree, self.model.dtype)
+        self.labels.extend([-1] * len(parents))
         with torch.inference_mode():
             kwargs: dict[str, Any] = {"input_ids": x} if self.first else {"inputs_embeds": x}
             out = self.model.model(
@@ -127,6 +131,50 @@ class Stage:
         """Keep the first ``start`` cached tokens and then the nodes ``nodes`` of the tree
         that followed them: the verified path."""
         commit_tree_path(self.cache, start, nodes)
+        self.labels = self.labels[:start] + [self.labels[start + i] for i in nodes]
+
+    def forward_branches(
+        self, x: Any, positions: Sequence[int], branches: Sequence[int], parents: Sequence[int]
+    ) -> Any:
+        """New nodes of several branches in one pass (outline decoding, paper 004 §V-B: the
+        points share the prompt's cache and go through the stage together): node i sits at
+        ``positions[i]``, belongs to ``branches[i]`` (-1: shared) and sees the shared
+        cache, its branch's own entries and its ``parents`` chain among the new nodes.
+        Returns the hidden states ``(1, n, hidden)`` (``head`` gives the last stage's
+        logits)."""
+        import torch
+
+        if (
+            len(positions) != int(x.shape[1])
+            or len(branches) != len(positions)
+            or len(parents) != len(positions)
+        ):
+            raise ConfigError(f"{int(x.shape[1])} nodes need as many positions, branches and parents")
+        mask = branch_attention_mask(self.labels, branches, parents, self.model.dtype)
+        self.labels.extend(int(b) for b in branches)
+        with torch.inference_mode():
+            kwargs: dict[str, Any] = {"input_ids": x} if self.first else {"inputs_embeds": x}
+            out = self.model.model(
+                **kwargs,
+                position_ids=torch.tensor([list(positions)]),
+                attention_mask=mask,
+                past_key_values=self.cache,
+                use_cache=True,
+            )
+        return out.last_hidden_state
+
+    def drop(self, slots: Sequence[int]) -> None:
+        """Forget the cache entries ``slots`` (a branch's rejected guesses, a finished phase)."""
+        if not slots:
+            return
+        gone = set(slots)
+        if min(gone) < 0 or max(gone) >= self.length:
+            raise ConfigError(
+                f"stage {self.start}-{self.stop} holds {self.length} tokens, asked to drop {max(gone)}"
+            )
+        keep = [i for i in range(self.length) if i not in gone]
+        keep_cache_slots(self.cache, keep)
+        self.labels = [self.labels[i] for i in keep]
 
     def release(self) -> None:
         """Free the weights and the cache now (a process that loads another stage next
@@ -138,3 +186,4 @@ class Stage:
         """Forget every token from ``length`` on."""
         if length < self.length:
             self.cache.crop(length - self.length)  # this transformers crops by a negative count
+        del self.labels[length:]

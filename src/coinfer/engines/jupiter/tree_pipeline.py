@@ -29,6 +29,7 @@ from coinfer.decoding.verify import accept_tree
 from coinfer.engines.jupiter.pipeline import (
     PREFILL,
     STOP,
+    Answerer,
     Picker,
     Traffic,
     check_parts,
@@ -38,7 +39,16 @@ from coinfer.engines.jupiter.pipeline import (
 )
 from coinfer.models.tree import TokenTree
 
-__all__ = ["TREE", "TreeStep", "TreeVerifier", "drive_tree", "pass_tree"]
+__all__ = [
+    "TREE",
+    "TreeRound",
+    "TreeStep",
+    "TreeVerifier",
+    "cut_at_end",
+    "drive_tree",
+    "pass_tree",
+    "prefill_answer",
+]
 
 TREE = 4
 
@@ -186,7 +196,7 @@ def drive_tree(
     position, produced, expect = 0, 0, 2 + heads * width
     step = TreeStep()
     try:
-        first = _prefill(stage, world, prompt, parts, verifier, traffic, expect)
+        first = prefill_answer(stage, world, prompt, parts, verifier, traffic, expect)
         position, expect = len(prompt), 0
         token, guesses = first[1], first[2:]
         produced = 1
@@ -208,7 +218,7 @@ def drive_tree(
             position += len(keep)
             token, guesses = reply[1 + n], reply[2 + n :]
             emitted = [tree_ids[k] for k in keep[1:]] + [token]
-            emitted = _cut(emitted, eos, max_tokens - produced)
+            emitted = cut_at_end(emitted, eos, max_tokens - produced)
             produced += len(emitted)
             yield TreeRound(emitted, n - 1, count)
             if emitted[-1] != token:
@@ -220,12 +230,12 @@ def drive_tree(
             dist.send(make_header(STOP, position, 0, False), 1)
 
 
-def _prefill(
-    stage: Any, world: int, prompt: Sequence[int], parts: Sequence[int], verifier: TreeVerifier | None,
+def prefill_answer(
+    stage: Any, world: int, prompt: Sequence[int], parts: Sequence[int], verifier: Answerer | None,
     traffic: Traffic, expect: int,
 ) -> list[int]:  # fmt: skip
     """The prompt in its parts (pipelined, as plain decoding reads it); the last stage's
-    answer: the next token and the heads' guesses."""
+    answer (``expect`` int64s): ``[0, next token, the heads' guesses]``."""
     import torch
 
     ids = torch.tensor([list(prompt)], dtype=torch.int64)
@@ -240,7 +250,7 @@ def _prefill(
     return _answer(world, expect, traffic.kept.pop() if world == 1 else None)
 
 
-def _cut(tokens: list[int], eos: Collection[int], room: int) -> list[int]:
+def cut_at_end(tokens: list[int], eos: Collection[int], room: int) -> list[int]:
     """``tokens`` up to the first end-of-generation id (kept) and at most ``room``."""
     for i, t in enumerate(tokens):
         if t in eos:

@@ -18,6 +18,7 @@ from collections.abc import Callable
 from typing import Any
 
 from coinfer.decoding.sampling import SamplingParams
+from coinfer.engines.jupiter.branches import BranchVerifier
 from coinfer.engines.jupiter.pipeline import Answerer, Picker
 from coinfer.engines.jupiter.profile import echo_link, measure_link, profile_device
 from coinfer.engines.jupiter.relay import serve
@@ -130,9 +131,11 @@ class _Device:
         sampling = SamplingParams.from_json(msg.get("sampling") or {})
         width = int(msg.get("tree_width") or 0)
         pick: Answerer | None = None
-        if self.stage.last and width:
-            if self.heads is None:
-                raise TransportError("rank 0 asked for speculative decoding before sending the heads")
+        if self.stage.last and width and self.heads is None:
+            raise TransportError("rank 0 asked for speculative decoding before sending the heads")
+        if self.stage.last and msg.get("branches"):
+            pick = BranchVerifier(sampling, self.heads if width else None, max(width, 1))
+        elif self.stage.last and width:
             pick = TreeVerifier(sampling, self.heads, width)
         elif self.stage.last:
             pick = Picker(sampling)
