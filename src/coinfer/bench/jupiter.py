@@ -135,7 +135,7 @@ def _cpu_share(pid: int, share: float) -> Path:
     return group
 
 
-def _cluster(
+def start_cluster(
     config: JupiterBenchConfig,
     world: int,
     split: str,
@@ -225,7 +225,7 @@ def _pair(
         if split == "single" and slow:
             continue
         world = 1 if split == "single" else 2
-        cluster, workers = _cluster(config, world, "jupiter" if split == "single" else split, slow)
+        cluster, workers = start_cluster(config, world, "jupiter" if split == "single" else split, slow)
         try:
             if world == 2 and split == "jupiter":
                 times, layer_bytes, budgets = cluster._layer_inputs()
@@ -247,7 +247,7 @@ def _links(config: JupiterBenchConfig, prompts: list[dict[str, Any]], log: Calla
     out: dict[str, Any] = {}
     for rate in config.link_mbit:
         with ShapedLink(rate) as link:
-            cluster, workers = _cluster(config, 2, "jupiter", None, link)
+            cluster, workers = start_cluster(config, 2, "jupiter", None, link)
             try:
                 out[f"{rate}mbit"] = {"link": asdict(cluster.links[0]), "systems": {}}
                 log(f"jupiter bench: equal pair over {rate} Mbit/s")
@@ -271,14 +271,14 @@ def _memory_case(config: JupiterBenchConfig, prompt: list[int]) -> dict[str, Any
     budget = config.memory_gb * 2**30
     out: dict[str, Any] = {"budget_gb_per_device": config.memory_gb}
     try:
-        cluster, _ = _cluster(config, 1, "jupiter", None, budgets=[budget])
+        cluster, _ = start_cluster(config, 1, "jupiter", None, budgets=[budget])
         cluster.close()
         out["single"] = "ran"
     except CoinferError as exc:
         out["single"] = f"refused: {str(exc).splitlines()[0]}"
     groups = [MemoryCgroup(int(budget), prefix="coinfer-jupiter-bench") for _ in range(2)]
     pids: list[int] = [os.getpid()]  # the worker's joins when it starts
-    cluster, workers = _cluster(config, 2, "jupiter", None, budgets=[budget, budget],
+    cluster, workers = start_cluster(config, 2, "jupiter", None, budgets=[budget, budget],
                                 before_load=fence_each(groups, pids), worker_pids=pids)  # fmt: skip
     try:
         response = generate(cluster, prompt, config=JupiterConfig(max_tokens=config.max_tokens))
@@ -473,7 +473,7 @@ def run_jupiter_bench(config: JupiterBenchConfig, *, log: Callable[[str], None])
     os.sched_setaffinity(0, [0])
     torch.set_num_threads(1)
     lengths = (512,) if config.quick else config.lengths
-    probe, _ = _cluster(config, 1, "jupiter", None)
+    probe, _ = start_cluster(config, 1, "jupiter", None)
     prompts = _prompts(probe.text, lengths)
     probe.close()
     started = time.time()

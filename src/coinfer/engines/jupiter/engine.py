@@ -265,7 +265,8 @@ def _lost_device(exc: RuntimeError) -> TransportError:
 
 
 def generate(
-    cluster: EdgeCluster, prompt_ids: Sequence[int], *, config: JupiterConfig | None = None
-) -> Response:
+    cluster: EdgeCluster, prompt: str | Sequence[int], *, config: JupiterConfig | None = None,
+    system: str | None = None,
+) -> Response:  # fmt: skip
     """The whole request as one ``Response``."""
-    return collect(stream(cluster, prompt_ids, config=config), cluster.text.detokenize)
+    return collect(stream(cluster, prompt, config=config, system=system), cluster.text.detokenize)
