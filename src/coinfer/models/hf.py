@@ -119,14 +119,7 @@ class HFSeq(Seq):
 def tree_attention_mask(start: int, tree: TokenTree, dtype: Any) -> Any:
     """Additive mask (1, 1, n, start + n) for a tree after ``start`` cached tokens: 0 where
     a node may look (the prefix, its ancestors and itself), dtype-min elsewhere."""
-    torch = import_torch()
-    n = len(tree)
-    allowed = torch.zeros((n, start + n), dtype=torch.bool)
-    allowed[:, :start] = True
-    allowed[:, start:] = torch.from_numpy(tree.attention_mask())
-    mask = torch.zeros((n, start + n), dtype=dtype)
-    mask.masked_fill_(~allowed, torch.finfo(dtype).min)
-    return mask[None, None]
+    return branch_attention_mask([-1] * start, [-1] * len(tree), tree.parents, dtype)
 
 
 def commit_tree_path(cache: Any, start: int, path: Sequence[int]) -> None:

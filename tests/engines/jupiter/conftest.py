@@ -1,6 +1,12 @@
-"""Shared by the Jupiter tests: a tiny model with heads trained on its own text."""
+"""Shared by the Jupiter tests: a tiny model with heads trained on its own text, and a
+cluster of real device processes with those heads, run from a spawned process."""
 
 from __future__ import annotations
+
+import multiprocessing as mp
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any
 
 import pytest
 
@@ -31,3 +37,45 @@ def model_and_heads(tmp_path_factory: pytest.TempPathFactory) -> tuple[str, str]
     train_heads(heads, model.model.lm_head, data, config=TrainConfig(epochs=30, batch=64, lr=1e-2))
     heads.save(root / "heads")
     return str(folder), str(root / "heads")
+
+
+@contextmanager
+def cluster_with_heads(path: str, heads_dir: str, world: int) -> Iterator[Any]:
+    """This process as device 0 of ``world`` (the others as ``coinfer edge worker``
+    processes), the heads given to the cluster; closed and waited for after."""
+    import os
+    import subprocess
+
+    from coinfer.engines.jupiter import EdgeCluster
+    from coinfer.engines.jupiter.worker import worker_command
+    from coinfer.models.heads import DraftHeads
+    from coinfer.transport.ports import free_loopback_port
+
+    master = f"127.0.0.1:{free_loopback_port()}"
+    env = {**os.environ, "COINFER_EDGE_TOKEN": "t0ken"}
+    workers = [
+        subprocess.Popen(worker_command(r, world, master, [0], f"d{r}"), env=env) for r in range(1, world)
+    ]
+    try:
+        cluster = EdgeCluster(path, world=world, master=master, threads=1, token="t0ken")
+        cluster.use_heads(DraftHeads.load(heads_dir))
+        yield cluster
+        cluster.close()
+    finally:
+        for w in workers:
+            w.wait(timeout=60)
+
+
+def run_spawned(target: Callable[..., None], *args: Any) -> Any:
+    """``target(*args, queue)`` in a fresh process (gloo's group is per process); what it
+    puts on the queue."""
+    ctx = mp.get_context("spawn")
+    results = ctx.Queue()
+    proc = ctx.Process(target=target, args=(*args, results))
+    proc.start()
+    try:
+        return results.get(timeout=240)
+    finally:
+        proc.join(timeout=60)
+        if proc.is_alive():
+            proc.kill()

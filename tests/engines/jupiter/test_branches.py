@@ -5,13 +5,12 @@ without the heads' trees, on one, two and three devices."""
 
 from __future__ import annotations
 
-import multiprocessing as mp
 from typing import Any
 
 import pytest
 
 from tests.conftest import HAS_TORCH
-from tests.engines.jupiter.conftest import PROMPT
+from tests.engines.jupiter.conftest import PROMPT, cluster_with_heads, run_spawned
 
 pytestmark = pytest.mark.skipif(not HAS_TORCH, reason="needs the torch extra")
 
@@ -50,48 +49,22 @@ def _branches(cluster: Any, heads: Any, width: int) -> list[list[int]]:
 
 
 def _requests(path: str, heads_dir: str, world: int, out) -> None:  # type: ignore[no-untyped-def]
-    import os
-    import subprocess
+    from coinfer.engines.jupiter import JupiterConfig, generate
 
-    from coinfer.engines.jupiter import EdgeCluster, JupiterConfig, generate
-    from coinfer.engines.jupiter.worker import worker_command
-    from coinfer.models.heads import DraftHeads
-    from coinfer.transport.ports import free_loopback_port
-
-    master = f"127.0.0.1:{free_loopback_port()}"
-    env = {**os.environ, "COINFER_EDGE_TOKEN": "t0ken"}
-    workers = [
-        subprocess.Popen(worker_command(r, world, master, [0], f"d{r}"), env=env) for r in range(1, world)
-    ]
-    try:
-        cluster = EdgeCluster(path, world=world, master=master, threads=1, token="t0ken")
-        cluster.use_heads(DraftHeads.load(heads_dir))
+    with cluster_with_heads(path, heads_dir, world) as cluster:
         naive = [generate(cluster, PROMPT + f, config=JupiterConfig(max_tokens=N)).tokens for f in FEEDS]
         plain = _branches(cluster, None, 1)
         drafted = _branches(cluster, cluster.heads, 2)
         asked = generate(cluster, QUESTION, config=JupiterConfig(max_tokens=24, decode="outline"))
         direct = generate(cluster, QUESTION, config=JupiterConfig(max_tokens=24))
         out.put((naive, plain, drafted, (asked.text, asked.extras["decoded"]), direct.text))
-        cluster.close()
-    finally:
-        for w in workers:
-            w.wait(timeout=60)
 
 
 @pytest.mark.parametrize("world", [1, 2, 3])
 def test_branches_decoded_together_write_what_each_writes_alone(
     model_and_heads: tuple[str, str], world: int
 ) -> None:
-    ctx = mp.get_context("spawn")
-    results = ctx.Queue()
-    proc = ctx.Process(target=_requests, args=(*model_and_heads, world, results))
-    proc.start()
-    try:
-        naive, plain, drafted, (asked, decoded), direct = results.get(timeout=240)
-    finally:
-        proc.join(timeout=60)
-        if proc.is_alive():
-            proc.kill()
+    naive, plain, drafted, (asked, decoded), direct = run_spawned(_requests, *model_and_heads, world)
     assert plain == naive  # each branch sees the shared prompt and its own tokens only
     assert drafted == naive  # and the heads' trees inside each branch change nothing
     # a random model writes no outline: the question is answered as plain decoding answers it

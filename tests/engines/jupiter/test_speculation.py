@@ -4,35 +4,21 @@ devices, and heads trained on the model's own text get their guesses accepted.""
 
 from __future__ import annotations
 
-import multiprocessing as mp
 from typing import Any
 
 import pytest
 
 from tests.conftest import HAS_TORCH
-from tests.engines.jupiter.conftest import PROMPT
+from tests.engines.jupiter.conftest import PROMPT, cluster_with_heads, run_spawned
 
 pytestmark = pytest.mark.skipif(not HAS_TORCH, reason="needs the torch extra")
 
 
 def _requests(path: str, heads_dir: str, world: int, runs: list[dict[str, Any]], out) -> None:  # type: ignore[no-untyped-def]
-    import os
-    import subprocess
-
     from coinfer.decoding.sampling import SamplingParams
-    from coinfer.engines.jupiter import EdgeCluster, JupiterConfig, generate
-    from coinfer.engines.jupiter.worker import worker_command
-    from coinfer.models.heads import DraftHeads
-    from coinfer.transport.ports import free_loopback_port
+    from coinfer.engines.jupiter import JupiterConfig, generate
 
-    master = f"127.0.0.1:{free_loopback_port()}"
-    env = {**os.environ, "COINFER_EDGE_TOKEN": "t0ken"}
-    workers = [
-        subprocess.Popen(worker_command(r, world, master, [0], f"d{r}"), env=env) for r in range(1, world)
-    ]
-    try:
-        cluster = EdgeCluster(path, world=world, master=master, threads=1, token="t0ken")
-        cluster.use_heads(DraftHeads.load(heads_dir))
+    with cluster_with_heads(path, heads_dir, world) as cluster:
         results = []
         for run in runs:
             sampling = SamplingParams(**run.pop("sampling", {}))
@@ -43,23 +29,10 @@ def _requests(path: str, heads_dir: str, world: int, runs: list[dict[str, Any]],
             )
             results.append((r.tokens, r.stats.accepted, r.stats.rounds))
         out.put(results)
-        cluster.close()
-    finally:
-        for w in workers:
-            w.wait(timeout=60)
 
 
 def _run(model_and_heads: tuple[str, str], world: int, runs: list[dict[str, Any]]) -> list[Any]:
-    ctx = mp.get_context("spawn")
-    results = ctx.Queue()
-    proc = ctx.Process(target=_requests, args=(*model_and_heads, world, runs, results))
-    proc.start()
-    try:
-        return results.get(timeout=240)
-    finally:
-        proc.join(timeout=60)
-        if proc.is_alive():
-            proc.kill()
+    return run_spawned(_requests, *model_and_heads, world, runs)  # type: ignore[no-any-return]
 
 
 @pytest.mark.parametrize("world", [1, 2, 3])

@@ -124,10 +124,6 @@ class BranchVerifier:
         self.pick = Picker(sampling)
         self._draws: dict[int, PositionDraws] = {-1: self.pick.draws}
 
-    @property
-    def guess_count(self) -> int:
-        return self.heads.k * self.width if self.heads is not None else 0
-
     def draws(self, branch: int) -> PositionDraws:
         if branch not in self._draws:
             self._draws[branch] = PositionDraws(self.pick.draws.seed + 7919 * (branch + 1))
@@ -183,8 +179,6 @@ def pass_branches(
     """Drop, run, pass on (not waited for: ``pending``, settled after the next forward);
     the last rank answers rank 0 (returned where this rank is rank 0 too). ``call``: rank
     0's own (the others read it from ``meta``). Returns (the answer or None, pending)."""
-    import time
-
     import torch.distributed as dist
 
     _, position, n, _ = (int(v) for v in header)
@@ -195,10 +189,7 @@ def pass_branches(
         raise TransportError(
             f"stage {stage.start}-{stage.stop} holds {stage.length} entries, the call expects {position}"
         )
-    t0 = time.perf_counter()
-    hidden = stage.forward_branches(x, call.positions, call.branches, call.parents)
-    traffic.busy_s += time.perf_counter() - t0
-    traffic.forwards += 1
+    hidden = traffic.compute(lambda: stage.forward_branches(x, call.positions, call.branches, call.parents))
     pending = settle(pending)
     if rank + 1 < world:
         out = hidden.contiguous()

@@ -165,12 +165,8 @@ def _sequential_stream(
     produced = 0
     try:
         for r in rounds:
-            if produced:
-                stats.verified(r.drafted, r.accepted)
-            else:
-                stats.prefilled()
+            _count(stats, r)
             produced += len(r.tokens)
-            stats.emitted(len(r.tokens))
             text = "".join(detok.push(t) for t in r.tokens)
             last = r.tokens[-1]
             finish = (
@@ -233,8 +229,8 @@ def _outline_stream(
             if event.sequential and event.round is not None:
                 text = "".join(detok.push(t) for t in event.round.tokens if t not in cluster.text.eos_ids)
                 yield Response(text, list(event.round.tokens), stats.snapshot())
-            elif "point" in event.extras:
-                i = int(event.extras["point"])
+            elif event.point is not None:
+                i = event.point
                 chunk = ("\n" if i else "") + point_text(i + 1, points[i], event.text)
                 yield Response(chunk, cluster.text.tokenize(chunk), stats.snapshot())
     except GeneratorExit:  # the caller stopped early: STOP goes out, the reports come back
@@ -249,7 +245,8 @@ def _outline_stream(
     yield Response(detok.flush(), [], stats.snapshot(), finish, extras=extras)
 
 
-def _count(stats: DecodeStats, r: BranchRound) -> None:
+def _count(stats: DecodeStats, r: TreeRound | BranchRound) -> None:
+    """One round into the stats: the first is the prompt's read, the others verifications."""
     if stats.target_forwards:
         stats.verified(r.drafted, r.accepted)
     else:

@@ -53,12 +53,13 @@ class OutlinePlan:
 @dataclass
 class OutlineEvent:
     """``round``: a verification (``points``: None); ``points``: the outline was read
-    (empty: it was not one, the answer comes sequentially); ``text``: the answer's next
-    piece, in order."""
+    (empty: it was not one, the answer comes sequentially); ``text``: point ``point``'s
+    expansion, told in order."""
 
     round: BranchRound | None = None
     points: list[str] | None = None
     text: str = ""
+    point: int | None = None
     sequential: bool = False
     extras: dict[str, Any] = field(default_factory=dict)
 
@@ -205,7 +206,7 @@ def _points(
         yield OutlineEvent(round=r)
         while told < len(branches) and branches[told].done:
             kept = [t for t in branches[told].produced if t not in driver.eos]
-            yield OutlineEvent(text=text.detokenize(kept), extras={"point": told})
+            yield OutlineEvent(text=text.detokenize(kept), point=told)
             told += 1
 
 
@@ -214,8 +215,6 @@ def _sequential(
 ) -> Generator[OutlineEvent, None, None]:
     """No outline: the stages forget it and read the plain question as one branch."""
     driver.forget(lambda b, p: False)
-    messages = [{"role": "system", "content": plan.system}] if plan.system else []
-    prompt = text.chat_prompt([*messages, {"role": "user", "content": question}])
-    answer = Branch(-1, 0, prompt, plan.max_tokens)
+    answer = Branch(-1, 0, text.user_prompt(question, system=plan.system), plan.max_tokens)
     for r in driver.decode([[answer]]):
         yield OutlineEvent(round=r, sequential=True)

@@ -15,7 +15,7 @@ the whole model alone: the same code, nothing sent.
 from __future__ import annotations
 
 import time
-from collections.abc import Collection, Generator, Sequence
+from collections.abc import Callable, Collection, Generator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -81,6 +81,14 @@ class Traffic:
     forwards: int = 0
     kept: list[Any] = field(default_factory=list)  # one device: its own answers
 
+    def compute(self, forward: Callable[[], Any]) -> Any:
+        """Run one forward of this rank's stage, counting it and its seconds."""
+        t0 = time.perf_counter()
+        out = forward()
+        self.busy_s += time.perf_counter() - t0
+        self.forwards += 1
+        return out
+
     def as_dict(self) -> dict[str, Any]:
         return {"bytes_sent": self.bytes_sent, "busy_s": round(self.busy_s, 4), "forwards": self.forwards}
 
@@ -111,10 +119,8 @@ def pass_on(
     import torch.distributed as dist
 
     _, position, n, last = (int(v) for v in header)
-    t0 = time.perf_counter()
-    out = stage.forward(x, position, logits=(pick.wants if pick is not None else "last") if last else "none")
-    traffic.busy_s += time.perf_counter() - t0
-    traffic.forwards += 1
+    wants = (pick.wants if pick is not None else "last") if last else "none"
+    out = traffic.compute(lambda: stage.forward(x, position, logits=wants))
     settle(pending)
     if rank + 1 < world:
         out = out.contiguous()

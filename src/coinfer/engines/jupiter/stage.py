@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from coinfer.errors import ConfigError
-from coinfer.models.hf import branch_attention_mask, commit_tree_path, keep_cache_slots, tree_attention_mask
+from coinfer.models.hf import branch_attention_mask, commit_tree_path, keep_cache_slots
 from coinfer.models.layer_range import keep_layers, layer_count, load_layer_range
 from coinfer.models.tree import TokenTree
 
@@ -99,26 +99,13 @@ class Stage:
         ``position + depth`` and sees the cache, its ancestors and itself. Returns the
         hidden states ``(1, n, hidden)`` (on the last stage after the final norm: ``head``
         turns them into logits)."""
-        import torch
 
         if position != self.length:
             raise ConfigError(
                 f"stage {self.start}-{self.stop} holds {self.length} tokens, got a tree at {position}"
             )
-        tree = TokenTree.of([0] * len(parents), parents)
-        positions = torch.tensor([[position + d for d in tree.depths()]])
-        mask = tree_attention_mask(position, tree, self.model.dtype)
-        self.labels.extend([-1] * len(parents))
-        with torch.inference_mode():
-            kwargs: dict[str, Any] = {"input_ids": x} if self.first else {"inputs_embeds": x}
-            out = self.model.model(
-                **kwargs,
-                position_ids=positions,
-                attention_mask=mask,
-                past_key_values=self.cache,
-                use_cache=True,
-            )
-        return out.last_hidden_state
+        depths = TokenTree.of([0] * len(parents), parents).depths()
+        return self.forward_branches(x, [position + d for d in depths], [-1] * len(parents), parents)
 
     def head(self, hidden: Any) -> Any:
         """The last stage's logits for its hidden states."""

@@ -114,8 +114,6 @@ def pass_tree(
     """Commit the previous tree, run this one, pass it on; the last rank answers rank 0
     (returned where this rank is rank 0 too, else sent). ``ids``: the tree's tokens (rank
     0 and a lone device know them; the last stage of several learns them from ``meta``)."""
-    import time
-
     import torch.distributed as dist
 
     _, position, n, m = (int(v) for v in header)
@@ -123,10 +121,7 @@ def pass_tree(
     if step.start is not None:
         stage.commit(step.start, keep)
     step.start = position
-    t0 = time.perf_counter()
-    hidden = stage.forward_tree(x, position, parents)
-    traffic.busy_s += time.perf_counter() - t0
-    traffic.forwards += 1
+    hidden = traffic.compute(lambda: stage.forward_tree(x, position, parents))
     if rank + 1 < world:
         out = hidden.contiguous()
         traffic.bytes_sent += (header.numel() + meta.numel()) * 8 + out.numel() * out.element_size()
