@@ -17,6 +17,7 @@ def test_the_answer_keeps_the_outlines_order_and_cuts_points_that_run_on() -> No
     expansions = [" Go to bed on time.", " Dim the lights.\n3. Exercise daily"]
     assert point_end(expansions[1]) == len(" Dim the lights.")
     assert point_end(" Version 2.5 of it") is None
+    assert point_end(" Dim it.\n3") == len(" Dim it.")  # the next number, cut before its dot
     assert (
         assemble(["Sleep", "Light"], expansions)
         == "1. **Sleep**: Go to bed on time.\n2. **Light**: Dim the lights."

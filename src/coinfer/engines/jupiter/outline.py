@@ -44,7 +44,7 @@ POINT_REQUEST = (
 MAX_POINTS = 8
 
 _POINT = re.compile(r"^\s*(\d+)\.\s*(.+?)\s*$")
-_NEXT_POINT = re.compile(r"\n\s*\d+\.(?!\d)")
+_NEXT_POINT = re.compile(r"\n\s*\d+(\.(?!\d)|$)")  # "\n3." or, cut short, "\n3"
 
 
 def parse_outline(text: str) -> list[str]:
@@ -69,7 +69,8 @@ def parse_outline(text: str) -> list[str]:
 
 
 def point_end(expansion: str) -> int | None:
-    """Where a point's expansion runs on into another point (``\\n3. …``), or None."""
+    """Where a point's expansion runs on into another point (``\\n3. …``, or a last line
+    ``\\n3`` that was cut before its dot), or None."""
     match = _NEXT_POINT.search(expansion)
     return match.start() if match else None
 

@@ -129,6 +129,7 @@ def _outline_lines(
     kept: list[int] = []
     line = Branch(-1, start, [first], budget, guesses, [first], done=first in driver.eos)
     at, index, lead, headings = start, 1, OUTLINE_START, set[str]()  # at: the line's first token
+    begun = 0  # len(kept) before the line's number: what stays if the line is no point
     while True:
         if not line.done:
             for r in driver.decode([[line]], stop=lambda b: _line_over(text, b.produced)):
@@ -137,7 +138,7 @@ def _outline_lines(
         cut = _heading_cut(text, lead, words)
         heading = text.detokenize(words[:cut]).strip(" *:").lower()
         if cut == 0 or heading in headings:  # no new point: the number that began it goes too
-            kept = kept[: at - start - (len(text.tokenize(lead)) if index > 1 else 0)]
+            kept = kept[:begun]
             break
         headings.add(heading)
         kept += words[:cut]
@@ -150,6 +151,7 @@ def _outline_lines(
         if budget - len(kept) - len(number) < 1:
             break
         line = Branch(-1, held, kept[held - start :] + number, budget - len(kept) - len(number))
+        begun = len(kept)
         kept += number
         at = start + len(kept)
     held = min(start + len(kept), line.start)
