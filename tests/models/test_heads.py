@@ -50,6 +50,10 @@ def test_heads_round_trip_through_their_files_and_refuse_another_model(tmp_path:
     )
     hidden = torch.randn(4, 16)
     assert torch.equal(back.guesses(hidden, _lm_head()), heads.guesses(hidden, _lm_head()))
+    assert back.vocab is None  # trained over every token
+    heads.vocab = torch.tensor([3, 7, 40000])
+    heads.save(tmp_path)
+    assert DraftHeads.load(tmp_path).vocab.tolist() == [3, 7, 40000]
     with pytest.raises(ConfigError, match="trained for m") as exc:
         DraftHeads.load(tmp_path, digest="other")
     assert "train-heads" in (exc.value.hint or "")

@@ -23,7 +23,14 @@ from typing import Any
 
 from coinfer.errors import ConfigError
 
-__all__ = ["DecodeBenchConfig", "list_questions", "router_rates", "run_decode_bench"]
+__all__ = [
+    "DecodeBenchConfig",
+    "judge_answers",
+    "list_questions",
+    "rejudge",
+    "router_rates",
+    "run_decode_bench",
+]
 
 
 @dataclass(frozen=True)
@@ -34,6 +41,7 @@ class DecodeBenchConfig:
     max_tokens: int = 192
     quick: bool = False
     devices: int = 2
+    judge: str | None = "qwen2.5-coder-1.5b"
 
     def __post_init__(self) -> None:
         if self.max_tokens < 16 or self.devices < 1:
@@ -148,7 +156,66 @@ def run_decode_bench(config: DecodeBenchConfig, *, log: Callable[[str], None]) -
             workers.close()
     report = {"config": asdict(config), "router": router_rates(), "rows": rows,
               "summary": summarize(rows, list(systems))}  # fmt: skip
-    out = Path(config.out)
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "results.json").write_text(json.dumps(report, indent=1, ensure_ascii=False) + "\n")
+    if config.judge:
+        report["judge"] = judge_answers(rows, config.judge, log=log)
+    return write_report(report, config.out)
+
+
+def write_report(report: dict[str, Any], out: str) -> dict[str, Any]:
+    folder = Path(out)
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "results.json").write_text(json.dumps(report, indent=1, ensure_ascii=False) + "\n")
     return report
+
+
+def judge_answers(
+    rows: list[dict[str, Any]], judge_spec: str, *, log: Callable[[str], None]
+) -> dict[str, Any]:
+    """The outline's answer against naive decoding's, per question, by a pairwise judge in
+    both orders (``bench.judge``); identical answers are a tie without asking. Each row
+    gets its verdicts; the result is the summary per half."""
+    from coinfer.bench.judge import judge_pair, summarize_pairs
+    from coinfer.models.load import load_model
+
+    judge = load_model(judge_spec, n_ctx=4096)
+    try:
+        for row in rows:
+            outline, naive = row["op"]["text"], row["naive"]["text"]
+            if outline == naive:
+                row["judge"] = {"outcome": "tie", "identical": True}
+            else:
+                j = judge_pair(judge, row["question"], outline, naive)
+                row["judge"] = {
+                    "outcome": j.outcome, "identical": False,
+                    "verdicts": [j.in_order.winner, j.swapped.winner],
+                    "forced": [j.in_order.forced, j.swapped.forced],
+                    "explanations": [j.in_order.text, j.swapped.text],
+                }  # fmt: skip
+            log(f"judge    {row['judge']['outcome']:12}  {row['question'][:60]}")
+    finally:
+        judge.close()
+    names = {"first": "outline", "second": "naive"}
+    summary = {
+        half: summarize_pairs(
+            [r["judge"]["outcome"] for r in rows if half == "all" or r["half"] == half], **names
+        )
+        for half in ("tuned", "held_out", "all")
+    }
+    forced = sum(sum(r["judge"].get("forced", [])) for r in rows)
+    return {
+        "model": judge_spec,
+        "setup": "MT-Bench pair-v2, both orders",
+        "forced_verdicts": forced,
+        **summary,
+    }
+
+
+def rejudge(out: str, judge_spec: str, *, log: Callable[[str], None]) -> dict[str, Any]:
+    """Judge the answers of an earlier run (``out``/results.json) again, in place."""
+    path = Path(out) / "results.json"
+    if not path.is_file():
+        raise ConfigError(f"no results in {path}", hint="run coinfer bench jupiter-decode --out DIR first")
+    report = json.loads(path.read_text())
+    report["config"]["judge"] = judge_spec
+    report["judge"] = judge_answers(report["rows"], judge_spec, log=log)
+    return write_report(report, out)

@@ -30,12 +30,20 @@ from coinfer.bench.peers import (
 )
 from coinfer.bench.report import environment, write_json, write_markdown
 from coinfer.bench.workloads import CATEGORIES, build_suite, load_prompts
-from coinfer.decoding import NgramDrafter, SpecConfig, stream
+from coinfer.decoding import Drafter, NgramDrafter, SpecConfig, stream
 from coinfer.errors import ConfigError, ModelError
 from coinfer.models import SteerableModel, load_model
 from coinfer.models.llamacpp import LlamaCppModel
 
-__all__ = ["PEERS", "SpecBenchConfig", "cell", "measure_prompt", "run_speculative_bench", "summarize"]
+__all__ = [
+    "PEERS",
+    "HeadsSystem",
+    "SpecBenchConfig",
+    "cell",
+    "measure_prompt",
+    "run_speculative_bench",
+    "summarize",
+]
 
 
 @dataclass(frozen=True)
@@ -48,6 +56,7 @@ class SpecBenchConfig:
     peers: tuple[str, ...] = PEERS
     n_threads: int | None = None
     build_peers: bool = False  # build llama-server (about 8 minutes) when it is missing
+    heads: str | None = None  # draft heads trained for the target: adds the system "heads"
 
     def __post_init__(self) -> None:
         unknown = set(self.peers) - set(PEERS)
@@ -63,13 +72,37 @@ def _plain(target: SteerableModel, prompt: list[int], max_tokens: int) -> Run:
     return timed_run((t for r in responses for t in r.tokens), start)
 
 
-def _ours(target: SteerableModel, prompt: list[int], max_tokens: int) -> Run:
+def _ours(target: SteerableModel, prompt: list[int], max_tokens: int, drafter: Drafter | None = None) -> Run:
     config = SpecConfig(max_tokens=max_tokens, draft_tokens="auto")
     tokens: list[int] = []
-    for r in stream(target, prompt, draft=NgramDrafter(), config=config):
+    for r in stream(target, prompt, draft=drafter or NgramDrafter(), config=config):
         tokens += r.tokens
     s = r.stats
     return Run(tokens, s.decode_tokens_per_s, s.tokens_per_s, s.drafted, s.accepted)
+
+
+class HeadsSystem:
+    """The target drafting for itself with its draft heads (``coinfer generate --draft
+    heads:DIR``): a second copy of the target, loaded to keep its hidden states."""
+
+    def __init__(self, config: SpecBenchConfig) -> None:
+        from coinfer.decoding.heads_drafter import open_heads_drafter
+
+        self.target = load_model(
+            config.target, backend="llama.cpp", n_threads=config.n_threads, hidden_states=True
+        )
+        try:
+            self.drafter = open_heads_drafter(f"heads:{config.heads}", self.target)
+        except BaseException:
+            self.target.close()
+            raise
+
+    def __call__(self, prompt: list[int], max_tokens: int) -> Run:
+        return _ours(self.target, prompt, max_tokens, self.drafter)
+
+    def close(self) -> None:
+        self.drafter.close()
+        self.target.close()
 
 
 def _start_peers(
@@ -134,7 +167,7 @@ def _acceptance(rows: list[dict[str, Any]], system: str) -> float | None:
 def measure_prompt(
     item: dict[str, Any],
     target: LlamaCppModel,
-    peers: dict[str, Peer],
+    peers: dict[str, Peer | HeadsSystem],
     config: SpecBenchConfig,
     log: Callable[[str], None],
     first_of_category: bool = True,
@@ -174,7 +207,9 @@ def run_speculative_bench(config: SpecBenchConfig, log: Callable[[str], None] = 
     target = load_model(config.target, backend="llama.cpp", n_threads=config.n_threads)
     if not isinstance(target, LlamaCppModel):  # pragma: no cover - load_model's llama.cpp backend
         raise ModelError(f"{config.target} did not load on llama.cpp")
-    peers = _start_peers(config, target, log)
+    peers: dict[str, Any] = dict(_start_peers(config, target, log))
+    if config.heads:
+        peers["heads"] = HeadsSystem(config)
     try:
         seen: set[str] = set()
         rows: list[dict[str, Any]] = []

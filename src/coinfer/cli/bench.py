@@ -9,6 +9,7 @@ from typing import Any
 
 from coinfer import catalog
 from coinfer.cli.common import DEFAULT_MODEL, add_output_flags, add_pair_flags, err
+from coinfer.errors import ConfigError
 
 __all__ = ["add_parser"]
 
@@ -54,6 +55,7 @@ def cmd_speculative(args: argparse.Namespace) -> int:
         peers=tuple(PEERS if args.peers is None else args.peers),
         n_threads=args.threads,
         build_peers=args.build_peers,
+        heads=args.heads,
     )
     report = run_speculative_bench(config, log=err)
     s = report["summary"]
@@ -217,11 +219,23 @@ def cmd_jupiter(args: argparse.Namespace) -> int:
 
 
 def cmd_jupiter_decode(args: argparse.Namespace) -> int:
-    from coinfer.bench.jupiter_decode import DecodeBenchConfig, run_decode_bench
+    from coinfer.bench.jupiter_decode import DecodeBenchConfig, rejudge, run_decode_bench
 
-    config = DecodeBenchConfig(out=args.out, model=args.model, heads=args.heads, max_tokens=args.max_tokens,
-                               quick=args.quick)  # fmt: skip
-    report = run_decode_bench(config, log=err)
+    judge = None if args.judge == "none" else args.judge
+    if args.rejudge:
+        if judge is None:
+            raise ConfigError("--rejudge needs a judge", hint="drop --judge none")
+        report = rejudge(args.out, judge, log=err)
+    else:
+        config = DecodeBenchConfig(
+            out=args.out,
+            model=args.model,
+            heads=args.heads,
+            max_tokens=args.max_tokens,
+            quick=args.quick,
+            judge=judge,
+        )
+        report = run_decode_bench(config, log=err)
     s, router = report["summary"].get("all", {}), report["router"]
     lines = [f"{name}: {v['speedup_vs_naive']}x naive pipelined decoding ({v['tok_s']} tok/s)"
              for name, v in s.items() if isinstance(v, dict)]  # fmt: skip
@@ -229,7 +243,13 @@ def cmd_jupiter_decode(args: argparse.Namespace) -> int:
         f"router: outline on {router['held_out']['rate']:.0%} of held-out list questions, "
         f"falls back on {1 - router['humaneval']['rate']:.0%} of HumanEval; wrote {args.out}/results.json"
     )
-    return _done(args, report["summary"], lines)
+    if "judge" in report:
+        j = report["judge"]["all"]
+        lines.append(
+            f"judge ({report['judge']['model']}): outline no worse than naive on {j['no_worse']:.0%} of "
+            f"{j['pairs']} pairs ({j['no_worse_strict']:.0%} counting only consistent verdicts)"
+        )
+    return _done(args, {k: report[k] for k in ("summary", "judge") if k in report}, lines)
 
 
 def _add_jupiter(bench: Any) -> None:
@@ -256,6 +276,11 @@ def _add_jupiter(bench: Any) -> None:
     p.add_argument("--heads", default=None, help="draft heads' folder: adds +SD and +SD+OP")
     p.add_argument("--max-tokens", type=int, default=192)
     p.add_argument("--quick", action="store_true", help="four questions")
+    p.add_argument(
+        "--judge", default="qwen2.5-coder-1.5b",
+        help="the model judging outline answers against naive ones (MT-Bench pair-v2); none: skip",
+    )  # fmt: skip
+    p.add_argument("--rejudge", action="store_true", help="judge the answers in --out again; no decoding")
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_jupiter_decode)
 
@@ -325,6 +350,11 @@ def add_parser(sub: Any) -> None:
         help="build llama.cpp's C++ llama-server for its peers if missing (about 8 minutes)",
     )
     p.add_argument("--threads", type=int, default=None)
+    p.add_argument(
+        "--heads",
+        default=None,
+        help="draft heads trained for --target (coinfer edge train-heads): adds 'heads'",
+    )
     p.set_defaults(func=cmd_speculative)
 
     p = bench.add_parser("collective", help="several drafts voting vs plain and single-draft speculation")

@@ -97,8 +97,8 @@ def add_draft_flags(p: argparse.ArgumentParser) -> None:
         "--draft",
         default="auto",
         help="speculative drafter: auto (default: the best measured, today ngram), none, ngram "
-        "(prompt lookup), or a draft model, e.g. qwen2.5-coder-0.5b (another vocabulary drafts "
-        "through text)",
+        "(prompt lookup), heads:DIR (the target's own draft heads: coinfer edge train-heads), or a "
+        "draft model, e.g. qwen2.5-coder-0.5b (another vocabulary drafts through text)",
     )
     p.add_argument(
         "--draft-tokens",

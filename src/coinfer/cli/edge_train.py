@@ -58,6 +58,7 @@ def cmd_train_heads(args: argparse.Namespace) -> int:
         corpus_features,
         generate_corpus,
         head_accuracy,
+        head_vocabulary,
         train_heads,
     )
     from coinfer.models.load import load_model, transformers_folder
@@ -97,6 +98,7 @@ def cmd_train_heads(args: argparse.Namespace) -> int:
         "seconds": round(time.time() - started, 1),
     }  # fmt: skip
     heads.meta = replace(heads.meta, accuracy=accuracy, trained=trained)
+    heads.vocab = head_vocabulary(data["train"])
     heads.save(out)
     err(
         f"coinfer: heads for {args.model} in {out}; held-out top-1 accuracy per head: "

@@ -76,12 +76,29 @@ def prompt_ids(model: Prompter, args: argparse.Namespace, *, quiet: bool = False
 
 
 def _loading(args: argparse.Namespace, role: str) -> dict[str, Any]:
-    """How a model loads under ``--memory-budget`` (llama.cpp; ``budget_load_options``)."""
+    """How a model loads: under ``--memory-budget`` (llama.cpp; ``budget_load_options``),
+    and a target that draft heads read keeps its hidden states."""
+    options: dict[str, Any] = {}
+    if role == "target" and _heads_draft(args):
+        options["hidden_states"] = True
     if args.memory_budget is None or args.backend != "llama.cpp":
-        return {}
+        return options
     from coinfer.models.load import budget_load_options
 
-    return budget_load_options(role)
+    return options | budget_load_options(role)
+
+
+def _heads_draft(args: argparse.Namespace) -> bool:
+    """Whether the flags draft with the target's own heads (``--draft heads:DIR``)."""
+    specs = _draft_specs(args) if args.engine == "collective" else [str(args.draft)]
+    if not any(s.startswith("heads:") for s in specs):
+        return False
+    if args.engine != "speculative" or args.backend != "llama.cpp":
+        raise ConfigError(
+            "draft heads draft on the speculative engine with a llama.cpp target",
+            hint="drop --engine and --backend, or draft with ngram or a draft model",
+        )
+    return True
 
 
 def _draft_model_name(args: argparse.Namespace) -> str:

@@ -8,6 +8,7 @@ acceptance, sampling and the one ``TokenTree`` are what the other engines build 
 from coinfer.decoding.detok import IncrementalDetokenizer
 from coinfer.decoding.draft_length import AdaptiveDraftLength, DraftSizer, FixedDraftLength
 from coinfer.decoding.drafters import Draft, Drafter
+from coinfer.decoding.heads_drafter import HeadsDrafter
 from coinfer.decoding.model_drafters import ModelDrafter, TextDrafter, open_drafter
 from coinfer.decoding.ngram import NgramDrafter
 from coinfer.decoding.prompting import as_prompt, check_prompt
@@ -30,6 +31,7 @@ __all__ = [
     "DraftSizer",
     "Drafter",
     "FixedDraftLength",
+    "HeadsDrafter",
     "IncrementalDetokenizer",
     "ModelDrafter",
     "NgramDrafter",

@@ -9,6 +9,7 @@ from collections.abc import Callable, Sequence
 import numpy as np
 
 from coinfer.decoding.drafters import Draft, Drafter, check_same_vocabulary, common_prefix, rewind_to
+from coinfer.decoding.heads_drafter import HEADS_PREFIX, open_heads_drafter
 from coinfer.decoding.ngram import NgramDrafter
 from coinfer.decoding.sampling import SamplingParams, probs_from_logits, sample
 from coinfer.errors import ConfigError
@@ -168,12 +169,15 @@ def open_drafter(
     draft_prompts: Callable[[SteerableModel], Sequence[Sequence[int]]],
     target_prompt_lens: Sequence[int],
 ) -> Drafter:
-    """A drafter from a spec: ``ngram`` (or ``auto``, the drafter measured best on CPUs), or a
-    model ``load`` opens. A model with the target's vocabulary drafts tokens
-    (``ModelDrafter``); another drafts through text (``TextDrafter``), reading each
-    request's prompt as ``draft_prompts(model)`` gives it."""
+    """A drafter from a spec: ``ngram`` (or ``auto``, the drafter measured best on CPUs),
+    ``heads:DIR`` (the target's own draft heads, ``HeadsDrafter``), or a model ``load``
+    opens. A model with the target's vocabulary drafts tokens (``ModelDrafter``); another
+    drafts through text (``TextDrafter``), reading each request's prompt as
+    ``draft_prompts(model)`` gives it."""
     if spec in ("ngram", "auto"):
         return NgramDrafter()
+    if spec.startswith(HEADS_PREFIX):
+        return open_heads_drafter(spec, target)
     model = load(spec)
     try:
         check_same_vocabulary(model, target)

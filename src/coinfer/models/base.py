@@ -20,7 +20,7 @@ from typing import Any, Protocol, TypeVar
 
 import numpy as np
 
-from coinfer.errors import ConfigError, ContextOverflowError, SequenceError
+from coinfer.errors import ConfigError, ContextOverflowError, ModelError, SequenceError
 from coinfer.models.chat_template import ChatTemplate, Message
 from coinfer.models.tree import TokenTree
 
@@ -224,6 +224,15 @@ class SteerableModel(Prompter):
         """Compute with ``n`` CPU threads from now on; the previous count, or None where the
         backend cannot change it per model (torch's thread pool is process-wide)."""
         return None
+
+    def last_hidden(self) -> np.ndarray:
+        """The last hidden states (after the final norm: what the output head reads) of the
+        rows the latest forward returned logits for, (rows, hidden); a backend keeps them
+        only when loaded to (llama.cpp: ``hidden_states=True``)."""
+        raise ModelError(
+            f"{self.name} on {self.backend} keeps no hidden states",
+            hint="load it on llama.cpp with hidden_states=True (coinfer generate --draft heads:DIR does)",
+        )
 
     def json_constraint(self, schema: Mapping[str, Any]) -> TokenConstraint | None:
         """A constraint that keeps a reply to JSON matching ``schema``, or None where the

@@ -11,12 +11,15 @@ from __future__ import annotations
 import mmap
 import re
 import struct
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
+
 from coinfer.errors import ModelError
 
-__all__ = ["TensorSpan", "forward_order", "layer_of", "read_tensor_table"]
+__all__ = ["TensorSpan", "forward_order", "layer_of", "output_rows", "read_tensor_table"]
 
 _SCALARS = {0: 1, 1: 1, 2: 2, 3: 2, 4: 4, 5: 4, 6: 4, 7: 1, 10: 8, 11: 8, 12: 8}  # type -> bytes
 _STRING, _ARRAY = 8, 9
@@ -25,11 +28,14 @@ _LAYER = re.compile(r"^blk\.(\d+)\.")
 
 @dataclass(frozen=True)
 class TensorSpan:
-    """A tensor's bytes in the file: [offset, offset + size)."""
+    """A tensor's bytes in the file: [offset, offset + size); its GGML type and dims
+    (innermost first, as GGUF writes them)."""
 
     name: str
     offset: int
     size: int
+    kind: int = 0
+    dims: tuple[int, ...] = ()
 
 
 class _Cursor:
@@ -91,9 +97,34 @@ def read_tensor_table(path: str | Path) -> list[TensorSpan]:
             for d in dims:
                 elements *= d
             block, type_size = GGML_QUANT_SIZES[GGMLQuantizationType(kind)]
-            infos.append((name, offset, elements // block * type_size))
+            infos.append((name, offset, elements // block * type_size, kind, tuple(dims)))
         data_start = -(-cur.at // alignment) * alignment
-    return [TensorSpan(name, data_start + offset, size) for name, offset, size in infos]
+    return [
+        TensorSpan(name, data_start + offset, size, kind, dims) for name, offset, size, kind, dims in infos
+    ]
+
+
+def output_rows(path: str | Path, rows: Sequence[int] | np.ndarray) -> np.ndarray:
+    """The output projection's rows for the token ids ``rows`` (the token embeddings'
+    where the output is tied to them), dequantized: (len(rows), hidden) float32."""
+    from gguf.constants import GGML_QUANT_SIZES, GGMLQuantizationType
+    from gguf.quants import dequantize
+
+    by_name = {t.name: t for t in read_tensor_table(path)}
+    table = by_name.get("output.weight") or by_name.get("token_embd.weight")
+    if table is None or len(table.dims) != 2:
+        raise ModelError(f"{path} has no output projection", hint="pass a language model's GGUF file")
+    kind = GGMLQuantizationType(table.kind)
+    block, type_size = GGML_QUANT_SIZES[kind]
+    width, vocab = table.dims
+    ids = np.asarray(rows, dtype=np.int64)
+    if ids.size and (ids.min() < 0 or ids.max() >= vocab):
+        raise ModelError(f"token ids outside {path}'s vocabulary of {vocab}")
+    with open(path, "rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as buf:
+        raw = np.frombuffer(buf, dtype=np.uint8, count=table.size, offset=table.offset)
+        picked = raw.reshape(vocab, width // block * type_size)[ids].copy()
+        del raw  # the map closes only once no array views it
+    return np.asarray(dequantize(picked, kind), dtype=np.float32).reshape(len(ids), width)
 
 
 def layer_of(name: str) -> int | None:

@@ -50,7 +50,7 @@ class HeadsMeta:
 class DraftHeads:
     """K residual blocks; ``lm_head`` (the target's, frozen) is passed to each call."""
 
-    def __init__(self, weight: Any, bias: Any, meta: HeadsMeta) -> None:
+    def __init__(self, weight: Any, bias: Any, meta: HeadsMeta, vocab: Any = None) -> None:
         if tuple(weight.shape) != (meta.heads, meta.hidden, meta.hidden) or tuple(bias.shape) != (
             meta.heads,
             meta.hidden,
@@ -59,6 +59,7 @@ class DraftHeads:
                 f"heads of shape {tuple(weight.shape)} do not match {meta.heads} heads of width {meta.hidden}"
             )
         self.weight, self.bias, self.meta = weight, bias, meta
+        self.vocab = vocab  # the token ids the heads were trained to predict (None: all)
 
     @classmethod
     def zeros(cls, *, model: str, digest: str, hidden: int, heads: int) -> DraftHeads:
@@ -92,11 +93,14 @@ class DraftHeads:
 
     # ---- files -------------------------------------------------------------------------
     def save(self, folder: str | Path) -> None:
+        import torch
         from safetensors.torch import save_file
 
         folder = Path(folder)
         folder.mkdir(parents=True, exist_ok=True)
         tensors = {"weight": self.weight.half().contiguous(), "bias": self.bias.half().contiguous()}
+        if self.vocab is not None:
+            tensors["vocab"] = self.vocab.to(torch.int32).contiguous()
         tmp = folder / (WEIGHTS + ".tmp")
         save_file(tensors, str(tmp))
         tmp.replace(folder / WEIGHTS)
@@ -120,4 +124,5 @@ class DraftHeads:
                 hint="train heads for this model with coinfer edge train-heads",
             )
         tensors = load_file(str(folder / WEIGHTS))
-        return cls(tensors["weight"].float(), tensors["bias"].float(), meta)
+        vocab = tensors["vocab"].long() if "vocab" in tensors else None
+        return cls(tensors["weight"].float(), tensors["bias"].float(), meta, vocab)

@@ -33,6 +33,7 @@ __all__ = [
     "corpus_features",
     "generate_corpus",
     "head_accuracy",
+    "head_vocabulary",
     "train_heads",
 ]
 
@@ -183,6 +184,12 @@ def train_heads(
             _save_checkpoint(checkpoint, weight, bias, opt, step)
     heads.weight, heads.bias = weight.detach(), bias.detach()
     return heads
+
+
+def head_vocabulary(data: Features) -> Any:
+    """The token ids the heads learn to predict: those the training answers use, sorted
+    (the loss is taken over them; a drafter may take its guesses among them too)."""
+    return _label_space(data.after[:, 1:])[0]
 
 
 def _label_space(after: Any) -> tuple[Any, Any]:

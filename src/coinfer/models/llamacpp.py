@@ -172,6 +172,9 @@ class LlamaCppModel(SteerableModel):
     sequences with different token counts, or with ids that are not consecutive, runs as
     several forwards. Batches of speculative drafts want the unified cache.
 
+    ``hidden_states`` keeps, next to each forward's logits, the final-norm hidden state of
+    the same rows (``last_hidden``: what draft heads read).
+
     ``layer_progress`` has every forward report each layer it finishes to the model's
     ``layer_listener`` (llama.cpp's eval callback; a weights prefetcher follows it).
     """
@@ -194,6 +197,7 @@ class LlamaCppModel(SteerableModel):
         kv_unified: bool = True,
         use_mmap: bool | None = None,
         layer_progress: bool = False,
+        hidden_states: bool = False,
     ) -> None:
         super().__init__()
         lc = _import_llama()
@@ -214,6 +218,7 @@ class LlamaCppModel(SteerableModel):
         self.max_sequences = n_seq_max
         n_cells = self.n_ctx if kv_unified else self.n_ctx * n_seq_max  # n_ctx: each sequence's window
         self._threads = n_threads or os.cpu_count() or 1
+        self._keep_hidden_states(hidden_states)
         cparams = self._context_params(self._threads, flash_attn, n_cells)
         if layer_progress:
             self._layer_cb = _layer_progress_callback(lc, weakref.ref(self))
@@ -259,8 +264,16 @@ class LlamaCppModel(SteerableModel):
                 hint="check that the file is a complete GGUF model (coinfer models info NAME)",
             ) from exc
 
+    def _keep_hidden_states(self, on: bool) -> None:
+        self.hidden_states = on
+        self.n_embd = self._model.n_embd()
+        self._hidden = np.empty((0, self.n_embd), dtype=np.float32)
+
     def _context_params(self, threads: int, flash_attn: bool, n_cells: int) -> Any:
         params = self._lc.llama_context_default_params()
+        if self.hidden_states:  # each output row's final-norm state, next to its logits
+            params.embeddings = True
+            params.pooling_type = self._lc.LLAMA_POOLING_TYPE_NONE
         params.n_ctx = n_cells
         params.n_batch = params.n_ubatch = self._n_batch
         params.n_seq_max = self._n_seq_max
@@ -426,10 +439,27 @@ class LlamaCppModel(SteerableModel):
     ) -> np.ndarray:
         """Decode (token, position, seq_ids) rows in chunks of n_batch.
 
-        Logits (len(rows), vocab), or one row per index of ``outputs`` (ascending).
+        Logits (len(rows), vocab), or one row per index of ``outputs`` (ascending). With
+        hidden states, llama.cpp outputs every row of a batch while it extracts them, so
+        the rows before the first output go first without (a prompt's rows would otherwise
+        each pay for the output projection).
         """
-        wanted = range(len(rows)) if outputs is None else outputs
+        wanted = list(range(len(rows))) if outputs is None else list(outputs)
+        if not self.hidden_states:
+            return self._decode_rows(rows, wanted, hidden=False)
+        first = wanted[0] if wanted else len(rows)
+        if first:
+            self._decode_rows(rows[:first], [], hidden=False)
+        return self._decode_rows(rows[first:], [w - first for w in wanted], hidden=True)
+
+    def _decode_rows(
+        self, rows: list[tuple[int, int, tuple[int, ...]]], wanted: list[int], *, hidden: bool
+    ) -> np.ndarray:
         out = np.empty((len(wanted), self.vocab_size), dtype=np.float32)
+        if self.hidden_states:
+            self._lc.llama_set_embeddings(self._ctx.ctx, hidden)
+            if hidden:
+                self._hidden = np.empty((len(wanted), self.n_embd), dtype=np.float32)
         done = 0
         for lo in range(0, len(rows), self._n_batch):
             chunk = rows[lo : lo + self._n_batch]
@@ -446,13 +476,27 @@ class LlamaCppModel(SteerableModel):
                 )
             if rc != 0:
                 raise ModelError(f"llama_decode failed with code {rc} on {self.name}")
-            if marks:  # llama.cpp packs the marked rows' logits in order
+            if hidden:
+                self._read_rows(marks, out[done : done + len(marks)], self._hidden[done : done + len(marks)])
+            elif marks:  # llama.cpp packs the marked rows' logits in order
                 ptr = self._lc.llama_get_logits(self._ctx.ctx)
                 out[done : done + len(marks)] = np.ctypeslib.as_array(
                     ptr, shape=(len(marks), self.vocab_size)
                 )
-                done += len(marks)
+            done += len(marks)
         return out
+
+    def _read_rows(self, marks: list[int], logits: np.ndarray, hidden: np.ndarray) -> None:
+        """The logits and hidden states of the batch's rows ``marks``, by batch index."""
+        ctx = self._ctx.ctx
+        for j, i in enumerate(marks):
+            logits[j] = np.ctypeslib.as_array(self._lc.llama_get_logits_ith(ctx, i), shape=(self.vocab_size,))
+            hidden[j] = np.ctypeslib.as_array(self._lc.llama_get_embeddings_ith(ctx, i), shape=(self.n_embd,))
+
+    def last_hidden(self) -> np.ndarray:
+        if not self.hidden_states:
+            return super().last_hidden()
+        return self._hidden
 
     def _fill_batch(self, rows: list[tuple[int, int, tuple[int, ...]]], marks: list[int]) -> None:
         """Fill the batch; the rows whose indexes are in ``marks`` output logits."""
