@@ -43,14 +43,17 @@ class HeadsDrafter(Drafter):
                 f"an output projection of shape {output.shape} does not fit {heads.meta.hidden} wide heads"
             )
         self.target = target
-        self.weight = heads.weight.float().numpy()  # (K, d, d)
+        k, d = heads.k, heads.meta.hidden
+        self.weight = np.ascontiguousarray(
+            heads.weight.float().numpy().reshape(k * d, d)
+        )  # heads stacked: one GEMV
         self.bias = heads.bias.float().numpy()  # (K, d)
         self.output, self.vocab = output, vocab
         self._row = -1  # the row of the target's latest forward that chose its own token
 
     @property
     def k(self) -> int:
-        return len(self.weight)
+        return len(self.bias)
 
     def propose_many(self, contexts: Sequence[tuple[int, Sequence[int]]], k: int) -> list[Draft]:
         if len(contexts) != 1:
@@ -67,7 +70,8 @@ class HeadsDrafter(Drafter):
     def guess_chain(self, hidden: np.ndarray, n: int) -> list[int]:
         """Heads 1..n's best guess from one hidden state: ``h + SiLU(W_k h + b_k)``, then
         the output projection, argmax among ``vocab``."""
-        z = self.weight[:n] @ hidden + self.bias[:n]  # (n, d)
+        d = len(hidden)
+        z = (self.weight[: n * d] @ hidden).reshape(n, d) + self.bias[:n]
         residual = hidden + z * 0.5 * (1.0 + np.tanh(0.5 * z))  # SiLU: z * sigmoid(z)
         return [int(t) for t in self.vocab[np.argmax(residual @ self.output.T, axis=1)]]
 
