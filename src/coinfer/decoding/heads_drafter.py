@@ -44,9 +44,8 @@ class HeadsDrafter(Drafter):
             )
         self.target = target
         k, d = heads.k, heads.meta.hidden
-        self.weight = np.ascontiguousarray(
-            heads.weight.float().numpy().reshape(k * d, d)
-        )  # heads stacked: one GEMV
+        # the K blocks stacked, (K * d, d): all heads' first step in one matrix-vector product
+        self.weight = np.ascontiguousarray(heads.weight.float().numpy().reshape(k * d, d))
         self.bias = heads.bias.float().numpy()  # (K, d)
         self.output, self.vocab = output, vocab
         self._row = -1  # the row of the target's latest forward that chose its own token
