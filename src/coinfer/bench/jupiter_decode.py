@@ -21,6 +21,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
+from coinfer.bench.report import write_json
 from coinfer.errors import ConfigError
 
 __all__ = [
@@ -162,9 +163,7 @@ def run_decode_bench(config: DecodeBenchConfig, *, log: Callable[[str], None]) -
 
 
 def write_report(report: dict[str, Any], out: str) -> dict[str, Any]:
-    folder = Path(out)
-    folder.mkdir(parents=True, exist_ok=True)
-    (folder / "results.json").write_text(json.dumps(report, indent=1, ensure_ascii=False) + "\n")
+    write_json(Path(out) / "results.json", report)
     return report
 
 

@@ -189,7 +189,13 @@ def train_heads(
 def head_vocabulary(data: Features) -> Any:
     """The token ids the heads learn to predict: those the training answers use, sorted
     (the loss is taken over them; a drafter may take its guesses among them too)."""
-    return _label_space(data.after[:, 1:])[0]
+    return _used(data.after[:, 1:])
+
+
+def _used(after: Any) -> Any:
+    import torch
+
+    return torch.unique(after[after >= 0])
 
 
 def _label_space(after: Any) -> tuple[Any, Any]:
@@ -197,7 +203,7 @@ def _label_space(after: Any) -> tuple[Any, Any]:
     -1 where the answer had ended)."""
     import torch
 
-    used = torch.unique(after[after >= 0])
+    used = _used(after)
     index = torch.full((int(after.max()) + 2,), -1, dtype=torch.long)
     index[used] = torch.arange(len(used))
     return used, torch.where(after >= 0, index[after.clamp(min=0)], -1)

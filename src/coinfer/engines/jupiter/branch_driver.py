@@ -46,6 +46,20 @@ class BranchRound:
     finish: str | None = None
 
 
+def stop_within(b: Branch, r: BranchRound, stop: Callable[[Branch], bool]) -> BranchRound:
+    """End ``b`` at the first of round ``r``'s tokens after which ``stop`` holds: a head
+    tree's round may carry several tokens past it, and the text must not depend on how
+    many (greedy text equals one token a round's)."""
+    produced, before = b.produced, len(b.produced) - len(r.tokens)
+    for j in range(1, len(r.tokens) + 1):
+        b.produced = produced[: before + j]
+        if stop(b):
+            b.done, b.finish = True, "stop"
+            return BranchRound(r.branch, r.tokens[:j], r.drafted, r.accepted, "stop")
+    b.produced = produced
+    return r
+
+
 @dataclass(frozen=True)
 class _Slot:
     call: int
@@ -154,7 +168,7 @@ class BranchDriver:
         self, groups: Sequence[Sequence[Branch]], stop: Callable[[Branch], bool] | None = None
     ) -> Generator[BranchRound, None, None]:
         """Decode every branch until done: one call per group in flight; ``stop`` may end
-        a branch early (it is asked after each of its rounds)."""
+        a branch early (``stop_within``: where one token a round would have ended it)."""
         by = {b.branch: b for group in groups for b in group}
         home = {b.branch: g for g, group in enumerate(groups) for b in group}
         for group in groups:
@@ -163,10 +177,7 @@ class BranchDriver:
         while self.flight:
             number, call, reply = self.receive()
             for r in self.apply(number, call, reply, by):
-                b = by[r.branch]
-                if not b.done and stop is not None and stop(b):
-                    b.done, b.finish = True, "stop"
-                yield r
+                yield r if stop is None else stop_within(by[r.branch], r, stop)
             group = groups[home[call.pieces[0][0]]]
             if any(not b.done for b in group):
                 self.send([b for b in group if not b.done])

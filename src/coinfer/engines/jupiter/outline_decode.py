@@ -134,8 +134,7 @@ def _outline_lines(
         if not line.done:
             for r in driver.decode([[line]], stop=lambda b: _line_over(text, b.produced)):
                 yield OutlineEvent(round=r)
-        produced = _line_as_stopped(text, line.produced, driver.eos)
-        words = _before_end(produced, driver.eos)
+        words = _before_end(line.produced, driver.eos)
         cut = _heading_cut(text, lead, words)
         heading = text.detokenize(words[:cut]).strip(" *:").lower()
         if cut == 0 or heading in headings:  # no new point: the number that began it goes too
@@ -143,7 +142,7 @@ def _outline_lines(
             break
         headings.add(heading)
         kept += words[:cut]
-        if len(words) < len(produced) or index == MAX_POINTS or len(kept) >= budget:
+        if len(words) < len(line.produced) or index == MAX_POINTS or len(kept) >= budget:
             break
         held = min(at + cut, line.start)  # the line's tokens the stages hold (its heading's)
         driver.forget(lambda b, p, held=held: b != -1 or p < held)  # type: ignore[misc]
@@ -158,16 +157,6 @@ def _outline_lines(
     held = min(start + len(kept), line.start)
     driver.forget(lambda b, p: b != -1 or p < held)
     return kept, held
-
-
-def _line_as_stopped(text: Any, tokens: list[int], eos: Any) -> list[int]:
-    """The line as one token a round would have left it: up to the first token after which
-    it is over (or ends). A round of a head tree may carry several tokens past that, and
-    the outline must not depend on how many (greedy outlines equal plain decoding's)."""
-    for j in range(1, len(tokens) + 1):
-        if tokens[j - 1] in eos or _line_over(text, tokens[:j]):
-            return tokens[:j]
-    return tokens
 
 
 def _before_end(tokens: list[int], eos: Any) -> list[int]:
