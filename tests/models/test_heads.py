@@ -59,3 +59,20 @@ def test_heads_round_trip_through_their_files_and_refuse_another_model(tmp_path:
     assert "train-heads" in (exc.value.hint or "")
     with pytest.raises(ConfigError, match="holds no draft heads"):
         DraftHeads.load(tmp_path / "empty")
+
+
+def test_decoding_guesses_are_the_best_among_the_heads_vocabulary() -> None:
+    import torch
+
+    from coinfer.models.heads import DraftHeads, HeadsMeta
+
+    torch.manual_seed(1)
+    meta = HeadsMeta("m", "d", 16, 3)
+    heads = DraftHeads(torch.randn(3, 16, 16) * 0.1, torch.randn(3, 16) * 0.1, meta)
+    lm_head, hidden = _lm_head(), torch.randn(6, 16)
+    assert torch.equal(heads.vocab_guesses(hidden, lm_head, 2), heads.guesses(hidden, lm_head, 2))
+    heads.vocab = torch.tensor([4, 9, 17, 30, 41])
+    guesses = heads.vocab_guesses(hidden, lm_head, 2)
+    scores = heads.logits(hidden, lm_head)[..., heads.vocab]  # (6, 3, 5)
+    assert torch.equal(guesses, heads.vocab[scores.topk(2, dim=-1).indices])
+    assert set(guesses.flatten().tolist()) <= set(heads.vocab.tolist())

@@ -100,7 +100,7 @@ def _one(cluster: Any, question: str, config: DecodeBenchConfig, how: dict[str, 
         "mean_accepted_length": round(r.stats.mean_accepted_length, 3), "rounds": r.stats.rounds,
         "points": len(r.extras.get("outline") or []),
         "decoded": r.extras.get("decoded", r.extras.get("decode")),
-        "text": r.text,
+        "tree": r.extras.get("tree"), "text": r.text,
     }  # fmt: skip
 
 

@@ -127,6 +127,7 @@ def _run_request(
             parts=args.parts,
             decode=args.decode,
             tree_width=args.tree_width,
+            adaptive_tree=not args.whole_tree,
         )
         _pin(_cores(0, args.cores_per_device))
         cluster = EdgeCluster(
@@ -344,6 +345,20 @@ def cmd_worker(args: argparse.Namespace) -> int:
     return 0
 
 
+def _add_decode_flags(launch: Any) -> None:
+    launch.add_argument(
+        "--decode", default="naive", choices=["naive", "sd", "outline", "auto"],
+        help="naive: one token per pass; sd: self-drafting heads propose a token tree (needs --heads); "
+        "outline: an outline, then its points decoded together; auto: the router picks outline or sequential",
+    )  # fmt: skip
+    launch.add_argument("--heads", default=None, help="draft heads' folder (coinfer edge train-heads)")
+    launch.add_argument("--tree-width", type=int, default=1, help="sd: head 1's guesses the tree branches on")
+    launch.add_argument(
+        "--whole-tree", action="store_true",
+        help="sd: verify every candidate each round (default: the part that pays, down to none)",
+    )  # fmt: skip
+
+
 def add_parser(sub: Any) -> None:
     p = sub.add_parser("edge", help="one model served by several devices as a pipeline (Jupiter)")
     edge = p.add_subparsers(dest="edge_command", required=True)
@@ -371,13 +386,7 @@ def add_parser(sub: Any) -> None:
     launch.add_argument(
         "--min-part", type=int, default=None, help="shortest prompt sub-sequence (default: from the profiles)"
     )
-    launch.add_argument(
-        "--decode", default="naive", choices=["naive", "sd", "outline", "auto"],
-        help="naive: one token per pass; sd: self-drafting heads propose a token tree (needs --heads); "
-        "outline: an outline, then its points decoded together; auto: the router picks outline or sequential",
-    )  # fmt: skip
-    launch.add_argument("--heads", default=None, help="draft heads' folder (coinfer edge train-heads)")
-    launch.add_argument("--tree-width", type=int, default=1, help="sd: head 1's guesses the tree branches on")
+    _add_decode_flags(launch)
     launch.add_argument("--max-tokens", "-n", type=int, default=256, help="tokens to generate at most")
     launch.add_argument("--ctx", type=int, default=4096, help="context window")
     add_sampling_flags(launch)

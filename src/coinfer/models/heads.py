@@ -60,6 +60,7 @@ class DraftHeads:
             )
         self.weight, self.bias, self.meta = weight, bias, meta
         self.vocab = vocab  # the token ids the heads were trained to predict (None: all)
+        self._rows: tuple[Any, Any] | None = None  # (lm_head, its rows for ``vocab``)
 
     @classmethod
     def zeros(cls, *, model: str, digest: str, hidden: int, heads: int) -> DraftHeads:
@@ -90,6 +91,29 @@ class DraftHeads:
     def guesses(self, hidden: Any, lm_head: Any, top: int = 1) -> Any:
         """(n, d) -> (n, K, top) token ids: each head's ``top`` best, best first."""
         return self.logits(hidden, lm_head).topk(top, dim=-1).indices
+
+    def vocab_guesses(self, hidden: Any, lm_head: Any, top: int = 1) -> Any:
+        """``guesses`` among ``vocab`` (every token when None), for decoding: on a CPU a
+        full-vocabulary projection per head costs about what a forward of the model's
+        body does."""
+        import torch
+
+        with torch.inference_mode():
+            if self.vocab is None:
+                return self.guesses(hidden, lm_head, top)
+            weight, bias = self._vocab_rows(lm_head)
+            scores = self.residual(hidden).to(weight.dtype) @ weight.T
+            if bias is not None:
+                scores = scores + bias
+            return self.vocab[scores.topk(top, dim=-1).indices]
+
+    def _vocab_rows(self, lm_head: Any) -> tuple[Any, Any]:
+        """``lm_head``'s weight rows (and bias) for ``vocab``, taken once."""
+        if self._rows is None or self._rows[0] is not lm_head:
+            bias = getattr(lm_head, "bias", None)
+            rows = (lm_head.weight[self.vocab].contiguous(), None if bias is None else bias[self.vocab])
+            self._rows = (lm_head, rows)
+        return self._rows[1]
 
     # ---- files -------------------------------------------------------------------------
     def save(self, folder: str | Path) -> None:

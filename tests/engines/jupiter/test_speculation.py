@@ -39,10 +39,11 @@ def _run(model_and_heads: tuple[str, str], world: int, runs: list[dict[str, Any]
 def test_greedy_speculative_decoding_writes_plain_decodings_text(
     model_and_heads: tuple[str, str], world: int
 ) -> None:
-    naive, chain, wide = _run(
-        model_and_heads, world, [{}, {"decode": "sd"}, {"decode": "sd", "tree_width": 2}]
-    )
-    assert chain[0] == naive[0] and wide[0] == naive[0]
+    naive, chain, wide, sized = _run(model_and_heads, world, [
+        {}, {"decode": "sd", "adaptive_tree": False},
+        {"decode": "sd", "tree_width": 2, "adaptive_tree": False}, {"decode": "sd", "tree_width": 2},
+    ])  # fmt: skip
+    assert chain[0] == naive[0] and wide[0] == naive[0] and sized[0] == naive[0]
     assert chain[1] > 0 and wide[1] > 0  # the heads' guesses were accepted ...
     assert chain[2] < len(naive[0]) - 1  # ... so fewer passes than tokens
 

@@ -18,6 +18,7 @@ from coinfer.decoding.detok import IncrementalDetokenizer
 from coinfer.decoding.response import DecodeStats, Response, collect
 from coinfer.decoding.sampling import SamplingParams
 from coinfer.decoding.self_draft import widened_choices
+from coinfer.decoding.tree_sizer import TreeSizer
 from coinfer.engines.jupiter.branch_driver import BranchDriver, BranchRound
 from coinfer.engines.jupiter.branches import BranchVerifier
 from coinfer.engines.jupiter.cluster import EdgeCluster
@@ -39,7 +40,9 @@ class JupiterConfig:
     profiles); ``max_parts``: at most this many (None: ``4 |D|``, the paper's);
     ``parts``: exactly this many (as many as ``min_part`` allows), cut by Eq. 2;
     ``decode``: ``naive`` (one token per pass), ``sd`` (the cluster's self-drafting
-    heads propose a tree, §V-A; ``tree_width``: head 1's guesses it branches on),
+    heads propose a tree, §V-A; ``tree_width``: head 1's guesses it branches on;
+    ``adaptive_tree``: each round verifies the part of the tree that pays,
+    ``decoding.tree_sizer``, down to none where the heads guess poorly),
     ``outline`` (an outline, then its points decoded together, §V-B) or ``auto`` (the
     router chooses the outline or sequential decoding per question); ``draft_heads``:
     outline and auto decoding speculate with the cluster's heads when it has them."""
@@ -52,6 +55,7 @@ class JupiterConfig:
     parts: int | None = None
     decode: str = "naive"
     tree_width: int = 1
+    adaptive_tree: bool = True
     draft_heads: bool = True
 
     def __post_init__(self) -> None:
@@ -92,7 +96,7 @@ def _budget(cluster: EdgeCluster, prompt: Sequence[int], config: JupiterConfig) 
 
 def _rounds(
     cluster: EdgeCluster, prompt_ids: Sequence[int], parts: Sequence[int], max_tokens: int,
-    config: JupiterConfig, traffic: Traffic,
+    config: JupiterConfig, traffic: Traffic, sizer: TreeSizer | None,
 ) -> Generator[TreeRound, None, None]:  # fmt: skip
     """The request's verification rounds: one token each in plain decoding."""
     prompt, eos = list(prompt_ids), cluster.text.eos_ids
@@ -116,7 +120,7 @@ def _rounds(
     rounds = drive_tree(
         cluster.stage, cluster.world, prompt, parts, max_tokens=max_tokens, eos=eos,
         choices=widened_choices(heads.k, width), heads=heads.k, width=width, verifier=verifier,
-        traffic=traffic,
+        traffic=traffic, sizer=sizer,
     )  # fmt: skip
     try:
         yield from rounds
@@ -161,7 +165,8 @@ def _sequential_stream(
     detok = IncrementalDetokenizer(cluster.text.detokenize)
     traffic = Traffic()
     cluster.begin(asdict(config.sampling), tree_width=config.tree_width if config.decode == "sd" else 0)
-    rounds = _rounds(cluster, prompt_ids, parts, max_tokens, config, traffic)
+    sizer = _sizer(cluster, config)
+    rounds = _rounds(cluster, prompt_ids, parts, max_tokens, config, traffic, sizer)
     produced = 0
     try:
         for r in rounds:
@@ -178,6 +183,8 @@ def _sequential_stream(
             rounds.close()
             extras = {"parts": list(parts), "split": cluster.split, "decode": config.decode, **extra,
                       "devices": cluster.finish(traffic)}  # fmt: skip
+            if sizer is not None:
+                extras["tree"] = sizer.summary()
             yield Response(text + detok.flush(), list(r.tokens), stats.snapshot(), finish, extras=extras)
             return
     except GeneratorExit:  # the caller stopped early: STOP goes out, the reports come back
@@ -186,6 +193,13 @@ def _sequential_stream(
         raise
     except RuntimeError as exc:  # gloo: a device's connection broke
         raise _lost_device(exc) from exc
+
+
+def _sizer(cluster: EdgeCluster, config: JupiterConfig) -> TreeSizer | None:
+    """The tree's sizer for speculative decoding with ``adaptive_tree``."""
+    if config.decode != "sd" or not config.adaptive_tree or cluster.heads is None:
+        return None
+    return TreeSizer(widened_choices(cluster.heads.k, config.tree_width))
 
 
 def _outline_driver(cluster: EdgeCluster, config: JupiterConfig, traffic: Traffic) -> BranchDriver:

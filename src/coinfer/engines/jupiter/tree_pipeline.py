@@ -19,12 +19,14 @@ then the ids (rank 0) or hidden states. The answer to rank 0: int64
 
 from __future__ import annotations
 
+import time
 from collections.abc import Collection, Generator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from coinfer.decoding.sampling import SamplingParams
 from coinfer.decoding.self_draft import heads_tree
+from coinfer.decoding.tree_sizer import TreeSizer
 from coinfer.decoding.verify import accept_tree
 from coinfer.engines.jupiter.pipeline import (
     PREFILL,
@@ -62,9 +64,8 @@ class TreeVerifier:
 
     def _guesses(self, stage: Any, hidden: Any) -> list[int]:
         """(d,) -> the heads' ``width`` best per head, flat (K * width)."""
-        return [
-            int(t) for t in self.heads.guesses(hidden[None], stage.model.lm_head, self.width)[0].flatten()
-        ]
+        guesses = self.heads.vocab_guesses(hidden[None], stage.model.lm_head, self.width)
+        return [int(t) for t in guesses[0].flatten()]
 
     wants = "hidden"  # the prompt's last hidden state: the heads guess from it
 
@@ -179,10 +180,12 @@ def drive_tree(
     width: int,
     verifier: TreeVerifier | None = None,
     traffic: Traffic | None = None,
+    sizer: TreeSizer | None = None,
 ) -> Generator[TreeRound, None, None]:
     """Rank 0: prefill ``prompt`` in ``parts``, then decode with candidate trees of
     ``choices`` until ``max_tokens`` or an ``eos`` id; one ``TreeRound`` per verification
-    (the first: the token after the prompt). ``verifier``: when rank 0 is the last stage."""
+    (the first: the token after the prompt). ``verifier``: when rank 0 is the last stage.
+    ``sizer`` (made for ``choices``): each round, the part of them that pays."""
     import torch
     import torch.distributed as dist
 
@@ -194,26 +197,25 @@ def drive_tree(
         first = prefill_answer(stage, world, prompt, parts, verifier, traffic, expect)
         position, expect = len(prompt), 0
         token, guesses = first[1], first[2:]
-        produced = 1
-        yield TreeRound([token], 0, 0)
+        emitted, produced = [token], 1
+        yield TreeRound(emitted, 0, 0)
         keep: list[int] = []
         while produced < max_tokens and token not in eos:
             table = [guesses[d * width : (d + 1) * width] for d in range(heads)]
-            tree_ids, parents = heads_tree(table, choices).verify_inputs(token)
-            n = len(tree_ids)
-            header = make_header(TREE, position, n, len(keep))
-            meta = _tree_meta(tree_ids, parents, keep, world)
+            tree_ids, parents = _candidates(table, choices, sizer, emitted).verify_inputs(token)
+            n, began = len(tree_ids), time.perf_counter()
             expect = 2 + n + heads * width
-            x = torch.tensor([tree_ids])
-            local = pass_tree(stage, 0, world, header, meta, x, verifier, step, traffic, tree_ids)
-            reply = _answer(world, expect, local)
+            reply = _send_tree(
+                stage, world, (tree_ids, parents, keep), position, verifier, step, traffic, expect
+            )
+            if sizer is not None:
+                sizer.timed(n, time.perf_counter() - began)
             expect = 0
             count = reply[0]
             keep = [0, *reply[1 : 1 + count]]
             position += len(keep)
             token, guesses = reply[1 + n], reply[2 + n :]
-            emitted = [tree_ids[k] for k in keep[1:]] + [token]
-            emitted = cut_at_end(emitted, eos, max_tokens - produced)
+            emitted = cut_at_end([tree_ids[k] for k in keep[1:]] + [token], eos, max_tokens - produced)
             produced += len(emitted)
             yield TreeRound(emitted, n - 1, count)
             if emitted[-1] != token:
@@ -223,6 +225,34 @@ def drive_tree(
             if expect:  # an answer is on its way: take it so that no rank is left sending
                 dist.recv(torch.empty(expect, dtype=torch.int64), world - 1)
             dist.send(make_header(STOP, position, 0, False), 1)
+
+
+def _send_tree(
+    stage: Any, world: int, tree: tuple[list[int], list[int], list[int]], position: int,
+    verifier: TreeVerifier | None, step: TreeStep, traffic: Traffic, expect: int,
+) -> list[int]:  # fmt: skip
+    """Rank 0: the tree (its ids, parents, and the nodes of the last one to keep) through
+    every stage; the answer."""
+    import torch
+
+    tree_ids, parents, keep = tree
+    x = torch.tensor([tree_ids])
+    header = make_header(TREE, position, len(tree_ids), len(keep))
+    meta = _tree_meta(tree_ids, parents, keep, world)
+    local = pass_tree(stage, 0, world, header, meta, x, verifier, step, traffic, tree_ids)
+    return _answer(world, expect, local)
+
+
+def _candidates(
+    table: Sequence[Sequence[int]], choices: Sequence[Sequence[int]], sizer: TreeSizer | None,
+    emitted: Sequence[int],
+) -> TokenTree:  # fmt: skip
+    """This round's tree: every choice, or the sizer's cut (told first what the last round
+    emitted and the guesses after it)."""
+    if sizer is None:
+        return heads_tree(table, choices)
+    sizer.observe(table, emitted)
+    return heads_tree(table, sizer.choose())
 
 
 def prefill_answer(
