@@ -71,3 +71,20 @@ def test_heads_of_another_model_are_refused(model_and_heads: tuple[str, str], ti
             cluster.use_heads(DraftHeads.load(model_and_heads[1]))
     finally:
         cluster.close()
+
+
+def test_the_last_device_guesses_only_among_the_heads_vocabulary(
+    model_and_heads: tuple[str, str], tmp_path
+) -> None:  # type: ignore[no-untyped-def]
+    import torch
+
+    from coinfer.models.heads import DraftHeads
+
+    path, heads_dir = model_and_heads
+    naive, sd = _run(model_and_heads, 2, [{}, {"decode": "sd", "adaptive_tree": False}])
+    assert sd[1] > 0  # every token to guess among: the guesses hold
+    heads = DraftHeads.load(heads_dir)
+    heads.vocab = torch.tensor([t for t in range(int(max(naive[0])) + 2) if t not in set(naive[0])])
+    heads.save(tmp_path)
+    (narrow,) = run_spawned(_requests, path, str(tmp_path), 2, [{"decode": "sd", "adaptive_tree": False}])
+    assert narrow[0] == naive[0] and narrow[1] == 0  # none of the text's tokens to guess: none hold

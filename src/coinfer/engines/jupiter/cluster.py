@@ -266,9 +266,13 @@ class EdgeCluster:
             import torch.distributed as dist
 
             last = self.world - 1
-            send_json({"op": "heads", "heads": heads.meta.heads, "hidden": heads.meta.hidden}, last)
+            vocab = 0 if heads.vocab is None else len(heads.vocab)
+            shape = {"heads": heads.meta.heads, "hidden": heads.meta.hidden, "vocab": vocab}
+            send_json({"op": "heads", **shape}, last)
             dist.send(heads.weight.float().contiguous(), last)
             dist.send(heads.bias.float().contiguous(), last)
+            if vocab:
+                dist.send(heads.vocab.long().contiguous(), last)
             self._ask(last)
 
     def begin(self, sampling: dict[str, Any], *, tree_width: int = 0, branches: bool = False) -> None:

@@ -102,7 +102,7 @@ class _Device:
         if op == "serve":
             return self._serve(msg)
         if op == "heads":
-            self._receive_heads(int(msg["heads"]), int(msg["hidden"]))
+            self._receive_heads(int(msg["heads"]), int(msg["hidden"]), int(msg.get("vocab", 0)))
             return {"ok": True}
         if op == "bye":
             return None
@@ -110,8 +110,9 @@ class _Device:
             f"rank 0 sent an unknown request {op!r}", hint="run the same coinfer on every device"
         )
 
-    def _receive_heads(self, k: int, hidden: int) -> None:
-        """The heads' tensors, straight after the message that announced their shape."""
+    def _receive_heads(self, k: int, hidden: int, vocab: int) -> None:
+        """The heads' tensors, straight after the message that announced their shape, and
+        the token ids they guess among (``vocab`` of them; 0: every token)."""
         import torch
         import torch.distributed as dist
 
@@ -119,10 +120,21 @@ class _Device:
 
         if not (0 < k <= 64 and hidden > 0 and k * hidden * hidden <= 2**28):
             raise TransportError(f"rank 0 announced heads of an unlikely shape ({k} x {hidden})")
+        if self.stage is None:
+            raise TransportError("rank 0 sent heads before a layer range was loaded")
+        size = int(self.stage.config.vocab_size)
+        if not 0 <= vocab <= size:
+            raise TransportError(f"rank 0 announced heads over {vocab} tokens; the model has {size}")
         weight, bias = torch.empty(k, hidden, hidden), torch.empty(k, hidden)
         dist.recv(weight, 0)
         dist.recv(bias, 0)
-        self.heads = DraftHeads(weight, bias, HeadsMeta("", "", hidden, k))
+        ids = None
+        if vocab:
+            ids = torch.empty(vocab, dtype=torch.int64)
+            dist.recv(ids, 0)
+            if int(ids.min()) < 0 or int(ids.max()) >= size:
+                raise TransportError("rank 0 sent heads whose token ids are outside the vocabulary")
+        self.heads = DraftHeads(weight, bias, HeadsMeta("", "", hidden, k), ids)
 
     def _serve(self, msg: dict[str, Any]) -> dict[str, Any]:
         if self.stage is None:
