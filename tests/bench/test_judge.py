@@ -100,9 +100,11 @@ def test_the_bench_judges_outline_against_naive_and_skips_identical_answers(
     rows = [
         {"half": "tuned", "question": "Q1", "naive": {"text": "same"}, "op": {"text": "same"}},
         {"half": "held_out", "question": "Q2", "naive": {"text": "plain"}, "op": {"text": "1. **a**: x"}},
+        {"half": "humaneval", "question": "Q3", "naive": {"text": "def f"}, "op": {"text": "def g"}},
     ]
     summary = jupiter_decode.judge_answers(rows, "some-judge", log=lambda line: None)
-    assert asked == [("1. **a**: x", "plain")] and Judge.closed
+    assert asked == [("1. **a**: x", "plain")] and Judge.closed  # code (the router fell back): not judged
+    assert "judge" not in rows[2]
     assert rows[0]["judge"] == {"outcome": "tie", "identical": True}
     assert rows[1]["judge"]["outcome"] == "first" and rows[1]["judge"]["verdicts"] == ["A", "B"]
     assert summary["all"]["outline_wins"] == 1 and summary["all"]["ties"] == 1

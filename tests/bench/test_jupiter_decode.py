@@ -27,8 +27,10 @@ def test_the_summary_is_the_median_ratio_to_naive_per_half() -> None:
         {"half": "tuned", "naive": run(2.0), "op": run(5.0, 4)},
         {"half": "held_out", "naive": run(2.0), "op": run(3.0, 3)},
         {"half": "held_out", "naive": run(4.0), "op": run(4.0, 0)},
+        {"half": "humaneval", "naive": run(4.0), "op": run(3.0, 0)},
     ]
     s = summarize(rows, ["naive", "op"])
     assert s["tuned"]["op"]["speedup_vs_naive"] == 2.5
     assert s["held_out"]["op"]["speedup_vs_naive"] == 1.25 and s["held_out"]["op"]["outline_taken"] == 1
     assert s["all"]["questions"] == 3 and s["all"]["naive"]["speedup_vs_naive"] == 1.0
+    assert s["humaneval"]["questions"] == 1 and s["humaneval"]["op"]["speedup_vs_naive"] == 0.75

@@ -84,3 +84,19 @@ def test_path_holds_reads_the_named_guesses() -> None:
 def test_choices_without_their_prefixes_are_refused() -> None:
     with pytest.raises(ConfigError):
         TreeSizer([(0, 0)])
+
+
+def test_texts_decoded_together_are_each_scored_against_their_own_tokens() -> None:
+    sizer = TreeSizer(widened_choices(HEADS, WIDTH))
+    texts = {0: TEXT, 1: TEXT[::-1]}
+    roots, emitted = {0: 0, 1: 0}, {b: [t[0]] for b, t in texts.items()}
+    sizes = []
+    for _ in range(40):
+        for b, text in texts.items():  # two branches' rounds, interleaved
+            table = [[text[roots[b] + 1 + d], -1] for d in range(HEADS)]  # the best guesses hold
+            sizer.observe(table, emitted[b], stream=b)
+            emitted[b] = text[roots[b] + 1 : roots[b] + 2 + HEADS]
+            roots[b] += 1 + HEADS
+        sizes.append(len(sizer.choose(streams=2)))
+        sizer.timed(2 * (sizes[-1] + 1), _cpu_cost(2 * (sizes[-1] + 1)))
+    assert sizes[-1] >= HEADS

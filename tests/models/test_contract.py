@@ -170,6 +170,17 @@ def test_commit_path_keeps_one_branch(subject: Subject) -> None:
     model.release(seq)
 
 
+def test_commit_path_of_the_trees_first_nodes_drops_the_others(subject: Subject) -> None:
+    model, prompt = subject.model, _prompt(subject.model)
+    seq = model.new_sequence()
+    model.extend(seq, prompt)
+    model.extend(seq, [40, 41, 42], parents=[-1, 0, -1])
+    model.commit_path(seq, [0, 1])  # keep [40, 41]: the tree's first nodes
+    assert seq.tokens == prompt + [40, 41]
+    subject.assert_close(model.extend(seq, [44]), _fresh(model, prompt + [40, 41, 44])[-1:])
+    model.release(seq)
+
+
 def test_truncate_then_extend_equals_a_fresh_sequence(subject: Subject) -> None:
     model, prompt = subject.model, _prompt(subject.model)
     seq = model.new_sequence()

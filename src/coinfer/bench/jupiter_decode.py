@@ -1,8 +1,9 @@
 """``coinfer bench jupiter-decode``: Jupiter's decoding ablation (paper 004 Table V) on part
 1's setup, two devices of one core each: naive pipelined decoding, +OP (outline-based
-pipeline-parallel decoding), and with ``--heads`` +SD and +SD+OP, on list-style questions
-written for the suite (``data/jupiter/list_questions.json``: a tuned and a held-out half);
-and the router's choice on those and on every HumanEval prompt (where it must fall back).
+pipeline-parallel decoding, the router choosing), and with ``--heads`` +SD and +SD+OP, on
+list-style questions written for the suite (``data/jupiter/list_questions.json``: a tuned
+and a held-out half) and on HumanEval prompts the heads did not train on (where the router
+must fall back); and the router's choice on the list questions and on every HumanEval prompt.
 
 Speed is the answer's tokens (the final text, tokenized) per second of decoding (the
 request's time after its first token), and its inverse, the latency per token. Each
@@ -23,6 +24,8 @@ from typing import Any
 
 from coinfer.bench.report import write_json
 from coinfer.errors import ConfigError
+
+HUMANEVAL_PROMPTS = 8  # of the held-out HumanEval prompts, in the full run
 
 __all__ = [
     "DecodeBenchConfig",
@@ -76,12 +79,13 @@ def router_rates() -> dict[str, Any]:
 
 
 def _systems(config: DecodeBenchConfig) -> dict[str, dict[str, Any]]:
+    """The ablation; outline decoding as a user gets it, the router choosing (``auto``)."""
     systems: dict[str, dict[str, Any]] = {
         "naive": {"decode": "naive"},
-        "op": {"decode": "outline", "draft_heads": False},
+        "op": {"decode": "auto", "draft_heads": False},
     }
     if config.heads:
-        systems |= {"sd": {"decode": "sd"}, "sd+op": {"decode": "outline"}}
+        systems |= {"sd": {"decode": "sd"}, "sd+op": {"decode": "auto"}}
     return systems
 
 
@@ -105,17 +109,31 @@ def _one(cluster: Any, question: str, config: DecodeBenchConfig, how: dict[str, 
 
 
 def _questions(config: DecodeBenchConfig) -> list[tuple[str, str]]:
+    """The list questions (both halves), then HumanEval prompts the heads did not train on
+    (``head_training_prompts`` holds every fourth out), where the router must fall back."""
+    from coinfer.bench.workloads import humaneval_problems
+
     lists = list_questions()
+    held_out = humaneval_problems()[3::4]
+    code = [f"Complete this Python function.\n\n```python\n{p['prompt']}```" for p in held_out]
     if config.quick:
-        return [("tuned", lists["tuned"][0]), *[("held_out", q) for q in lists["held_out"][:3]]]
-    return [(half, q) for half in ("tuned", "held_out") for q in lists[half]]
+        chosen = [("tuned", lists["tuned"][0]), *[("held_out", q) for q in lists["held_out"][:3]]]
+        return chosen + [("humaneval", q) for q in code[:2]]
+    return [(half, q) for half in ("tuned", "held_out") for q in lists[half]] + [
+        ("humaneval", q) for q in code[:HUMANEVAL_PROMPTS]
+    ]
+
+
+def _in_half(row: dict[str, Any], half: str) -> bool:
+    """``all``: every list question (both halves), not the HumanEval prompts."""
+    return row["half"] == half or (half == "all" and row["half"] != "humaneval")
 
 
 def summarize(rows: list[dict[str, Any]], systems: list[str]) -> dict[str, Any]:
     """Per half and system: the median ratio of tokens/s to naive decoding's, and means."""
     out: dict[str, Any] = {}
-    for half in ("tuned", "held_out", "all"):
-        mine = [r for r in rows if half == "all" or r["half"] == half]
+    for half in ("tuned", "held_out", "all", "humaneval"):
+        mine = [r for r in rows if _in_half(r, half)]
         if not mine:
             continue
         out[half] = {
@@ -178,7 +196,7 @@ def judge_answers(
 
     judge = load_model(judge_spec, n_ctx=4096)
     try:
-        for row in rows:
+        for row in (r for r in rows if _in_half(r, "all")):
             outline, naive = row["op"]["text"], row["naive"]["text"]
             if outline == naive:
                 row["judge"] = {"outcome": "tie", "identical": True}
@@ -195,12 +213,10 @@ def judge_answers(
         judge.close()
     names = {"first": "outline", "second": "naive"}
     summary = {
-        half: summarize_pairs(
-            [r["judge"]["outcome"] for r in rows if half == "all" or r["half"] == half], **names
-        )
+        half: summarize_pairs([r["judge"]["outcome"] for r in rows if _in_half(r, half)], **names)
         for half in ("tuned", "held_out", "all")
     }
-    forced = sum(sum(r["judge"].get("forced", [])) for r in rows)
+    forced = sum(sum(r["judge"].get("forced", [])) for r in rows if "judge" in r)
     return {
         "model": judge_spec,
         "setup": "MT-Bench pair-v2, both orders",

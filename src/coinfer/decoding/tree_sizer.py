@@ -13,11 +13,12 @@ sparse-tree notation, ``decoding.self_draft``) to verify:
   started from a prior worth ``prior_weight`` rounds. A child's path holds only where its
   parent's does, so the choices in order of ``p`` (parents first on ties) make a tree at
   every prefix.
-* **Cost, measured.** Seconds per round by node count (the pending token plus the
-  candidates): an exponential moving average per count, linear between measured counts,
-  the largest measured count's cost past it (optimistic, so that a larger tree is tried
-  when the guesses promise it would pay). The first rounds measure the pending token
-  alone and then the whole tree.
+* **Cost, measured.** Seconds per round by node count (the pending tokens plus their
+  candidates; outline decoding verifies several texts' trees in one round): an
+  exponential moving average per count, linear between measured counts, the largest
+  measured count's cost past it (optimistic, so that a larger tree is tried when the
+  guesses promise it would pay). The first rounds measure the pending tokens alone and
+  then every candidate.
 * **Choice.** The prefix of ``s`` choices that maximises ``(1 + p_1 + … + p_s) / cost(s + 1)``,
   the expected tokens per second; ``s = 0`` (plain decoding, the pending token alone)
   unless the best promises ``required_gain`` more. Every ``probe_every`` rounds the
@@ -76,30 +77,31 @@ class TreeSizer:
         self.held = [choice_prior(c) * prior_weight for c in self.choices]
         self.seen = prior_weight
         self.cost: dict[int, float] = {}  # nodes -> seconds per round
-        self.produced: list[int] = []
-        self.waiting: deque[tuple[int, list[list[int]]]] = deque()  # (root's index, guesses)
+        self.produced: dict[int, list[int]] = {}  # per stream (a branch of outline decoding)
+        self.waiting: dict[int, deque[tuple[int, list[list[int]]]]] = {}  # (root's index, guesses)
         self.rounds = 0
         self.sizes: Counter[int] = Counter()  # rounds per number of choices verified
 
     # ---- what the rounds teach -----------------------------------------------------------
-    def observe(self, guesses: Sequence[Sequence[int]], emitted: Sequence[int]) -> None:
+    def observe(self, guesses: Sequence[Sequence[int]], emitted: Sequence[int], stream: int = 0) -> None:
         """A round's ``emitted`` tokens, and the ``guesses`` table (``guesses[d][j]``) the
-        heads made for the places after its last one: the rounds whose K places are all
-        known now are scored."""
-        self.produced += [int(t) for t in emitted]
-        self.waiting.append((len(self.produced) - 1, [list(map(int, g)) for g in guesses]))
-        while self.waiting and self.waiting[0][0] + self.depth < len(self.produced):
-            root, table = self.waiting.popleft()
-            self._score(root, table)
+        heads made for the places after its last one, for one text (``stream``: several
+        decoded at once); its rounds whose K places are all known now are scored."""
+        produced = self.produced.setdefault(stream, [])
+        waiting = self.waiting.setdefault(stream, deque())
+        produced += [int(t) for t in emitted]
+        waiting.append((len(produced) - 1, [list(map(int, g)) for g in guesses]))
+        while waiting and waiting[0][0] + self.depth < len(produced):
+            root, table = waiting.popleft()
+            self._score(table, produced[root + 1 : root + 1 + self.depth])
 
-    def _score(self, root: int, table: list[list[int]]) -> None:
-        after = self.produced[root + 1 : root + 1 + self.depth]
+    def _score(self, table: list[list[int]], after: list[int]) -> None:
         self.seen = self.seen * self.memory + 1
         for i, c in enumerate(self.choices):
             self.held[i] = self.held[i] * self.memory + path_holds(c, table, after)
 
     def timed(self, nodes: int, seconds: float) -> None:
-        """A round of ``nodes`` nodes took ``seconds``."""
+        """A round of ``nodes`` nodes in all (every stream's) took ``seconds``."""
         old = self.cost.get(nodes)
         self.cost[nodes] = seconds if old is None else (1 - self.alpha) * old + self.alpha * seconds
 
@@ -124,26 +126,28 @@ class TreeSizer:
         largest = max(m for m in self.cost if m <= nodes) if any(m <= nodes for m in self.cost) else None
         return self.cost[largest] if largest is not None else self.cost[min(self.cost)]
 
-    def rates(self) -> list[float]:
-        """Expected tokens per second for each prefix size 0…len(choices)."""
+    def rates(self, streams: int = 1) -> list[float]:
+        """Expected tokens per second for each prefix size 0…len(choices), with ``streams``
+        pending tokens each under its own tree in the round."""
         p = [h / self.seen for h in self.held]
         chance = dict(zip(self.choices, p, strict=True))
         out, expected = [], 1.0
         for s, c in enumerate([None, *self.ranked()]):
             expected += chance[c] if c is not None else 0.0
-            out.append(expected / self.round_cost(s + 1))
+            out.append(streams * expected / self.round_cost(streams * (s + 1)))
         return out
 
-    def choose(self) -> list[Choice]:
-        """This round's choices (none: the pending token alone)."""
+    def choose(self, streams: int = 1) -> list[Choice]:
+        """This round's choices (none: the pending token alone), each of ``streams``
+        pending tokens under its own tree."""
         self.rounds += 1
         full = len(self.choices)
-        if 1 not in self.cost or not full:
-            size = 0
-        elif full + 1 not in self.cost:
-            size = full
+        if not full or not self.cost or (len(self.cost) < 2 and min(self.cost) > streams):
+            size = 0  # first the pending tokens alone ...
+        elif len(self.cost) < 2:
+            size = full  # ... then every candidate
         else:
-            rates = self.rates()
+            rates = self.rates(streams)
             best = max(range(len(rates)), key=lambda s: rates[s])
             if rates[best] < self.gain * rates[0]:
                 best = 0

@@ -125,7 +125,13 @@ def tree_attention_mask(start: int, tree: TokenTree, dtype: Any) -> Any:
 def commit_tree_path(cache: Any, start: int, path: Sequence[int]) -> None:
     """Keep a ``DynamicCache``'s first ``start`` entries and then the tree nodes ``path``
     (indices into the tree that followed them), in that order."""
-    keep_cache_slots(cache, [*range(start), *(start + n for n in path)])
+    keep = [*range(start), *(start + n for n in path)]
+    layers = [layer for layer in cache.layers if getattr(layer, "is_initialized", False)]
+    if keep == list(range(len(keep))):  # a path from the tree's first node: the rest cut off
+        for layer in layers:
+            layer.keys, layer.values = layer.keys[..., : len(keep), :], layer.values[..., : len(keep), :]
+        return
+    keep_cache_slots(cache, keep)
 
 
 def keep_cache_slots(cache: Any, keep: Sequence[int]) -> None:

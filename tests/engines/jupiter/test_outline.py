@@ -3,7 +3,7 @@ its order, and the router's choice between outline and sequential decoding."""
 
 from __future__ import annotations
 
-from coinfer.engines.jupiter.outline import assemble, parse_outline, point_end, route
+from coinfer.engines.jupiter.outline import assemble, parse_outline, point_end, route, whole_sentences
 
 
 def test_an_outline_is_read_as_its_numbered_points_in_order() -> None:
@@ -22,6 +22,13 @@ def test_the_answer_keeps_the_outlines_order_and_cuts_points_that_run_on() -> No
         assemble(["Sleep", "Light"], expansions)
         == "1. **Sleep**: Go to bed on time.\n2. **Light**: Dim the lights."
     )
+
+
+def test_a_point_cut_off_by_its_budget_ends_at_its_last_whole_sentence() -> None:
+    said = " Aim for 7-9 hours (or 7.5) a night. Keep a routine! Avoid screens and"
+    assert whole_sentences(said) == " Aim for 7-9 hours (or 7.5) a night. Keep a routine!"
+    assert whole_sentences(" Reduce alcohol.\n   - Limit smoking to") == " Reduce alcohol."
+    assert whole_sentences(" Eat less sugar and") == " Eat less sugar and"  # no sentence: kept
 
 
 def test_the_router_falls_back_on_code_math_and_short_answers() -> None:

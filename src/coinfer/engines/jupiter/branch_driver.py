@@ -7,12 +7,14 @@ requests travel through the pipeline together).
 
 from __future__ import annotations
 
+import time
 from collections import deque
 from collections.abc import Callable, Collection, Generator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from coinfer.decoding.self_draft import heads_tree
+from coinfer.decoding.tree_sizer import TreeSizer
 from coinfer.engines.jupiter.branches import BranchCall, BranchVerifier, Piece, branch_header, pass_branches
 from coinfer.engines.jupiter.pipeline import STOP, Traffic, make_header, settle
 from coinfer.engines.jupiter.tree_pipeline import cut_at_end
@@ -74,9 +76,12 @@ class BranchDriver:
     def __init__(
         self, stage: Any, world: int, traffic: Traffic, *, eos: Collection[int], heads: int = 0,
         width: int = 1, choices: Sequence[Sequence[int]] = (), verifier: BranchVerifier | None = None,
+        sizer: TreeSizer | None = None,
     ) -> None:  # fmt: skip
+        """``sizer`` (made for ``choices``): each call, the part of them that pays."""
         self.stage, self.world, self.traffic, self.eos = stage, world, traffic, eos
         self.heads, self.width, self.choices, self.verifier = heads, width, choices, verifier
+        self.sizer = sizer
         self.slots: list[_Slot] = []
         self.drops: list[int] = []  # mirror indices to drop with the next call
         self.flight: deque[tuple[int, BranchCall, Any]] = deque()
@@ -93,16 +98,19 @@ class BranchDriver:
         self.drops = sorted(set(self.drops) | gone)
 
     # ---- one call ----------------------------------------------------------------------
-    def _piece(self, b: Branch) -> Piece:
+    def _table(self, guesses: list[int]) -> list[list[int]]:
+        return [guesses[d * self.width : (d + 1) * self.width] for d in range(self.heads)]
+
+    def _piece(self, b: Branch, choices: Sequence[Sequence[int]]) -> Piece:
         if not (self.heads and b.guesses):
             return Piece(b.branch, b.start, tuple(b.feed))
-        table = [b.guesses[d * self.width : (d + 1) * self.width] for d in range(self.heads)]
-        return Piece(b.branch, b.start, tuple(b.feed), heads_tree(table, self.choices))
+        return Piece(b.branch, b.start, tuple(b.feed), heads_tree(self._table(b.guesses), choices))
 
     def send(self, branches: Sequence[Branch]) -> None:
         import torch
 
-        call = BranchCall.of([self._piece(b) for b in branches])
+        choices = self.sizer.choose(len(branches)) if self.sizer else self.choices
+        call = BranchCall.of([self._piece(b, choices) for b in branches])
         drops = self.drops
         gone = set(drops)
         self.slots = [s for i, s in enumerate(self.slots) if i not in gone]
@@ -153,6 +161,8 @@ class BranchDriver:
             )
             b.produced += emitted
             b.feed, b.guesses = [token], guesses
+            if self.sizer is not None and guesses:
+                self.sizer.observe(self._table(guesses), emitted, stream=branch)
             if emitted and emitted[-1] in self.eos:
                 b.done, b.finish = True, "stop"
             elif len(b.produced) >= b.budget:
@@ -174,8 +184,13 @@ class BranchDriver:
         for group in groups:
             if any(not b.done for b in group):
                 self.send([b for b in group if not b.done])
+        last = None  # when the answer before came: with calls in flight, a call's cost is the gap
         while self.flight:
             number, call, reply = self.receive()
+            now = time.perf_counter()
+            if self.sizer is not None and last is not None:
+                self.sizer.timed(len(call.tokens), now - last)
+            last = now
             for r in self.apply(number, call, reply, by):
                 yield r if stop is None else stop_within(by[r.branch], r, stop)
             group = groups[home[call.pieces[0][0]]]

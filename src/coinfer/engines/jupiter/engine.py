@@ -208,9 +208,11 @@ def _outline_driver(cluster: EdgeCluster, config: JupiterConfig, traffic: Traffi
     width = config.tree_width if heads is not None else 0
     cluster.begin(asdict(config.sampling), tree_width=width, branches=True)
     verifier = BranchVerifier(config.sampling, heads, max(width, 1)) if cluster.world == 1 else None
+    choices = widened_choices(heads.k, width) if heads else ()
     return BranchDriver(
         cluster.stage, cluster.world, traffic, eos=cluster.text.eos_ids, heads=heads.k if heads else 0,
-        width=max(width, 1), choices=widened_choices(heads.k, width) if heads else (), verifier=verifier,
+        width=max(width, 1), choices=choices, verifier=verifier,
+        sizer=TreeSizer(choices) if heads and config.adaptive_tree else None,
     )  # fmt: skip
 
 
@@ -256,6 +258,8 @@ def _outline_stream(
         raise _lost_device(exc) from exc
     driver.close()
     extras["devices"] = cluster.finish(traffic)
+    if driver.sizer is not None:
+        extras["tree"] = driver.sizer.summary()
     yield Response(detok.flush(), [], stats.snapshot(), finish, extras=extras)
 
 

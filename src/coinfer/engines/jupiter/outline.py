@@ -27,6 +27,7 @@ __all__ = [
     "point_end",
     "point_text",
     "route",
+    "whole_sentences",
 ]
 
 OUTLINE_DIRECTIVE = (
@@ -45,6 +46,7 @@ MAX_POINTS = 8
 
 _POINT = re.compile(r"^\s*(\d+)\.\s*(.+?)\s*$")
 _NEXT_POINT = re.compile(r"\n\s*\d+(\.(?!\d)|$)")  # "\n3." or, cut short, "\n3"
+_SENTENCE_END = re.compile(r"[.!?](?=\s)|[.!?]$|\n")
 
 
 def parse_outline(text: str) -> list[str]:
@@ -73,6 +75,13 @@ def point_end(expansion: str) -> int | None:
     ``\\n3`` that was cut before its dot), or None."""
     match = _NEXT_POINT.search(expansion)
     return match.start() if match else None
+
+
+def whole_sentences(expansion: str) -> str:
+    """A point's expansion that ran out of tokens, up to the end of its last whole
+    sentence (or line); as it is where it holds none."""
+    ends = [m.end() for m in _SENTENCE_END.finditer(expansion.rstrip())]
+    return expansion[: ends[-1]].rstrip() if ends else expansion
 
 
 def point_text(index: int, point: str, expansion: str) -> str:

@@ -29,6 +29,7 @@ from coinfer.engines.jupiter.outline import (
     parse_outline,
     point_end,
     point_text,
+    whole_sentences,
 )
 from coinfer.engines.jupiter.tree_pipeline import prefill_answer
 from coinfer.errors import ConfigError
@@ -208,7 +209,9 @@ def _points(
         yield OutlineEvent(round=r)
         while told < len(branches) and branches[told].done:
             kept = [t for t in branches[told].produced if t not in driver.eos]
-            yield OutlineEvent(text=text.detokenize(kept), point=told)
+            said = text.detokenize(kept)  # cut off by its budget: to its last whole sentence
+            cut = branches[told].finish == "length"
+            yield OutlineEvent(text=whole_sentences(said) if cut else said, point=told)
             told += 1
 
 
