@@ -167,7 +167,7 @@ def run_decode_bench(config: DecodeBenchConfig, *, log: Callable[[str], None]) -
             row: dict[str, Any] = {"half": half, "question": question}
             for name, how in systems.items():
                 row[name] = _one(cluster, question, config, how)
-                log(f"{half:8} {name:6} {row[name]['tok_s']:6.2f} tok/s  {question[:60]}")
+                log(f"{half:9} {name:6} {row[name]['tok_s']:6.2f} tok/s  {' '.join(question.split())[:60]}")
             rows.append(row)
     finally:
         cluster.close()
