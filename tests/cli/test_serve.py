@@ -34,19 +34,21 @@ def test_concurrent_clients_all_get_answers(smollm_path: Path) -> None:
     assert len(answers) == 4 and all(isinstance(a, str) for a in answers)
 
 
-def test_the_model_flag_and_the_batch_reach_the_server(monkeypatch: pytest.MonkeyPatch) -> None:
-    """--max-batch sizes both the model's per-conversation caches and the server's batches."""
+def _fake_serve(monkeypatch: pytest.MonkeyPatch, *argv: str) -> dict[str, object]:
+    """``coinfer serve ARGV`` with the model loading and the server faked: what reached them."""
     import coinfer.chat
     import coinfer.serve
 
-    made: dict[str, object] = {}
+    made: dict[str, object] = {"chats": []}
 
     class Model:
+        name = "m"
+
         def close(self) -> None:
             made["model_closed"] = True
 
     class Chat:
-        model = Model()
+        model, name, max_concurrent = Model(), "m", 3
 
         def close(self) -> None:
             made["chat_closed"] = True
@@ -54,8 +56,9 @@ def test_the_model_flag_and_the_batch_reach_the_server(monkeypatch: pytest.Monke
     class Server:
         url = "http://127.0.0.1:0/v1"
 
-        def __init__(self, chat: object, *, host: str, port: int, max_batch: int) -> None:
-            made["server"] = {"host": host, "port": port, "max_batch": max_batch}
+        def __init__(self, served: dict[str, object], *, host: str, port: int, api_key: str | None) -> None:
+            self.served = served
+            made["server"] = {"host": host, "port": port, "api_key": api_key, "served": served}
 
         def start(self) -> None:
             raise KeyboardInterrupt  # as if stopped at once
@@ -64,21 +67,59 @@ def test_the_model_flag_and_the_batch_reach_the_server(monkeypatch: pytest.Monke
             made["stopped"] = True
 
     def open_local_chat(spec: str, **options: object) -> Chat:
-        made["chat"] = {"spec": spec, **options}
+        made["chats"].append({"spec": spec, **options})  # type: ignore[attr-defined]
         return Chat()
 
     monkeypatch.setattr(coinfer.chat, "open_local_chat", open_local_chat)
-    monkeypatch.setattr(coinfer.serve, "ChatServer", Server)
-    args = build_parser().parse_args(["serve", "-m", "smollm2-135m", "--max-batch", "3", "--ctx", "1024"])
+    monkeypatch.setattr(coinfer.serve, "Server", Server)
+    args = build_parser().parse_args(["serve", *argv])
     assert isinstance(args, argparse.Namespace)
     with pytest.raises(KeyboardInterrupt):
         args.func(args)
-    assert made["server"] == {"host": "127.0.0.1", "port": 8000, "max_batch": 3}
-    assert made["chat"] == {
+    return made
+
+
+def test_the_model_flag_and_the_batch_reach_the_server(monkeypatch: pytest.MonkeyPatch) -> None:
+    """--max-batch sizes both the model's per-conversation caches and the server's batches."""
+    monkeypatch.setenv("COINFER_API_KEY", "k")
+    made = _fake_serve(
+        monkeypatch, "-m", "smollm2-135m", "--max-batch", "3", "--ctx", "1024", "--max-queue", "5"
+    )
+    server = made["server"]
+    assert isinstance(server, dict) and (server["host"], server["port"], server["api_key"]) == (
+        "127.0.0.1",
+        8000,
+        "k",
+    )
+    (served,) = server["served"].values()
+    assert served.name == "smollm2-135m" and served.engine == "plain" and served.max_queue == 5
+    assert made["chats"] == [{
         "spec": "smollm2-135m", "n_ctx": 1024, "parallel": 3, "keep": 2, "backend": "llama.cpp",
         "n_threads": None, "device": None,
-    }  # fmt: skip
-    assert made["stopped"] and made["chat_closed"] and made["model_closed"]
+    }]  # fmt: skip
+    assert made["stopped"] and made["model_closed"]  # the model the CLI loaded, closed by it
+
+
+def test_a_config_file_serves_several_models_by_name(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    config = tmp_path / "serve.toml"
+    config.write_text(
+        '[[model]]\nname = "small"\nmodel = "smollm2-135m"\nmax_batch = 2\n\n'
+        '[[model]]\nname = "big"\nmodel = "qwen2.5-coder-0.5b"\nctx = 2048\n'
+    )
+    made = _fake_serve(monkeypatch, "--config", str(config))
+    assert list(made["server"]["served"]) == ["small", "big"]  # type: ignore[index]
+    assert [(c["spec"], c["parallel"], c["n_ctx"]) for c in made["chats"]] == [  # type: ignore[attr-defined]
+        ("smollm2-135m", 2, 8192), ("qwen2.5-coder-0.5b", 8, 2048),
+    ]  # fmt: skip
+
+
+def test_a_bad_config_file_is_one_line_and_a_hint(tmp_path: Path) -> None:
+    config = tmp_path / "serve.toml"
+    config.write_text('[[model]]\nmodel = "smollm2-135m"\nspeed = "fast"\n')
+    assert_user_error(coinfer("serve", "--config", str(config), timeout=60), "speed")
+    assert_user_error(
+        coinfer("serve", "-m", "smollm2-135m", "--engine", "dragon", timeout=60), "not served yet"
+    )
 
 
 def test_serve_without_a_model_is_one_line_and_a_hint() -> None:

@@ -74,5 +74,7 @@ def test_body_fields_become_a_request() -> None:
         3,
         {"type": "object"},
     )
-    with pytest.raises(ConfigError, match="streaming"):
-        parse_chat_body({**body, "stream": True})
+    with pytest.raises(ConfigError, match="^n: "):  # the field named
+        parse_chat_body({**body, "n": 99})
+    with pytest.raises(ConfigError, match=r"^messages\.0\.role: "):
+        parse_chat_body({**body, "messages": [{"role": "robot", "content": "x"}]})

@@ -24,8 +24,9 @@ reply and retry, as the MinionS protocol does.
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Sequence
-from dataclasses import dataclass, field
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any
 
 import numpy as np
 
@@ -95,8 +96,19 @@ class LocalChat(ChatModel):
         return [self._result(i, [j for j in jobs if j.request == i]) for i in range(len(requests))]
 
     def _jobs(self, index: int, request: ChatRequest) -> list[_Job]:
-        prompt = self.model.chat_prompt(request.messages)
-        budget = min(request.max_tokens, self.model.n_ctx - len(prompt))
+        return self.new_jobs(
+            index, self.model.chat_prompt(request.messages), n=request.n, max_tokens=request.max_tokens,
+            params=SamplingParams(temperature=request.temperature, seed=request.seed),
+            json_schema=request.json_schema,
+        )  # fmt: skip
+
+    def new_jobs(
+        self, index: int, prompt: list[int], *, n: int, max_tokens: int, params: SamplingParams,
+        json_schema: Mapping[str, Any] | None = None,
+    ) -> list[_Job]:  # fmt: skip
+        """The ``n`` samples of one request as jobs for ``step`` (sample s seeded with
+        ``params.seed + s`` when a seed is given)."""
+        budget = min(max_tokens, self.model.n_ctx - len(prompt))
         if budget < 1:
             raise ContextOverflowError(
                 f"the conversation has {len(prompt)} tokens and {self.name}'s context window holds "
@@ -104,12 +116,11 @@ class LocalChat(ChatModel):
                 hint="send a shorter document or question, or load the local model with a larger --ctx",
             )
         jobs = []
-        for s in range(request.n):
-            seed = request.seed + s if request.seed is not None else None
+        for s in range(n):
+            seed = params.seed + s if params.seed is not None else None
             rng = np.random.default_rng(seed if seed is not None else [self._seed, self._calls, index, s])
-            params = SamplingParams(temperature=request.temperature, seed=seed)
-            constraint = self.model.json_constraint(request.json_schema) if request.json_schema else None
-            jobs.append(_Job(index, prompt, budget, params, rng, constraint=constraint))
+            constraint = self.model.json_constraint(json_schema) if json_schema else None
+            jobs.append(_Job(index, prompt, budget, replace(params, seed=seed), rng, constraint=constraint))
         return jobs
 
     def _run(self, jobs: list[_Job]) -> None:
@@ -117,20 +128,36 @@ class LocalChat(ChatModel):
         waiting, running = deque(jobs), list[_Job]()
         try:
             while waiting or running:
-                feed = self._admit(waiting, running)
-                for job in running:
-                    if job.logits is not None:
-                        token = self._next_token(job)
-                        if token is not None:
-                            feed.append((job, [token]))
-                running = [j for j in running if not self._retire(j)]
-                if feed:
-                    rows = self.model.extend_many([(_seq(j), ids) for j, ids in feed], last_only=True)
-                    for (job, _), logits in zip(feed, rows, strict=True):
-                        job.logits = logits[-1]
+                running = self.step(waiting, running)
         finally:
             for job in jobs:
                 self._retire(job, force=True)
+
+    def step(self, waiting: deque[_Job], running: list[_Job]) -> list[_Job]:
+        """One step of continuous batching: admit what fits from ``waiting``, choose each
+        running job's next token, retire the finished (and cancelled) ones, and feed the
+        model once. Returns the jobs still running."""
+        feed = self._admit(waiting, running)
+        for job in running:
+            if job.logits is not None and job.finish is None:
+                token = self._next_token(job)
+                if token is not None:
+                    feed.append((job, [token]))
+        running = [j for j in running if not self._retire(j)]
+        feed = [(j, ids) for j, ids in feed if j.finish is None]
+        if feed:
+            rows = self.model.extend_many([(_seq(j), ids) for j, ids in feed], last_only=True)
+            for (job, _), logits in zip(feed, rows, strict=True):
+                job.logits = logits[-1]
+        return running
+
+    def cancel(self, job: _Job, waiting: deque[_Job]) -> None:
+        """Stop ``job`` (its client went away): out of ``waiting``, or retired, its cache
+        released, at the next ``step``."""
+        job.finish = job.finish or "cancelled"
+        if job in waiting:
+            waiting.remove(job)
+            self._retire(job, force=True)
 
     def _admit(self, waiting: deque[_Job], running: list[_Job]) -> list[tuple[_Job, list[int]]]:
         """Start waiting jobs while slots and (on a shared cache) cells allow; their prompts to feed."""

@@ -366,6 +366,9 @@ def add_parser(sub: Any) -> None:
     _add_llmcad(bench)
     _add_dragon(bench)
     _add_jupiter(bench)
+    from coinfer.cli.bench_serve import add_serve_bench
+
+    add_serve_bench(bench)
 
     p = bench.add_parser("minions", help="local-remote protocols: accuracy against remote tokens and dollars")
     p.add_argument("--out", default="bench-results/minions")

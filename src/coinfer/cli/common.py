@@ -52,14 +52,16 @@ class Parser(argparse.ArgumentParser):
 
 
 def add_model_flags(
-    p: argparse.ArgumentParser, *, default: str | None = DEFAULT_MODEL, ctx: int = 4096, ctx_help: str = ""
-) -> None:
-    """--model/-m, --backend/-b, --ctx, --threads, --device."""
+    p: argparse.ArgumentParser, *, default: str | None = DEFAULT_MODEL, ctx: int = 4096, ctx_help: str = "",
+    required: bool | None = None,
+) -> None:  # fmt: skip
+    """--model/-m (``required``: by default when it has no default), --backend/-b, --ctx,
+    --threads, --device."""
     p.add_argument(
         "--model",
         "-m",
         default=default,
-        required=default is None,
+        required=default is None if required is None else required,
         help="catalogue name, .gguf file, model directory or Hub id"
         + (" (default: %(default)s)" if default else ""),
     )

@@ -1,55 +1,160 @@
-"""``coinfer serve``: a model behind an OpenAI-compatible HTTP API on loopback.
+"""``coinfer serve``: a model behind an OpenAI-compatible HTTP API (Starlette on uvicorn),
+on loopback unless ``--host`` says otherwise.
 
-The model is loaded for chat like ``open_local_chat``: on llama.cpp each conversation gets
-its own ``--ctx`` cells (``--max-batch`` decoded together, ``--keep`` finished ones kept
-for prefix reuse), and ``--max-batch`` is also how many queued requests the server hands
-to the model at once."""
+``--engine plain`` decodes every request in one continuous batch (on llama.cpp each
+conversation gets its own ``--ctx`` cells, ``--max-batch`` decoded together, ``--keep``
+finished ones kept for prefix reuse); ``--engine speculative`` runs the speculative
+engine with ``--draft``, one request at a time. ``--api-key`` (or ``$COINFER_API_KEY``)
+is then required on every route but ``/health``."""
 
 from __future__ import annotations
 
 import argparse
+import os
 import signal
 import threading
 from contextlib import suppress
+from pathlib import Path
 from typing import Any
 
-from coinfer.cli.common import add_model_flags, open_chat_from_args
+from coinfer.cli.common import add_draft_flags, add_model_flags, err, load_from_args, open_chat_from_args
+from coinfer.errors import ConfigError
 
 __all__ = ["add_parser", "cmd_serve"]
 
+LOOPBACK = ("127.0.0.1", "::1", "localhost")
+
+
+def _all_served(args: argparse.Namespace) -> dict[str, Any]:
+    """Every served model: the flags' one, or each ``[[model]]`` table of ``--config``
+    (its keys are the flags' names, ``max_batch`` for ``--max-batch``; the flags fill in
+    what a table leaves out)."""
+    if args.config is None:
+        if args.model is None:
+            raise ConfigError("name the model to serve with --model", hint="or several in --config FILE.toml")
+        return _served(args)
+    tables = _read_config(args.config)
+    out: dict[str, Any] = {}
+    for table in tables:
+        unknown = set(table) - (set(vars(args)) - {"func", "config"})
+        if unknown or "model" not in table:
+            raise ConfigError(
+                f"{args.config}: a [[model]] table needs 'model' and takes the flags' names, "
+                f"not {', '.join(sorted(unknown)) or 'nothing'}",
+                hint='e.g. model = "smollm2-135m", engine = "plain", max_batch = 8',
+            )
+        one = argparse.Namespace(**{**vars(args), **table})
+        name = one.name or one.model
+        if name in out:
+            raise ConfigError(f"{args.config}: two models are served as {name!r}", hint="give each a name")
+        out |= _served(one)
+    return out
+
+
+def _read_config(path: str) -> list[dict[str, Any]]:
+    try:
+        import tomllib
+    except ModuleNotFoundError:  # Python 3.10
+        import tomli as tomllib  # type: ignore[no-redef]
+    try:
+        data = tomllib.loads(Path(path).read_text(encoding="utf-8"))
+    except (OSError, tomllib.TOMLDecodeError) as exc:
+        raise ConfigError(f"cannot read {path}: {exc}", hint="a TOML file of [[model]] tables") from exc
+    tables = data.get("model")
+    if not isinstance(tables, list) or not tables or not all(isinstance(t, dict) for t in tables):
+        raise ConfigError(f"{path} holds no [[model]] tables", hint='add [[model]] with model = "NAME"')
+    return tables
+
+
+def _served(args: argparse.Namespace) -> dict[str, Any]:
+    """The served model the flags describe, by the name clients send as ``model``."""
+    from coinfer.serve.engines import SERVED_ENGINES, plain_served, speculative_served
+
+    name = args.name or args.model
+    if args.engine not in SERVED_ENGINES:
+        raise ConfigError(
+            f"--engine {args.engine} is not served yet", hint=f"serve one of: {', '.join(SERVED_ENGINES)}"
+        )
+    if args.engine == "plain":
+        chat = open_chat_from_args(
+            args, args.model, n_ctx=args.ctx, parallel=args.max_batch, keep=args.keep, quiet=True
+        )
+        return {name: plain_served(chat, name=name, max_queue=args.max_queue)}
+    options: dict[str, Any] = {"hidden_states": True} if args.draft.startswith("heads:") else {}
+    target = load_from_args(args, quiet=True, **options)
+    drafter = _drafter(args, target)
+    return {name: speculative_served(target, drafter, name=name, draft_tokens=args.draft_tokens,
+                                     max_queue=args.max_queue)}  # fmt: skip
+
+
+def _drafter(args: argparse.Namespace, target: Any) -> Any:
+    from coinfer.decoding import TextDrafter, open_drafter
+
+    if args.draft == "none":
+        return None
+    drafter = open_drafter(
+        args.draft, target, load=lambda name: load_from_args(args, name, quiet=True),
+        draft_prompts=lambda model: [], target_prompt_lens=[],
+    )  # fmt: skip
+    if isinstance(drafter, TextDrafter):
+        drafter.close()
+        raise ConfigError(
+            f"--draft {args.draft} tokenizes differently from {target.name}: not served yet",
+            hint="serve with --draft ngram, heads:DIR or a draft model of the target's vocabulary",
+        )
+    return drafter
+
 
 def cmd_serve(args: argparse.Namespace) -> int:
-    from coinfer.serve import ChatServer
+    from coinfer.serve import Server
     from coinfer.serve.process import READY_PREFIX
 
-    chat = open_chat_from_args(
-        args, args.model, n_ctx=args.ctx, parallel=args.max_batch, keep=args.keep, quiet=True
-    )
-    server = ChatServer(chat, host=args.host, port=args.port, max_batch=args.max_batch)
+    key = args.api_key or os.environ.get("COINFER_API_KEY") or None
+    if args.host not in LOOPBACK and not key:
+        err(f"warning: serving on {args.host} with no API key: anyone who can reach it can use it")
+    server = Server(_all_served(args), host=args.host, port=args.port, api_key=key)
     try:
         server.start()
-        print(f"{READY_PREFIX}{args.model} at {server.url}", flush=True)
+        print(f"{READY_PREFIX}{', '.join(server.served)} at {server.url}", flush=True)
         stop = threading.Event()
         signal.signal(signal.SIGTERM, lambda *_: stop.set())
         with suppress(KeyboardInterrupt):
             stop.wait()
     finally:
         server.stop()
-        chat.close()
-        chat.model.close()
+        for served in server.served.values():
+            model = getattr(served, "model", None)
+            if model is not None and hasattr(model, "close"):
+                model.close()
     return 0
 
 
 def add_parser(sub: Any) -> None:
+    from coinfer.serve.engines import ENGINES
+
     p = sub.add_parser("serve", help="serve a model over an OpenAI-compatible HTTP API")
     add_model_flags(
-        p, default=None, ctx=8192, ctx_help="each conversation's window in tokens (default: %(default)s)"
+        p, default=None, required=False, ctx=8192,
+        ctx_help="each conversation's window in tokens (default: %(default)s)",
+    )  # fmt: skip
+    p.add_argument(
+        "--engine", default="plain", choices=ENGINES, help="how requests are decoded (default: plain)"
     )
+    add_draft_flags(p)
+    p.add_argument("--name", default=None, help="the model name clients send (default: --model)")
+    p.add_argument("--config", default=None, help="a TOML file of [[model]] tables: several models served")
     p.add_argument("--host", default="127.0.0.1", help="address to bind (default: loopback only)")
     p.add_argument("--port", type=int, default=8000, help="0 picks a free port (default: %(default)s)")
     p.add_argument(
+        "--api-key", default=None, help="require this bearer key (default: $COINFER_API_KEY, else none)"
+    )
+    p.add_argument(
         "--max-batch", type=int, default=8, help="requests decoded together (default: %(default)s)"
     )
+    p.add_argument(
+        "--max-queue", type=int, default=64,
+        help="requests waiting or running before the server answers 429 (default: %(default)s)",
+    )  # fmt: skip
     p.add_argument(
         "--keep",
         type=int,

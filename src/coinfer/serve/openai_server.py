@@ -1,198 +1,107 @@
-"""An OpenAI-compatible chat-completions server over any ``ChatModel``.
+"""The server: the app (``serve.app``) on uvicorn, on a thread of this process.
 
-``ChatServer(model).start()`` listens on loopback (unless told another host) and answers
-``POST /v1/chat/completions`` (non-streaming) and ``GET /v1/models`` the way OpenAI's API
-does, usage included, so the official client and every tool built on it work unchanged.
-Requests that arrive together are answered together: one worker thread takes every
-request waiting in the queue (up to ``max_batch``) and hands them to ``chat_batch``, so
-a local model decodes concurrent requests in one batch. Bodies are JSON, checked field by
-field; a bad request gets HTTP 400 with an OpenAI-style error object.
+``Server({name: served}).start()`` binds (loopback unless told another host; port 0 picks
+a free one), serves until ``stop`` and then closes the served models. ``ChatServer(model)``
+serves one ``ChatModel`` (a remote API, a scripted fake), its queued requests answered in
+batches.
 """
 
 from __future__ import annotations
 
-import json
-import queue
+import socket
 import threading
 import time
-import uuid
-from concurrent.futures import Future
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from collections.abc import Mapping
 from typing import Any
 
-from coinfer.chat.base import ChatModel, ChatRequest, ChatResult
-from coinfer.errors import CoinferError, ConfigError, ContextOverflowError
+from coinfer.chat.base import ChatModel
+from coinfer.errors import ConfigError
+from coinfer.serve.app import build_app
+from coinfer.serve.served import ChatServed, Served
 
-__all__ = ["ChatServer", "parse_chat_body"]
+__all__ = ["ChatServer", "Server"]
 
-MAX_BODY = 64 << 20  # bytes
-
-
-def parse_chat_body(body: dict[str, Any]) -> ChatRequest:
-    """A ``ChatRequest`` from an OpenAI chat-completions body; ``ConfigError`` says what is wrong."""
-    if not isinstance(body, dict):
-        raise ConfigError("the body must be a JSON object")
-    if body.get("stream"):
-        raise ConfigError("streaming is not supported by this server; send stream=false")
-    messages = body.get("messages")
-    if not isinstance(messages, list) or not all(isinstance(m, dict) for m in messages):
-        raise ConfigError("'messages' must be a list of {role, content} objects")
-    fmt = body.get("response_format") or {}
-    schema = None
-    if isinstance(fmt, dict) and fmt.get("type") == "json_schema":
-        schema = (fmt.get("json_schema") or {}).get("schema")
-    try:
-        return ChatRequest(
-            messages=[{"role": m.get("role"), "content": m.get("content")} for m in messages],
-            n=int(body.get("n") or 1),
-            max_tokens=int(body.get("max_completion_tokens") or body.get("max_tokens") or 512),
-            temperature=float(body.get("temperature", 1.0) if body.get("temperature") is not None else 1.0),
-            json_schema=schema,
-            seed=None if body.get("seed") is None else int(body["seed"]),
-        )
-    except (TypeError, ValueError) as exc:
-        raise ConfigError(f"a field has the wrong type: {exc}") from exc
+BACKLOG = 2048  # connections the kernel holds before the server accepts them
 
 
-def completion_body(model: str, result: ChatResult) -> dict[str, Any]:
-    """The OpenAI response object for a result."""
-    return {
-        "id": f"chatcmpl-{uuid.uuid4().hex[:24]}",
-        "object": "chat.completion",
-        "created": int(time.time()),
-        "model": model,
-        "choices": [
-            {"index": i, "message": {"role": "assistant", "content": text}, "finish_reason": reason}
-            for i, (text, reason) in enumerate(zip(result.texts, result.finish_reasons, strict=True))
-        ],
-        "usage": {
-            "prompt_tokens": result.usage.prompt_tokens,
-            "completion_tokens": result.usage.completion_tokens,
-            "total_tokens": result.usage.total_tokens,
-        },
-    }
-
-
-class ChatServer:
-    """Serve ``model`` over HTTP; ``start()`` returns once it listens, ``url`` is its base URL."""
+class Server:
+    """Serve ``served`` (name -> served model, started here) over HTTP; ``url`` is the
+    API's base (``…/v1``)."""
 
     def __init__(
-        self, model: ChatModel, *, host: str = "127.0.0.1", port: int = 0, max_batch: int = 8
-    ) -> None:
-        self.model = model
-        self.max_batch = max_batch
-        self._queue: queue.Queue[tuple[ChatRequest, Future[ChatResult]] | None] = queue.Queue()
-        self._httpd = ThreadingHTTPServer((host, port), self._handler())
-        self._httpd.daemon_threads = True
-        self._threads: list[threading.Thread] = []
+        self, served: Mapping[str, Served], *, host: str = "127.0.0.1", port: int = 0,
+        api_key: str | None = None,
+    ) -> None:  # fmt: skip
+        self.served = dict(served)
+        self.host, self.port, self.api_key = host, port, api_key
+        self._sock: socket.socket | None = None
+        self._server: Any = None
+        self._thread: threading.Thread | None = None
 
     @property
     def url(self) -> str:
-        host, port = self._httpd.server_address[:2]
-        return f"http://{host!s}:{port}/v1"
+        if self._sock is None:
+            raise ConfigError("the server is not started")
+        host, port = self._sock.getsockname()[:2]
+        host = f"[{host}]" if ":" in host else host
+        return f"http://{host}:{port}/v1"
 
-    def start(self) -> ChatServer:
-        self._threads = [
-            threading.Thread(target=self._httpd.serve_forever, daemon=True),
-            threading.Thread(target=self._work, daemon=True),
-        ]
-        for t in self._threads:
-            t.start()
+    def start(self, *, timeout_s: float = 30.0) -> Server:
+        import uvicorn
+
+        family = socket.AF_INET6 if ":" in self.host else socket.AF_INET
+        sock = socket.socket(family, socket.SOCK_STREAM)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind((self.host, self.port))
+        except OSError as exc:
+            sock.close()
+            raise ConfigError(
+                f"cannot listen on {self.host}:{self.port}: {exc}", hint="pick another --port"
+            ) from exc
+        sock.listen(BACKLOG)
+        self._sock = sock
+        for s in self.served.values():
+            s.start()
+        app = build_app(self.served, api_key=self.api_key)
+        config = uvicorn.Config(app, log_level="warning", access_log=False, lifespan="off", backlog=BACKLOG,
+                                timeout_graceful_shutdown=5)  # fmt: skip
+        self._server = uvicorn.Server(config)
+        self._thread = threading.Thread(target=self._server.run, kwargs={"sockets": [sock]}, daemon=True)
+        self._thread.start()
+        deadline = time.monotonic() + timeout_s
+        while not self._server.started:
+            if not self._thread.is_alive() or time.monotonic() > deadline:
+                self.stop()
+                raise ConfigError("the server did not start", hint="see the log above")
+            time.sleep(0.01)
         return self
 
     def stop(self) -> None:
-        self._httpd.shutdown()
-        self._httpd.server_close()
-        self._queue.put(None)
-        for t in self._threads:
-            t.join(timeout=10)
+        if self._server is not None:
+            self._server.should_exit = True
+        if self._thread is not None:
+            self._thread.join(timeout=15)
+        for s in self.served.values():
+            s.close()
+        if self._sock is not None:
+            self._sock.close()
 
-    def __enter__(self) -> ChatServer:
+    def __enter__(self) -> Server:
         return self.start()
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
 
-    def submit(self, request: ChatRequest) -> ChatResult:
-        """Queue a request for the batching worker and wait for its result."""
-        done: Future[ChatResult] = Future()
-        self._queue.put((request, done))
-        return done.result()
 
-    def _work(self) -> None:
-        """Answer whatever is queued, together, until stopped."""
-        while True:
-            first = self._queue.get()
-            if first is None:
-                return
-            batch = [first]
-            while len(batch) < self.max_batch:
-                try:
-                    item = self._queue.get_nowait()
-                except queue.Empty:
-                    break
-                if item is None:
-                    self._queue.put(None)
-                    break
-                batch.append(item)
-            self._answer(batch)
+class ChatServer(Server):
+    """One ``ChatModel`` served (``max_batch`` queued requests answered together)."""
 
-    def _answer(self, batch: list[tuple[ChatRequest, Future[ChatResult]]]) -> None:
-        try:
-            results = self.model.chat_batch([r for r, _ in batch])
-        except BaseException as exc:  # noqa: BLE001 - every waiting request learns of the failure
-            for _, done in batch:
-                done.set_exception(exc)
-            return
-        for (_, done), result in zip(batch, results, strict=True):
-            done.set_result(result)
-
-    def _handler(self) -> type[BaseHTTPRequestHandler]:
-        server = self
-
-        class Handler(BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"
-
-            def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - the base's name
-                return None  # quiet: the caller reports what matters
-
-            def do_GET(self) -> None:  # noqa: N802 - the base's name
-                if self.path.rstrip("/") in ("/v1/models", "/models"):
-                    model = {"id": server.model.name, "object": "model", "owned_by": "coinfer"}
-                    self._send(200, {"object": "list", "data": [model]})
-                else:
-                    self._send(404, _error(f"no route {self.path}", "not_found"))
-
-            def do_POST(self) -> None:  # noqa: N802 - the base's name
-                if self.path.rstrip("/") not in ("/v1/chat/completions", "/chat/completions"):
-                    self._send(404, _error(f"no route {self.path}", "not_found"))
-                    return
-                try:
-                    request = parse_chat_body(self._body())
-                    result = server.submit(request)
-                except (ConfigError, ContextOverflowError, ValueError) as exc:
-                    self._send(400, _error(str(exc), "invalid_request_error"))
-                except CoinferError as exc:
-                    self._send(500, _error(str(exc), "server_error"))
-                else:
-                    self._send(200, completion_body(server.model.name, result))
-
-            def _body(self) -> Any:
-                length = int(self.headers.get("Content-Length") or 0)
-                if not 0 < length <= MAX_BODY:
-                    raise ConfigError(f"the body must be 1 to {MAX_BODY} bytes of JSON")
-                return json.loads(self.rfile.read(length))
-
-            def _send(self, status: int, payload: dict[str, Any]) -> None:
-                data = json.dumps(payload).encode()
-                self.send_response(status)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
-
-        return Handler
-
-
-def _error(message: str, kind: str) -> dict[str, Any]:
-    return {"error": {"message": message, "type": kind, "param": None, "code": None}}
+    def __init__(
+        self, model: ChatModel, *, host: str = "127.0.0.1", port: int = 0, max_batch: int = 8,
+        api_key: str | None = None,
+    ) -> None:  # fmt: skip
+        super().__init__(
+            {model.name: ChatServed(model, max_batch=max_batch)}, host=host, port=port, api_key=api_key
+        )
+        self.model = model

@@ -74,6 +74,13 @@ class ServerProcess:
         self.url = line.rsplit(" at ", 1)[-1].strip()
         return self
 
+    @property
+    def pid(self) -> int:
+        """The server's process id (once started)."""
+        if self._proc is None:
+            raise ModelError("the server is not started")
+        return self._proc.pid
+
     def _first_line(self) -> str:
         assert self._proc is not None and self._proc.stdout is not None
         return self._proc.stdout.readline()

@@ -1,0 +1,193 @@
+"""The server under load: ``clients`` concurrent streaming clients of the official ``openai``
+client against ``coinfer serve`` in its own process, a bounded number of requests and a
+deadline; then each request served alone, to compare.
+
+Checked: no error other than 429s (an honest refusal: the client waits ``Retry-After``
+and sends again), every stream complete (a finish reason), every greedy text identical to
+the same request served alone, and the server's memory (its resident set) back within 10%
+of where it started. The requests are HumanEval's prompts, as a user would send them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from coinfer.errors import ConfigError
+
+__all__ = ["LoadConfig", "LoadResult", "load_prompts", "run_load"]
+
+
+@dataclass(frozen=True)
+class LoadConfig:
+    model: str = "smollm2-135m"
+    engine: str = "plain"
+    clients: int = 32
+    requests: int = 32
+    max_tokens: int = 48
+    max_batch: int = 8
+    max_queue: int = 64
+    ctx: int = 1024
+    deadline_s: float = 600.0
+
+    def __post_init__(self) -> None:
+        if self.clients < 1 or self.requests < 1 or self.max_tokens < 1 or self.deadline_s <= 0:
+            raise ConfigError("clients, requests and max_tokens must be >= 1, the deadline > 0")
+
+
+@dataclass
+class _Stream:
+    prompt: int
+    text: str = ""
+    finish: str | None = None
+    error: str | None = None
+    rate_limited: int = 0
+    first_s: float | None = None
+    seconds: float = 0.0
+    tokens: int = 0  # the server's count (the stream's usage)
+
+
+@dataclass
+class LoadResult:
+    config: dict[str, Any]
+    streams: int = 0
+    complete: int = 0
+    errors: list[str] = field(default_factory=list)
+    rate_limited: int = 0
+    identical: int = 0
+    different: list[int] = field(default_factory=list)
+    wall_s: float = 0.0
+    tokens: int = 0  # completion tokens of every stream
+    rss_start_mb: float = 0.0
+    rss_end_mb: float = 0.0
+    ttft_median_s: float = 0.0
+
+    @property
+    def passed(self) -> bool:
+        memory_ok = self.rss_end_mb <= 1.10 * self.rss_start_mb
+        return not self.errors and self.complete == self.streams and not self.different and memory_ok
+
+    def as_dict(self) -> dict[str, Any]:
+        return {**asdict(self), "passed": self.passed}
+
+
+def load_prompts(n: int) -> list[str]:
+    """``n`` requests: HumanEval's prompts in a chat request."""
+    from coinfer.bench.workloads import humaneval_problems
+
+    problems = humaneval_problems()
+    return [
+        f"Complete this Python function.\n\n```python\n{problems[i % len(problems)]['prompt']}```"
+        for i in range(n)
+    ]
+
+
+def _rss_mb(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    return 0.0
+
+
+async def _one(client: Any, model: str, prompt: str, max_tokens: int, index: int, deadline: float) -> _Stream:
+    """One streaming request; after a 429 it waits ``Retry-After`` and sends again."""
+    import openai
+
+    s = _Stream(index)
+    t0 = time.perf_counter()
+    while True:
+        try:
+            chunks = await client.chat.completions.create(
+                model=model, messages=[{"role": "user", "content": prompt}], temperature=0,
+                max_tokens=max_tokens, stream=True, stream_options={"include_usage": True},
+            )  # fmt: skip
+            async for c in chunks:
+                if c.usage is not None:
+                    s.tokens = c.usage.completion_tokens
+                if c.choices:
+                    if c.choices[0].delta.content and s.first_s is None:
+                        s.first_s = time.perf_counter() - t0
+                    s.text += c.choices[0].delta.content or ""
+                    s.finish = c.choices[0].finish_reason or s.finish
+            break
+        except openai.RateLimitError as exc:
+            s.rate_limited += 1
+            wait = float(exc.response.headers.get("retry-after", "1"))
+            if time.monotonic() + wait > deadline:
+                s.error = "rate limited past the deadline"
+                break
+            await asyncio.sleep(wait)
+        except openai.OpenAIError as exc:
+            s.error = f"{type(exc).__name__}: {exc}"
+            break
+    s.seconds = time.perf_counter() - t0
+    return s
+
+
+async def _storm(url: str, config: LoadConfig, prompts: list[str]) -> list[_Stream]:
+    import openai
+
+    deadline = time.monotonic() + config.deadline_s
+    client = openai.AsyncOpenAI(base_url=url, api_key="load", max_retries=0, timeout=config.deadline_s)
+    pending = list(range(config.requests))
+    out: list[_Stream] = []
+
+    async def worker() -> None:
+        while pending and time.monotonic() < deadline:
+            i = pending.pop(0)
+            out.append(await _one(client, config.model, prompts[i], config.max_tokens, i, deadline))
+
+    try:
+        await asyncio.gather(*[worker() for _ in range(config.clients)])
+    finally:
+        await client.close()
+    return out
+
+
+def _alone(url: str, config: LoadConfig, prompt: str) -> str:
+    import openai
+
+    client = openai.OpenAI(base_url=url, api_key="load", timeout=config.deadline_s)
+    r = client.chat.completions.create(
+        model=config.model,
+        messages=[{"role": "user", "content": prompt}],
+        temperature=0,
+        max_tokens=config.max_tokens,
+    )
+    return str(r.choices[0].message.content)
+
+
+def run_load(config: LoadConfig) -> LoadResult:
+    """Start the server, run the storm, then each request alone; the result."""
+    import statistics
+
+    from coinfer.serve.process import ServerProcess
+
+    prompts = load_prompts(config.requests)
+    extra = ["--engine", config.engine, "--max-queue", str(config.max_queue), "--keep", "0"]
+    result = LoadResult(asdict(config))
+    with ServerProcess(config.model, ctx=config.ctx, max_batch=config.max_batch, extra_args=extra) as server:
+        _alone(server.url, config, prompts[0])  # warm: the first request's allocations are not a leak
+        result.rss_start_mb = round(_rss_mb(server.pid), 1)
+        t0 = time.perf_counter()
+        streams = asyncio.run(_storm(server.url, config, prompts))
+        result.wall_s = round(time.perf_counter() - t0, 2)
+        time.sleep(1.0)
+        result.rss_end_mb = round(_rss_mb(server.pid), 1)
+        alone = {i: _alone(server.url, config, prompts[i]) for i in sorted({s.prompt for s in streams})}
+    result.streams = config.requests
+    result.complete = sum(s.finish in ("stop", "length") and s.error is None for s in streams)
+    result.errors = [f"request {s.prompt}: {s.error}" for s in streams if s.error]
+    result.errors += [
+        f"request {i}: never sent" for i in sorted(set(range(config.requests)) - {s.prompt for s in streams})
+    ]
+    result.rate_limited = sum(s.rate_limited for s in streams)
+    result.different = sorted(s.prompt for s in streams if s.error is None and s.text != alone[s.prompt])
+    result.identical = sum(s.error is None and s.text == alone[s.prompt] for s in streams)
+    result.tokens = sum(s.tokens for s in streams)
+    firsts = [s.first_s for s in streams if s.first_s is not None]
+    result.ttft_median_s = round(statistics.median(firsts), 3) if firsts else 0.0
+    return result

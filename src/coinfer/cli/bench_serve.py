@@ -1,0 +1,88 @@
+"""``coinfer bench serve``: the server under a storm of streaming clients (``bench.serve_load``)
+and its speed against llama.cpp's own server as a client sees it (``bench.serve_speed``)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+from typing import Any
+
+from coinfer.cli.common import err
+
+__all__ = ["add_serve_bench", "cmd_bench_serve"]
+
+
+def cmd_bench_serve(args: argparse.Namespace) -> int:
+    passed = _load(args) if args.part in ("load", "all") else True
+    if args.part in ("speed", "all"):
+        _speed(args)
+    return 0 if passed else 1
+
+
+def _speed(args: argparse.Namespace) -> None:
+    from coinfer.bench.report import write_json
+    from coinfer.bench.serve_speed import SpeedConfig, run_speed
+
+    config = SpeedConfig(
+        model=args.speed_model, max_tokens=args.speed_tokens, per_category=1 if args.quick else 4
+    )
+    report = run_speed(config, log=err)
+    write_json(Path(args.out) / "speed.json", report)
+    if args.json:
+        print(json.dumps(report["summary"]))
+        return
+    for name, s in report["summary"].items():
+        err(
+            f"{name}: {s['geomean_vs_plain']}x coinfer plain serving (min {s['min_vs_plain']}x), "
+            f"{s['identical_to_plain']}/{s['prompts']} texts identical"
+        )
+    if not any(k.startswith("llama-server") for k in report["systems"]):
+        err("note: llama-server is not built here: coinfer bench speculative --build-peers builds it")
+
+
+def _load(args: argparse.Namespace) -> bool:
+    from coinfer.bench.report import write_json
+    from coinfer.bench.serve_load import LoadConfig, run_load
+
+    clients = 8 if args.quick else args.clients
+    requests = clients if args.quick else args.requests
+    config = LoadConfig(
+        model=args.model, engine=args.engine, clients=clients, requests=requests, max_tokens=args.max_tokens,
+        max_batch=args.max_batch,
+    )  # fmt: skip
+    err(f"{requests} requests from {clients} streaming clients against coinfer serve {args.model}…")
+    result = run_load(config).as_dict()
+    write_json(Path(args.out) / "load.json", result)
+    if args.json:
+        print(json.dumps(result))
+    else:
+        err(
+            f"{result['complete']}/{result['streams']} streams complete, {len(result['errors'])} errors, "
+            f"{result['rate_limited']} honest 429s, {result['identical']} identical to the request alone; "
+            f"{result['tokens']} tokens in {result['wall_s']} s; memory {result['rss_start_mb']} -> "
+            f"{result['rss_end_mb']} MB; {'passed' if result['passed'] else 'FAILED'}; "
+            f"wrote {args.out}/load.json"
+        )
+    return bool(result["passed"])
+
+
+def add_serve_bench(bench: Any) -> None:
+    p = bench.add_parser("serve", help="coinfer serve under concurrent streaming clients (the load test)")
+    p.add_argument("--out", default="bench-results/serve")
+    p.add_argument("--model", "-m", default="smollm2-135m")
+    p.add_argument("--engine", default="plain", choices=["plain", "speculative"])
+    p.add_argument(
+        "--clients", type=int, default=32, help="concurrent streaming clients (default: %(default)s)"
+    )
+    p.add_argument("--requests", type=int, default=32, help="requests in all (default: %(default)s)")
+    p.add_argument("--max-tokens", type=int, default=48)
+    p.add_argument("--max-batch", type=int, default=8, help="the server's batch (default: %(default)s)")
+    p.add_argument(
+        "--part", default="all", choices=["load", "speed", "all"], help="what to run (default: all)"
+    )
+    p.add_argument("--speed-model", default="qwen2.5-coder-1.5b", help="the speed part's model")
+    p.add_argument("--speed-tokens", type=int, default=192, help="the speed part's tokens per answer")
+    p.add_argument("--quick", action="store_true", help="8 clients and 8 requests; one prompt per category")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_bench_serve)

@@ -1,0 +1,330 @@
+"""The OpenAI-compatible HTTP API as a Starlette app over served models (``served``).
+
+Routes: ``POST /v1/chat/completions`` and ``/v1/completions`` (server-sent events with
+``stream``, else one JSON body), ``GET /v1/models``, ``/health`` and ``/metrics``. The
+request's ``model`` picks the served model (the first when left out). Every answer carries
+the engine's ``DecodeStats`` and extras in a ``coinfer`` field, which OpenAI's clients
+ignore. A client that goes away cancels its request. Errors are OpenAI's error objects:
+400 names the field, 401 without the key, 404 for an unknown model, 413 past the body
+cap, 429 with ``Retry-After`` past the queue.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hmac
+import json
+import time
+import uuid
+from collections.abc import AsyncIterator, Mapping
+from typing import Any
+
+from sse_starlette.sse import EventSourceResponse
+from starlette.applications import Starlette
+from starlette.requests import ClientDisconnect, Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
+from starlette.types import ASGIApp, Receive, Scope, Send
+
+from coinfer.errors import CoinferError, ConfigError, ContextOverflowError
+from coinfer.serve.metrics import CONTENT_TYPE_LATEST, ServerMetrics
+from coinfer.serve.schemas import ServeRequest, read_body
+from coinfer.serve.served import Event, Served, ServerBusy, Ticket
+
+__all__ = ["MAX_BODY", "build_app"]
+
+MAX_BODY = 64 << 20  # bytes of JSON in a request
+OPEN_PATHS = ("/health",)  # answered without the key
+
+
+class _ClientGone(Exception):
+    pass
+
+
+def error_response(
+    status: int, message: str, kind: str, headers: Mapping[str, str] | None = None
+) -> JSONResponse:
+    body = {"error": {"message": message, "type": kind, "param": None, "code": None}}
+    return JSONResponse(body, status_code=status, headers=dict(headers or {}))
+
+
+class _Auth:
+    """Every route but ``/health`` needs ``Authorization: Bearer KEY`` when a key is set."""
+
+    def __init__(self, app: ASGIApp, key: str | None) -> None:
+        self.app, self.key = app, (key or "").encode()
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http" and self.key and scope["path"] not in OPEN_PATHS:
+            given = dict(scope.get("headers") or []).get(b"authorization", b"")
+            if not hmac.compare_digest(given, b"Bearer " + self.key):
+                answer = error_response(401, "a valid API key is needed (Authorization: Bearer KEY)",
+                                        "invalid_request_error")  # fmt: skip
+                await answer(scope, receive, send)
+                return
+        await self.app(scope, receive, send)
+
+
+async def _json(request: Request) -> Any:
+    if int(request.headers.get("content-length") or 0) > MAX_BODY:
+        raise _TooLarge
+    body = bytearray()
+    async for chunk in request.stream():
+        body += chunk
+        if len(body) > MAX_BODY:
+            raise _TooLarge
+    try:
+        return json.loads(body)
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"the body is not JSON: {exc}") from None
+
+
+class _TooLarge(Exception):
+    pass
+
+
+def _finish(reason: str | None) -> str:
+    return reason if reason in ("stop", "length") else "length"
+
+
+class _Api:
+    """The handlers, over ``served`` (name -> served model)."""
+
+    def __init__(self, served: Mapping[str, Served]) -> None:
+        if not served:
+            raise ConfigError("a server needs at least one served model")
+        self.served = dict(served)
+        self.metrics = ServerMetrics(self.served)
+
+    def pick(self, name: str | None) -> Served:
+        if name is None or name == "":
+            return next(iter(self.served.values()))
+        if name not in self.served:
+            raise _UnknownModel(name)
+        return self.served[name]
+
+    # ---- routes ------------------------------------------------------------------------
+    async def health(self, request: Request) -> Response:
+        return JSONResponse({"status": "ok", "models": {n: s.depth for n, s in self.served.items()}})
+
+    async def metrics_text(self, request: Request) -> Response:
+        return Response(self.metrics.text(), media_type=CONTENT_TYPE_LATEST)
+
+    async def models(self, request: Request) -> Response:
+        data = [
+            {"id": n, "object": "model", "created": 0, "owned_by": "coinfer", "engine": s.engine}
+            for n, s in self.served.items()
+        ]
+        return JSONResponse({"object": "list", "data": data})
+
+    async def chat(self, request: Request) -> Response:
+        return await self.complete(request, "chat")
+
+    async def completions(self, request: Request) -> Response:
+        return await self.complete(request, "completion")
+
+    async def complete(self, request: Request, kind: str) -> Response:
+        name = "?"
+        try:
+            req = read_body(kind, await _json(request))
+            served = self.pick(req.model)
+            name = served.name
+            return await self._run(request, served, req)
+        except _TooLarge:
+            return self._error(name, 413, f"the body is over {MAX_BODY} bytes", "invalid_request_error")
+        except _UnknownModel as exc:
+            return self._error(
+                name, 404, f"no served model {exc.args[0]!r}: see GET /v1/models", "not_found_error"
+            )
+        except ServerBusy as exc:
+            return self._error(name, 429, str(exc), "rate_limit_error", {"Retry-After": str(exc.retry_after)})
+        except (ConfigError, ContextOverflowError) as exc:
+            return self._error(name, 400, _said(exc), "invalid_request_error")
+        except (_ClientGone, ClientDisconnect):
+            return self._error(name, 499, "the client went away", "client_closed")
+        except CoinferError as exc:
+            return self._error(name, 500, _said(exc), "server_error")
+
+    def _error(self, model: str, status: int, message: str, kind: str, headers: Any = None) -> Response:
+        self.metrics.answered(model, status)
+        return error_response(status, message, kind, headers)
+
+    async def _run(self, request: Request, served: Served, req: ServeRequest) -> Response:
+        loop = asyncio.get_running_loop()
+        events: asyncio.Queue[Event] = asyncio.Queue()
+
+        def sink(event: Event) -> None:
+            loop.call_soon_threadsafe(events.put_nowait, event)
+
+        ticket = served.submit(req, sink)
+        try:
+            first = await _next(events, request, ticket)
+        except BaseException:
+            ticket.cancel()
+            raise
+        if first.kind == "error":
+            raise first.error or CoinferError("the request failed")
+        answer = _Answer(served, req, self.metrics)
+        if req.stream:
+            return EventSourceResponse(answer.chunks(events, ticket), ping=15)
+        return JSONResponse(await answer.body(events, request, ticket))
+
+
+class _UnknownModel(Exception):
+    pass
+
+
+def _said(exc: CoinferError) -> str:
+    hint = getattr(exc, "hint", None)
+    return f"{exc} ({hint})" if hint else str(exc)
+
+
+async def _next(events: asyncio.Queue[Event], request: Request, ticket: Ticket) -> Event:
+    """The next event; the request is cancelled if its client goes away meanwhile."""
+    while True:
+        try:
+            return await asyncio.wait_for(events.get(), timeout=0.5)
+        except TimeoutError:
+            if await request.is_disconnected():
+                ticket.cancel()
+                raise _ClientGone from None
+
+
+class _Answer:
+    """One request's answer in OpenAI's shapes, from the worker's events."""
+
+    def __init__(self, served: Served, req: ServeRequest, metrics: ServerMetrics) -> None:
+        self.served, self.req, self.metrics = served, req, metrics
+        self.id = f"{'chatcmpl' if req.kind == 'chat' else 'cmpl'}-{uuid.uuid4().hex[:24]}"
+        self.created = int(time.time())
+        self.object = "chat.completion" if req.kind == "chat" else "text_completion"
+        self.started = time.perf_counter()
+        self.first_at: float | None = None
+        self.ends: dict[int, Event] = {}
+
+    def _head(self, chunk: bool) -> dict[str, Any]:
+        obj = self.object + (".chunk" if chunk and self.req.kind == "chat" else "")
+        return {"id": self.id, "object": obj, "created": self.created, "model": self.served.name}
+
+    def _choice(self, index: int, text: str | None, finish: str | None, *, chunk: bool) -> dict[str, Any]:
+        if self.req.kind == "completion":
+            return {"index": index, "text": text or "", "logprobs": None, "finish_reason": finish}
+        if chunk:
+            delta = {} if text is None else {"content": text}
+            return {"index": index, "delta": delta, "logprobs": None, "finish_reason": finish}
+        message = {"role": "assistant", "content": text or ""}
+        return {"index": index, "message": message, "logprobs": None, "finish_reason": finish}
+
+    def coinfer(self) -> dict[str, Any]:
+        """The engine's record: stats and extras of each choice (the first's at the top)."""
+        per = [
+            {"index": i, "stats": e.stats.as_dict() if e.stats else None, "extras": e.extras}
+            for i, e in sorted(self.ends.items())
+        ]
+        first = per[0] if per else {"stats": None, "extras": {}}
+        out = {"engine": self.served.engine, "stats": first["stats"], "extras": first["extras"]}
+        return out | ({"choices": per} if len(per) > 1 else {})
+
+    def record(self, event: Event) -> None:
+        if event.kind == "delta" and self.first_at is None and event.text:
+            self.first_at = time.perf_counter()
+        if event.kind == "end":
+            self.ends[event.index] = event
+
+    def done(self, usage: Any, status: int = 200) -> None:
+        ttft = None if self.first_at is None else self.first_at - self.started
+        stats = [e.stats for e in self.ends.values() if e.stats is not None]
+        self.metrics.answered(self.served.name, status)
+        self.metrics.finished(
+            self.served.name, seconds=time.perf_counter() - self.started, ttft=ttft, usage=usage, stats=stats
+        )
+
+    async def body(self, events: asyncio.Queue[Event], request: Request, ticket: Ticket) -> dict[str, Any]:
+        texts: dict[int, list[str]] = {}
+        while True:
+            event = await _next(events, request, ticket)
+            self.record(event)
+            if event.kind == "error":
+                raise event.error or CoinferError("the request failed")
+            if event.kind == "delta":
+                texts.setdefault(event.index, []).append(event.text)
+            if event.kind == "done":
+                break
+        choices = [
+            self._choice(
+                i,
+                "".join(texts.get(i, [])),
+                _finish(self.ends[i].finish if i in self.ends else None),
+                chunk=False,
+            )  # fmt: skip
+            for i in range(self.req.n)
+        ]
+        self.done(event.usage)
+        return {
+            **self._head(False),
+            "choices": choices,
+            "usage": _usage(event.usage),
+            "coinfer": self.coinfer(),
+        }
+
+    async def chunks(self, events: asyncio.Queue[Event], ticket: Ticket) -> AsyncIterator[str]:
+        """The stream's ``data:`` payloads: a first chunk with the role (chat), the text as
+        it comes, each choice's finish, the usage when asked for, then ``[DONE]``."""
+        try:
+            if self.req.kind == "chat":
+                first = [{"index": i, "delta": {"role": "assistant", "content": ""}, "logprobs": None,
+                          "finish_reason": None} for i in range(self.req.n)]  # fmt: skip
+                yield json.dumps({**self._head(True), "choices": first})
+            while True:
+                event = await events.get()
+                self.record(event)
+                if event.kind == "error":
+                    error = event.error or CoinferError("the request failed")
+                    yield json.dumps({"error": {"message": _said(error), "type": "server_error"}})
+                    self.metrics.answered(self.served.name, 500)
+                    return
+                if event.kind == "delta" and event.text:
+                    choice = self._choice(event.index, event.text, None, chunk=True)
+                    yield json.dumps({**self._head(True), "choices": [choice]})
+                elif event.kind == "end":
+                    choice = self._choice(event.index, None if self.req.kind == "chat" else "",
+                                          _finish(event.finish), chunk=True)  # fmt: skip
+                    yield json.dumps({**self._head(True), "choices": [choice], "coinfer": self.coinfer()})
+                elif event.kind == "done":
+                    if self.req.include_usage:
+                        yield json.dumps({**self._head(True), "choices": [], "usage": _usage(event.usage)})
+                    self.done(event.usage)
+                    yield "[DONE]"
+                    return
+        finally:
+            ticket.cancel()  # a client that went away: its generation stops (a finished one: no-op)
+
+
+def _usage(usage: Any) -> dict[str, int]:
+    if usage is None:
+        return {"prompt_tokens": 0, "completion_tokens": 0, "total_tokens": 0}
+    return {
+        "prompt_tokens": usage.prompt_tokens,
+        "completion_tokens": usage.completion_tokens,
+        "total_tokens": usage.total_tokens,
+    }
+
+
+def build_app(served: Mapping[str, Served], *, api_key: str | None = None) -> ASGIApp:
+    """The app over ``served`` (name -> a started served model); ``api_key``: required on
+    every route but ``/health``."""
+    api = _Api(served)
+    routes = [
+        Route("/health", api.health, methods=["GET"]),
+        Route("/metrics", api.metrics_text, methods=["GET"]),
+        *[Route(p + "/models", api.models, methods=["GET"]) for p in ("/v1", "")],
+        *[Route(p + "/chat/completions", api.chat, methods=["POST"]) for p in ("/v1", "")],
+        *[Route(p + "/completions", api.completions, methods=["POST"]) for p in ("/v1", "")],
+    ]
+    handlers = {404: _no_route, 405: _no_route}
+    return _Auth(Starlette(routes=routes, exception_handlers=handlers), api_key)  # type: ignore[arg-type]
+
+
+async def _no_route(request: Request, exc: Exception) -> Response:
+    status = getattr(exc, "status_code", 404)
+    return error_response(status, f"no route {request.method} {request.url.path}", "not_found_error")

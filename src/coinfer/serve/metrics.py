@@ -1,0 +1,62 @@
+"""``/metrics`` in Prometheus's text format (``prometheus_client``, one registry per server):
+requests by model and outcome, tokens read and written, draft tokens verified and
+accepted, requests waiting or running per model, and histograms of the request's time
+and of the time to its first token."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client.exposition import CONTENT_TYPE_LATEST
+
+__all__ = ["CONTENT_TYPE_LATEST", "ServerMetrics"]
+
+_SECONDS = (0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 30, 60, 120, 300)
+
+
+def _depth_of(served: Any) -> Callable[[], float]:
+    return lambda: float(served.depth)
+
+
+class ServerMetrics:
+    def __init__(self, depths: Mapping[str, Any]) -> None:
+        """``depths``: model name -> its served model (``depth``: requests waiting or running)."""
+        self.registry = CollectorRegistry()
+        r = self.registry
+        self.requests = Counter("coinfer_requests", "Requests answered", ["model", "status"], registry=r)
+        self.prompt_tokens = Counter("coinfer_prompt_tokens", "Prompt tokens read", ["model"], registry=r)
+        self.completion_tokens = Counter(
+            "coinfer_completion_tokens", "Completion tokens written", ["model"], registry=r
+        )
+        self.drafted = Counter("coinfer_draft_tokens", "Draft tokens verified", ["model"], registry=r)
+        self.accepted = Counter("coinfer_accepted_tokens", "Draft tokens accepted", ["model"], registry=r)
+        self.seconds = Histogram(
+            "coinfer_request_seconds", "A request's time", ["model"], buckets=_SECONDS, registry=r
+        )
+        self.ttft = Histogram(
+            "coinfer_time_to_first_token_seconds", "Time to the first token", ["model"], buckets=_SECONDS,
+            registry=r,
+        )  # fmt: skip
+        depth = Gauge("coinfer_queue_depth", "Requests waiting or running", ["model"], registry=r)
+        for name, served in depths.items():
+            depth.labels(name).set_function(_depth_of(served))
+
+    def answered(self, model: str, status: int) -> None:
+        self.requests.labels(model, str(status)).inc()
+
+    def finished(self, model: str, *, seconds: float, ttft: float | None, usage: Any, stats: Any) -> None:
+        """A request that ran to its end: its time, tokens and the drafts' record."""
+        self.seconds.labels(model).observe(seconds)
+        if ttft is not None:
+            self.ttft.labels(model).observe(ttft)
+        if usage is not None:
+            self.prompt_tokens.labels(model).inc(usage.prompt_tokens)
+            self.completion_tokens.labels(model).inc(usage.completion_tokens)
+        for s in stats:
+            self.drafted.labels(model).inc(s.drafted)
+            self.accepted.labels(model).inc(s.accepted)
+
+    def text(self) -> bytes:
+        return generate_latest(self.registry)

@@ -1,0 +1,402 @@
+"""A served model: a named engine configuration that takes requests from the HTTP side and
+answers each with a stream of events, on its own worker thread.
+
+``submit(request, sink)`` queues a request (``ServerBusy`` past ``max_queue`` requests
+waiting or running) and returns a ``Ticket`` whose ``cancel`` stops it (its client went
+away: its cache is freed at the engine's next step). The worker calls ``sink`` with
+``start`` (the request was read; or ``error``), then per sample ``delta`` events (text)
+and one ``end`` (finish reason, the engine's ``DecodeStats`` and extras), then ``done``
+(usage). ``sink`` must not block: the HTTP side hands each event to its event loop.
+
+Three kinds:
+
+* ``PlainServed``: a local model, continuous batching (``LocalChat.step``): a request
+  joins the running batch at the next step and leaves it when done;
+* ``EngineServed``: an engine's ``stream`` (the speculative engine; its drafter), one
+  request at a time, stopped between rounds when cancelled;
+* ``ChatServed``: any ``ChatModel`` (a remote API, a scripted fake): queued requests go
+  to ``chat_batch`` together, each answered in one piece.
+"""
+
+from __future__ import annotations
+
+import math
+import queue
+import threading
+import time
+from abc import ABC, abstractmethod
+from collections import deque
+from collections.abc import Callable, Generator
+from dataclasses import dataclass, field
+from typing import Any
+
+from coinfer.chat.base import ChatModel, Usage
+from coinfer.decoding.detok import IncrementalDetokenizer
+from coinfer.decoding.response import DecodeStats, Response
+from coinfer.decoding.sampling import SamplingParams
+from coinfer.errors import CoinferError, ConfigError
+from coinfer.serve.schemas import ServeRequest
+from coinfer.serve.stops import StopScanner
+
+__all__ = ["ChatServed", "EngineServed", "Event", "PlainServed", "Served", "ServerBusy", "Ticket"]
+
+
+class ServerBusy(CoinferError):
+    """Too many requests waiting: answered 429 with ``retry_after`` seconds."""
+
+    def __init__(self, message: str, retry_after: int) -> None:
+        super().__init__(message, hint=f"retry in {retry_after} s")
+        self.retry_after = retry_after
+
+
+@dataclass
+class Event:
+    """What the worker tells the HTTP side about one request."""
+
+    kind: str  # start | delta | end | done | error
+    index: int = 0  # the sample
+    text: str = ""
+    finish: str | None = None
+    stats: DecodeStats | None = None
+    extras: dict[str, Any] = field(default_factory=dict)
+    usage: Usage | None = None
+    error: CoinferError | None = None
+
+
+Sink = Callable[[Event], None]
+
+
+@dataclass
+class Ticket:
+    """A queued request: ``cancel`` stops it."""
+
+    request: ServeRequest
+    sink: Sink
+    number: int
+    cancelled: threading.Event = field(default_factory=threading.Event)
+    queued_at: float = field(default_factory=time.perf_counter)
+
+    def cancel(self) -> None:
+        self.cancelled.set()
+
+
+class Served(ABC):
+    """The queue, the worker thread and the bookkeeping every kind shares."""
+
+    engine = "?"
+
+    def __init__(self, name: str, *, max_queue: int = 64, concurrency: int = 1) -> None:
+        if max_queue < 1:
+            raise ConfigError(f"max_queue must be >= 1, got {max_queue}")
+        self.name, self.max_queue, self.concurrency = name, max_queue, concurrency
+        self.inbox: queue.Queue[Ticket | None] = queue.Queue()
+        self._lock = threading.Lock()
+        self._open = 0  # requests submitted and not done
+        self._numbers = 0
+        self._seconds = 5.0  # a request's time, a moving average (for Retry-After)
+        self._thread = threading.Thread(target=self._serve, name=f"serve-{name}", daemon=True)
+        self._closed = False
+
+    # ---- the HTTP side -----------------------------------------------------------------
+    def start(self) -> Served:
+        self._thread.start()
+        return self
+
+    @property
+    def depth(self) -> int:
+        """Requests waiting or running."""
+        return self._open
+
+    def check(self, request: ServeRequest) -> None:  # noqa: B027 - most kinds serve every request
+        """Refuse, before queueing, what this kind cannot serve (``ConfigError``)."""
+
+    def submit(self, request: ServeRequest, sink: Sink) -> Ticket:
+        self.check(request)
+        if not self._thread.is_alive():
+            raise CoinferError(f"{self.name} stopped serving", hint="see the server's log; restart it")
+        with self._lock:
+            if self._open >= self.max_queue:
+                waves = (self._open - self.max_queue + 1) / max(self.concurrency, 1)
+                retry = min(60, max(1, math.ceil(self._seconds * waves)))
+                raise ServerBusy(f"{self.name} has {self._open} requests waiting or running", retry)
+            self._open += 1
+            self._numbers += 1
+            ticket = Ticket(request, sink, self._numbers)
+        self.inbox.put(ticket)
+        return ticket
+
+    def close(self) -> None:
+        self._closed = True
+        self.inbox.put(None)
+        if self._thread.is_alive():
+            self._thread.join(timeout=30)
+        self.release()
+
+    def release(self) -> None:  # noqa: B027 - a kind that holds nothing frees nothing
+        """Free what the kind holds (after its worker stopped)."""
+
+    # ---- the worker --------------------------------------------------------------------
+    def finished(self, ticket: Ticket, usage: Usage) -> None:
+        """``done`` for ``ticket``: it leaves the queue."""
+        seconds = time.perf_counter() - ticket.queued_at
+        with self._lock:
+            self._open -= 1
+            self._seconds = 0.8 * self._seconds + 0.2 * seconds
+        ticket.sink(Event("done", usage=usage))
+
+    def failed(self, ticket: Ticket, error: CoinferError) -> None:
+        with self._lock:
+            self._open -= 1
+        ticket.sink(Event("error", error=error))
+
+    def take(self, *, block: bool) -> list[Ticket] | None:
+        """Requests that arrived (waiting for one when ``block``); None once closed."""
+        out: list[Ticket] = []
+        try:
+            item = self.inbox.get(block=block)
+            while True:
+                if item is None:
+                    return None
+                out.append(item)
+                item = self.inbox.get_nowait()
+        except queue.Empty:
+            return out
+
+    def _serve(self) -> None:
+        try:
+            self.serve()
+        except BaseException as exc:  # noqa: BLE001 - every open request learns the worker stopped
+            error = exc if isinstance(exc, CoinferError) else CoinferError(f"the model failed: {exc}")
+            self.fail_all(error)
+
+    @abstractmethod
+    def serve(self) -> None:
+        """The worker's loop, until ``take`` returns None."""
+
+    def fail_all(self, error: CoinferError) -> None:  # noqa: B027 - kinds with requests in hand add them
+        while True:
+            try:
+                item = self.inbox.get_nowait()
+            except queue.Empty:
+                return
+            if item is not None:
+                self.failed(item, error)
+
+
+def _sampling(request: ServeRequest, index: int = 0) -> SamplingParams:
+    seed = None if request.seed is None else request.seed + index
+    return SamplingParams(temperature=request.temperature, top_p=request.top_p, seed=seed)
+
+
+@dataclass
+class _Sample:
+    """One sample of a request on its way out: its text so far, held back at stop strings."""
+
+    scanner: StopScanner
+    detok: IncrementalDetokenizer
+    stats: DecodeStats
+    sent: int = 0  # tokens turned into text
+    finish: str | None = None
+
+
+class PlainServed(Served):
+    """A ``LocalChat``'s model, continuously batched."""
+
+    engine = "plain"
+
+    def __init__(self, chat: Any, *, name: str | None = None, max_queue: int = 64) -> None:
+        super().__init__(name or chat.name, max_queue=max_queue, concurrency=chat.max_concurrent)
+        self.chat = chat
+        self.model = chat.model
+        self._active: dict[int, tuple[Ticket, list[Any], list[_Sample]]] = {}
+
+    def release(self) -> None:
+        self.chat.close()
+
+    def _admit(self, ticket: Ticket, waiting: deque[Any]) -> None:
+        r = ticket.request
+        try:
+            prompt = (
+                self.model.chat_prompt(r.messages)
+                if r.messages is not None
+                else self.model.text_prompt(r.prompt)
+            )
+            jobs = self.chat.new_jobs(
+                ticket.number,
+                prompt,
+                n=r.n,
+                max_tokens=r.max_tokens,
+                params=_sampling(r),
+                json_schema=r.json_schema,
+            )
+        except CoinferError as exc:
+            self.failed(ticket, exc)
+            return
+        samples = [
+            _Sample(
+                StopScanner(r.stop), IncrementalDetokenizer(self.model.detokenize), DecodeStats(len(prompt))
+            )
+            for _ in jobs
+        ]
+        waiting.extend(jobs)
+        self._active[ticket.number] = (ticket, jobs, samples)
+        ticket.sink(Event("start"))
+
+    def serve(self) -> None:
+        waiting: deque[Any] = deque()
+        running: list[Any] = []
+        while True:
+            arrived = self.take(block=not (waiting or running))
+            if arrived is None:
+                return
+            for ticket in arrived:
+                self._admit(ticket, waiting)
+            for ticket, jobs, _ in list(self._active.values()):
+                if ticket.cancelled.is_set():
+                    for job in jobs:
+                        self.chat.cancel(job, waiting)
+            running = self.chat.step(waiting, running)
+            self._report()
+
+    def _report(self) -> None:
+        """New text per sample; ``end`` and ``done`` for what finished."""
+        for number, (ticket, jobs, samples) in list(self._active.items()):
+            for i, (job, sample) in enumerate(zip(jobs, samples, strict=True)):
+                if sample.finish is not None:
+                    continue
+                new = job.tokens[sample.sent :]
+                sample.sent = len(job.tokens)
+                if new:
+                    sample.stats.emitted(len(new))
+                text = "".join(sample.detok.push(t) for t in new)
+                if job.finish is not None:
+                    text += sample.detok.flush()
+                out, stopped = sample.scanner.push(text, final=job.finish is not None)
+                if out:
+                    ticket.sink(Event("delta", index=i, text=out))
+                if stopped and job.finish is None:
+                    self.chat.cancel(job, deque())
+                if stopped or job.finish is not None:
+                    sample.finish = "stop" if stopped else job.finish
+                    ticket.sink(Event("end", index=i, finish=sample.finish, stats=sample.stats.snapshot()))
+            if all(s.finish is not None for s in samples):
+                del self._active[number]
+                usage = Usage(sum(len(j.prompt) for j in jobs), sum(len(j.tokens) for j in jobs), 1)
+                self.finished(ticket, usage)
+
+    def fail_all(self, error: CoinferError) -> None:
+        for ticket, _, _ in self._active.values():
+            self.failed(ticket, error)
+        self._active.clear()
+        super().fail_all(error)
+
+
+StreamFn = Callable[[ServeRequest, list[int], SamplingParams], Generator[Response, None, None]]
+
+
+class EngineServed(Served):
+    """An engine's ``stream`` over one target, one request at a time (``n`` = 1)."""
+
+    def __init__(self, name: str, engine: str, model: Any, stream: StreamFn, *, max_queue: int = 64) -> None:
+        super().__init__(name, max_queue=max_queue)
+        self.engine, self.model, self.stream = engine, model, stream
+
+    def check(self, request: ServeRequest) -> None:
+        if request.n != 1:
+            raise ConfigError(f"--engine {self.engine} serves one sample per request", hint="send n=1")
+        if request.json_schema is not None:
+            raise ConfigError(
+                f"--engine {self.engine} does not constrain replies to a schema", hint="serve --engine plain"
+            )
+
+    def serve(self) -> None:
+        while True:
+            arrived = self.take(block=True)
+            if arrived is None:
+                return
+            for ticket in arrived:
+                self._one(ticket)
+                if self._closed:
+                    return
+
+    def _one(self, ticket: Ticket) -> None:
+        r = ticket.request
+        if ticket.cancelled.is_set():
+            self.failed(ticket, ConfigError("the client went away"))
+            return
+        try:
+            prompt = (
+                self.model.chat_prompt(r.messages)
+                if r.messages is not None
+                else self.model.text_prompt(r.prompt)
+            )
+            steps = self.stream(r, prompt, _sampling(r))
+        except CoinferError as exc:
+            self.failed(ticket, exc)
+            return
+        ticket.sink(Event("start"))
+        scanner, last, finish, produced = StopScanner(r.stop), None, None, 0
+        try:
+            for last in steps:
+                produced += len(last.tokens)
+                out, stopped = scanner.push(last.text, final=last.finish_reason is not None)
+                if out:
+                    ticket.sink(Event("delta", text=out))
+                if stopped or ticket.cancelled.is_set():
+                    finish = "stop" if stopped else "cancelled"
+                    break
+                finish = last.finish_reason
+        except CoinferError as exc:
+            self.failed(ticket, exc)
+            return
+        finally:
+            steps.close()
+        stats = last.stats if last is not None else DecodeStats(len(prompt))
+        extras = dict(last.extras) if last is not None else {}
+        ticket.sink(Event("end", finish=finish or "length", stats=stats, extras=extras))
+        self.finished(ticket, Usage(len(prompt), produced, 1))
+
+
+class ChatServed(Served):
+    """Any ``ChatModel``: the requests waiting go to ``chat_batch`` together."""
+
+    engine = "chat"
+
+    def __init__(
+        self, model: ChatModel, *, name: str | None = None, max_batch: int = 8, max_queue: int = 64
+    ) -> None:
+        super().__init__(name or model.name, max_queue=max_queue, concurrency=max_batch)
+        self.model, self.max_batch = model, max_batch
+
+    def check(self, request: ServeRequest) -> None:
+        if request.messages is None:
+            raise ConfigError(f"{self.name} serves chat completions only", hint="POST /v1/chat/completions")
+
+    def serve(self) -> None:
+        pending: deque[Ticket] = deque()
+        while True:
+            arrived = self.take(block=not pending)
+            if arrived is None:
+                return
+            pending.extend(arrived)
+            batch = [pending.popleft() for _ in range(min(self.max_batch, len(pending)))]
+            gone = [t for t in batch if t.cancelled.is_set()]
+            for t in gone:
+                self.failed(t, ConfigError("the client went away"))
+            self._answer([t for t in batch if t not in gone])
+
+    def _answer(self, batch: list[Ticket]) -> None:
+        try:
+            requests = [t.request.chat_request() for t in batch]
+            results = self.model.chat_batch(requests)
+        except CoinferError as exc:
+            for t in batch:
+                self.failed(t, exc)
+            return
+        for ticket, result in zip(batch, results, strict=True):
+            ticket.sink(Event("start"))
+            for i, (text, reason) in enumerate(zip(result.texts, result.finish_reasons, strict=True)):
+                out, stopped = StopScanner(ticket.request.stop).push(text, final=True)
+                ticket.sink(Event("delta", index=i, text=out))
+                ticket.sink(Event("end", index=i, finish="stop" if stopped else reason))
+            self.finished(ticket, result.usage)

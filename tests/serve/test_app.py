@@ -1,0 +1,143 @@
+"""The HTTP API with the official ``openai`` client (sync, async, streaming) and plain
+HTTP, over a scripted chat model: routes, the ``coinfer`` field, the key, the queue's
+429, the body cap, health and metrics."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import threading
+import time
+import urllib.error
+import urllib.request
+from typing import Any
+
+import pytest
+
+from coinfer.chat.base import ChatRequest
+from coinfer.serve import ChatServer
+from coinfer.testing import ScriptedChat
+
+openai = pytest.importorskip("openai")
+
+
+def _reply(r: ChatRequest) -> str:
+    return "you said " + str(r.messages[-1]["content"])
+
+
+def _http(url: str, body: bytes | None = None, headers: dict[str, str] | None = None) -> tuple[int, Any, Any]:
+    req = urllib.request.Request(
+        url, data=body, headers={"Content-Type": "application/json", **(headers or {})}
+    )
+    try:
+        with urllib.request.urlopen(req, timeout=20) as resp:
+            raw = resp.read()
+            return resp.status, resp.headers, raw if url.endswith("metrics") else json.loads(raw)
+    except urllib.error.HTTPError as exc:
+        return exc.code, exc.headers, json.loads(exc.read())
+
+
+def test_the_official_client_gets_answers_streams_and_the_coinfer_field() -> None:
+    with ChatServer(ScriptedChat(_reply, name="m1")) as server:
+        client = openai.OpenAI(base_url=server.url, api_key="unused")
+        msgs = [{"role": "user", "content": "hello there"}]
+        r = client.chat.completions.create(model="m1", messages=msgs, n=2)
+        assert [c.message.content for c in r.choices] == ["you said hello there"] * 2
+        assert r.usage.completion_tokens == 8 and r.model_extra["coinfer"]["engine"] == "chat"
+        chunks = list(client.chat.completions.create(
+            model="m1", messages=msgs, stream=True, stream_options={"include_usage": True}, stop=[" there"]
+        ))  # fmt: skip
+        text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+        assert text == "you said hello"  # cut before the stop string
+        assert [c.choices[0].finish_reason for c in chunks if c.choices][-1] == "stop"
+        assert chunks[-1].usage is not None and chunks[-1].usage.total_tokens > 0
+
+        async def twice() -> list[str]:
+            aclient = openai.AsyncOpenAI(base_url=server.url, api_key="unused")
+            rs = await asyncio.gather(*[
+                aclient.chat.completions.create(model="m1", messages=[{"role": "user", "content": w}])
+                for w in ("a", "b")
+            ])  # fmt: skip
+            await aclient.close()
+            return [x.choices[0].message.content for x in rs]
+
+        assert asyncio.run(twice()) == ["you said a", "you said b"]
+        assert [m.id for m in client.models.list()] == ["m1"]
+
+
+def test_errors_are_openais_objects_with_the_right_status() -> None:
+    with ChatServer(ScriptedChat(_reply, name="m1")) as server:
+        client = openai.OpenAI(base_url=server.url, api_key="unused", max_retries=0)
+        with pytest.raises(openai.NotFoundError):
+            client.chat.completions.create(model="nope", messages=[{"role": "user", "content": "x"}])
+        with pytest.raises(openai.BadRequestError, match="temperature"):
+            client.chat.completions.create(
+                model="m1", messages=[{"role": "user", "content": "x"}], temperature=9
+            )
+        with pytest.raises(openai.BadRequestError, match="chat completions only"):
+            client.completions.create(model="m1", prompt="x")
+        status, _, body = _http(server.url + "/chat/completions", b"{not json")
+        assert status == 400 and body["error"]["type"] == "invalid_request_error"
+        assert _http(server.url + "/nowhere")[0] == 404
+
+
+def test_a_key_is_needed_everywhere_but_health(monkeypatch: pytest.MonkeyPatch) -> None:
+    with ChatServer(ScriptedChat(_reply, name="m1"), api_key="s3cret") as server:
+        base = server.url.removesuffix("/v1")
+        assert _http(base + "/health")[0] == 200
+        assert _http(server.url + "/models")[0] == 401
+        assert _http(server.url + "/models", headers={"Authorization": "Bearer wrong"})[0] == 401
+        with pytest.raises(openai.AuthenticationError):
+            openai.OpenAI(base_url=server.url, api_key="wrong", max_retries=0).models.list()
+        assert [m.id for m in openai.OpenAI(base_url=server.url, api_key="s3cret").models.list()] == ["m1"]
+
+
+def test_past_the_queue_a_request_gets_429_with_retry_after() -> None:
+    gate = threading.Event()
+
+    def slow(r: ChatRequest) -> str:
+        gate.wait(20)
+        return "late"
+
+    server = ChatServer(ScriptedChat(slow, name="m1"), max_batch=1)
+    server.served["m1"].max_queue = 1
+    with server:
+        body = json.dumps({"messages": [{"role": "user", "content": "x"}]}).encode()
+        first: list[Any] = []
+        t = threading.Thread(target=lambda: first.append(_http(server.url + "/chat/completions", body)))
+        t.start()
+        while server.served["m1"].depth < 1:
+            time.sleep(0.01)
+        status, headers, error = _http(server.url + "/chat/completions", body)
+        assert (
+            status == 429
+            and int(headers["Retry-After"]) >= 1
+            and error["error"]["type"] == "rate_limit_error"
+        )
+        gate.set()
+        t.join(20)
+        assert first[0][0] == 200 and first[0][2]["choices"][0]["message"]["content"] == "late"
+
+
+def test_a_body_past_the_cap_gets_413(monkeypatch: pytest.MonkeyPatch) -> None:
+    from coinfer.serve import app
+
+    monkeypatch.setattr(app, "MAX_BODY", 100)
+    with ChatServer(ScriptedChat(_reply, name="m1")) as server:
+        big = json.dumps({"messages": [{"role": "user", "content": "x" * 200}]}).encode()
+        assert _http(server.url + "/chat/completions", big)[0] == 413
+
+
+def test_health_and_metrics_report_the_queue_requests_and_tokens() -> None:
+    with ChatServer(ScriptedChat(_reply, name="m1")) as server:
+        base = server.url.removesuffix("/v1")
+        openai.OpenAI(base_url=server.url, api_key="unused").chat.completions.create(
+            model="m1", messages=[{"role": "user", "content": "a b c"}]
+        )
+        status, _, health = _http(base + "/health")
+        assert status == 200 and health == {"status": "ok", "models": {"m1": 0}}
+        text = _http(base + "/metrics")[2].decode()
+        assert 'coinfer_requests_total{model="m1",status="200"} 1.0' in text
+        assert 'coinfer_completion_tokens_total{model="m1"} 5.0' in text
+        assert 'coinfer_queue_depth{model="m1"} 0.0' in text
+        assert "coinfer_request_seconds_bucket" in text

@@ -1,0 +1,59 @@
+"""OpenAI bodies into requests: defaults as OpenAI's, and a bad field named in the error."""
+
+from __future__ import annotations
+
+import pytest
+
+from coinfer.errors import ConfigError
+from coinfer.serve.schemas import read_body
+
+CHAT = {"model": "m", "messages": [{"role": "user", "content": "hi"}]}
+
+
+def test_a_chat_body_becomes_a_request_with_openais_defaults() -> None:
+    r = read_body("chat", {**CHAT, "stream": True, "stream_options": {"include_usage": True}, "stop": "\n"})
+    assert (r.kind, r.model, r.n, r.temperature, r.top_p, r.stop, r.stream, r.include_usage) == (
+        "chat", "m", 1, 1.0, 1.0, ("\n",), True, True,
+    )  # fmt: skip
+    assert r.messages == [{"role": "user", "content": "hi"}] and r.max_tokens == 512
+    parts = {"role": "developer", "content": [{"type": "text", "text": "a"}, {"type": "text", "text": "b"}]}
+    r = read_body("chat", {**CHAT, "messages": [parts], "response_format": {"type": "json_object"}})
+    assert r.messages == [{"role": "system", "content": "ab"}] and r.json_schema == {"type": "object"}
+
+
+def test_a_completion_body_reads_its_prompt_as_text() -> None:
+    r = read_body("completion", {"prompt": "def f(", "temperature": 0, "max_tokens": 5})
+    assert (r.kind, r.prompt, r.messages, r.temperature, r.max_tokens) == (
+        "completion",
+        "def f(",
+        None,
+        0.0,
+        5,
+    )
+    assert read_body("completion", {"prompt": "x"}).max_tokens == 16  # OpenAI's default
+
+
+@pytest.mark.parametrize(
+    ("kind", "body", "field"),
+    [
+        ("chat", {"messages": []}, "messages"),
+        ("chat", {**CHAT, "n": 0}, "n"),
+        ("chat", {**CHAT, "temperature": "hot"}, "temperature"),
+        ("chat", {**CHAT, "max_tokens": -1}, "max_tokens"),
+        ("chat", {**CHAT, "stop": ["a", "b", "c", "d", "e"]}, "stop"),
+        ("chat", {**CHAT, "logprobs": True}, "logprobs"),
+        ("chat", {**CHAT, "tool_choice": "required"}, "tool_choice"),
+        ("chat", {**CHAT, "response_format": {"type": "xml"}}, "response_format"),
+        ("chat", {**CHAT, "messages": [{"role": "user", "content": [{"type": "image_url"}]}]}, "messages"),
+        ("completion", {"prompt": ""}, "prompt"),
+        ("completion", {"prompt": "x", "echo": True}, "echo"),
+    ],
+)
+def test_a_bad_field_is_named(kind: str, body: dict, field: str) -> None:  # type: ignore[type-arg]
+    with pytest.raises(ConfigError, match=rf"^{field}\b"):
+        read_body(kind, body)
+
+
+def test_a_body_that_is_not_an_object_is_refused() -> None:
+    with pytest.raises(ConfigError, match="JSON object"):
+        read_body("chat", ["messages"])

@@ -1,0 +1,113 @@
+"""Real models served: SmolLM2 on llama.cpp, continuously batched (``--engine plain``)
+and through the speculative engine, with the official client. Greedy answers equal the
+model's own alone, streamed or not, batched or not; a client that goes away frees its
+slot."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import pytest
+
+from coinfer.serve import Server
+from tests.conftest import needs_llama
+
+openai = pytest.importorskip("openai")
+pytestmark = needs_llama
+
+QUESTIONS = ["What is a list in Python?", "Name three colours.", "Say hello to Ada.", "What is 2 + 2?"]
+
+
+@pytest.fixture(scope="module")
+def server(smollm_path: Path) -> Iterator[Server]:
+    from coinfer.chat import open_local_chat
+    from coinfer.decoding import NgramDrafter
+    from coinfer.models import load_model
+    from coinfer.serve.engines import plain_served, speculative_served
+
+    chat = open_local_chat("smollm2-135m", n_ctx=1024, parallel=4, keep=1)
+    target = load_model("smollm2-135m", backend="llama.cpp", n_ctx=2048)
+    served = {
+        "plain": plain_served(chat, name="plain"),
+        "spec": speculative_served(target, NgramDrafter(), name="spec"),
+    }
+    with Server(served) as s:
+        yield s
+    chat.model.close()
+    target.close()
+
+
+def _ask(client: openai.OpenAI, model: str, question: str, **kw: object) -> str:
+    r = client.chat.completions.create(
+        model=model, messages=[{"role": "user", "content": question}], temperature=0, max_tokens=48, **kw
+    )
+    return str(r.choices[0].message.content)
+
+
+def _stream(client: openai.OpenAI, model: str, question: str) -> tuple[str, str | None]:
+    chunks = client.chat.completions.create(
+        model=model,
+        messages=[{"role": "user", "content": question}],
+        temperature=0,
+        max_tokens=48,
+        stream=True,
+    )
+    text, finish = "", None
+    for c in chunks:
+        if c.choices:
+            text += c.choices[0].delta.content or ""
+            finish = c.choices[0].finish_reason or finish
+    return text, finish
+
+
+def test_greedy_answers_are_the_same_streamed_batched_and_speculative(server: Server) -> None:
+    client = openai.OpenAI(base_url=server.url, api_key="unused")
+    alone = [_ask(client, "plain", q) for q in QUESTIONS]
+    assert all(alone) and len(set(alone)) == len(alone)
+    with ThreadPoolExecutor(len(QUESTIONS)) as pool:  # together: one batch
+        together = list(pool.map(lambda q: _stream(client, "plain", q), QUESTIONS))
+    assert [t for t, _ in together] == alone and all(f in ("stop", "length") for _, f in together)
+    assert [_ask(client, "spec", q) for q in QUESTIONS] == alone
+
+
+def test_the_speculative_engines_record_comes_back(server: Server) -> None:
+    client = openai.OpenAI(base_url=server.url, api_key="unused")
+    ask = [{"role": "user", "content": "Repeat: a b c d e f a b c d e f"}]
+    r = client.chat.completions.create(model="spec", messages=ask, temperature=0, max_tokens=32)
+    record = r.model_extra["coinfer"]
+    assert record["engine"] == "speculative" and record["extras"]["draft"] == "ngram"
+    assert record["stats"]["n_tokens"] == r.usage.completion_tokens and record["stats"]["rounds"] >= 1
+
+
+def test_completions_and_samples(server: Server) -> None:
+    client = openai.OpenAI(base_url=server.url, api_key="unused")
+    r = client.completions.create(model="plain", prompt="def add(a, b):", max_tokens=12, temperature=0)
+    assert r.choices[0].text and r.usage.prompt_tokens > 3
+    kw = {"model": "plain", "messages": [{"role": "user", "content": "Tell me a word."}], "max_tokens": 8}
+    a = client.chat.completions.create(**kw, n=2, temperature=1.0, seed=5)
+    b = client.chat.completions.create(**kw, n=2, temperature=1.0, seed=5)
+    assert [c.message.content for c in a.choices] == [c.message.content for c in b.choices]
+    assert len(a.choices) == 2
+
+
+@pytest.mark.parametrize("model", ["plain", "spec"])
+def test_a_client_that_goes_away_frees_its_place(server: Server, model: str) -> None:
+    client = openai.OpenAI(base_url=server.url, api_key="unused")
+    chunks = client.chat.completions.create(
+        model=model,
+        messages=[{"role": "user", "content": "Write a long story."}],
+        max_tokens=900,
+        stream=True,
+    )
+    for i, _ in enumerate(chunks):
+        if i == 3:
+            break
+    chunks.close()
+    deadline = time.monotonic() + 20
+    while server.served[model].depth and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert server.served[model].depth == 0
+    assert _ask(client, model, QUESTIONS[0])  # still serving
