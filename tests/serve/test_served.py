@@ -1,5 +1,5 @@
 """Real models served: SmolLM2 on llama.cpp, continuously batched (``--engine plain``)
-and through the speculative engine, with the official client. Greedy answers equal the
+and through the speculative, LLMCad and collective engines, with the official client. Greedy answers equal the
 model's own alone, streamed or not, batched or not; a client that goes away frees its
 slot."""
 
@@ -9,6 +9,7 @@ import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -24,20 +25,31 @@ QUESTIONS = ["What is a list in Python?", "Name three colours.", "Say hello to A
 @pytest.fixture(scope="module")
 def server(smollm_path: Path) -> Iterator[Server]:
     from coinfer.chat import open_local_chat
-    from coinfer.decoding import NgramDrafter
+    from coinfer.decoding import NgramDrafter, open_drafter
     from coinfer.models import load_model
-    from coinfer.serve.engines import plain_served, speculative_served
+    from coinfer.serve.engines import collective_served, llmcad_served, plain_served, speculative_served
+
+    def load(spec: str) -> Any:
+        return load_model(spec, backend="llama.cpp", n_ctx=2048)
 
     chat = open_local_chat("smollm2-135m", n_ctx=1024, parallel=4, keep=1)
-    target = load_model("smollm2-135m", backend="llama.cpp", n_ctx=2048)
+    models = [load("smollm2-135m") for _ in range(4)]  # a target for each engine, and LLMCad's draft
+    target, cad_target, cad_draft, voted = models
+    drafter = open_drafter(
+        "smollm2-135m", voted, load=load, draft_prompts=lambda m: [], target_prompt_lens=[]
+    )
     served = {
         "plain": plain_served(chat, name="plain"),
         "spec": speculative_served(target, NgramDrafter(), name="spec"),
+        "llmcad": llmcad_served(cad_target, cad_draft, name="llmcad"),
+        "collective": collective_served(voted, [NgramDrafter(), drafter], name="collective"),
     }
     with Server(served) as s:
         yield s
     chat.model.close()
-    target.close()
+    drafter.close()
+    for m in models:
+        m.close()
 
 
 def _ask(client: openai.OpenAI, model: str, question: str, **kw: object) -> str:
@@ -70,7 +82,8 @@ def test_greedy_answers_are_the_same_streamed_batched_and_speculative(server: Se
     with ThreadPoolExecutor(len(QUESTIONS)) as pool:  # together: one batch
         together = list(pool.map(lambda q: _stream(client, "plain", q), QUESTIONS))
     assert [t for t, _ in together] == alone and all(f in ("stop", "length") for _, f in together)
-    assert [_ask(client, "spec", q) for q in QUESTIONS] == alone
+    for engine in ("spec", "llmcad", "collective"):
+        assert [_ask(client, engine, q) for q in QUESTIONS] == alone, engine
 
 
 def test_the_speculative_engines_record_comes_back(server: Server) -> None:

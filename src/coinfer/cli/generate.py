@@ -28,7 +28,7 @@ if TYPE_CHECKING:
     from coinfer.models import SteerableModel
     from coinfer.models.base import Prompter
 
-__all__ = ["add_parser", "cmd_generate", "prompt_ids", "summary_lines"]
+__all__ = ["add_parser", "cmd_generate", "draft_model_name", "prompt_ids", "summary_lines"]
 
 
 def _config(args: argparse.Namespace) -> Any:
@@ -101,7 +101,7 @@ def _heads_draft(args: argparse.Namespace) -> bool:
     return True
 
 
-def _draft_model_name(args: argparse.Namespace) -> str:
+def draft_model_name(args: argparse.Namespace) -> str:
     """LLMCad's resident draft: ``--draft`` names a model; ``auto`` is the catalogue's draft
     for the target."""
     if args.draft in ("none", "ngram"):
@@ -163,7 +163,7 @@ def _stream(
 
 def cmd_generate(args: argparse.Namespace) -> int:
     config = _config(args)
-    draft_name = _draft_model_name(args) if args.engine == "llmcad" else None
+    draft_name = draft_model_name(args) if args.engine == "llmcad" else None
     target = load_from_args(args, quiet=args.json, **_loading(args, "target"))
     drafters: list[Drafter] = []
     draft_model = None

@@ -68,38 +68,50 @@ def _read_config(path: str) -> list[dict[str, Any]]:
 
 def _served(args: argparse.Namespace) -> dict[str, Any]:
     """The served model the flags describe, by the name clients send as ``model``."""
-    from coinfer.serve.engines import SERVED_ENGINES, plain_served, speculative_served
+    from coinfer.serve import engines
 
     name = args.name or args.model
-    if args.engine not in SERVED_ENGINES:
+    if args.engine not in engines.SERVED_ENGINES:
         raise ConfigError(
-            f"--engine {args.engine} is not served yet", hint=f"serve one of: {', '.join(SERVED_ENGINES)}"
+            f"--engine {args.engine} is not served yet",
+            hint=f"serve one of: {', '.join(engines.SERVED_ENGINES)}",
         )
     if args.engine == "plain":
         chat = open_chat_from_args(
             args, args.model, n_ctx=args.ctx, parallel=args.max_batch, keep=args.keep, quiet=True
         )
-        return {name: plain_served(chat, name=name, max_queue=args.max_queue)}
+        return {name: engines.plain_served(chat, name=name, max_queue=args.max_queue)}
     options: dict[str, Any] = {"hidden_states": True} if args.draft.startswith("heads:") else {}
     target = load_from_args(args, quiet=True, **options)
-    drafter = _drafter(args, target)
-    return {name: speculative_served(target, drafter, name=name, draft_tokens=args.draft_tokens,
-                                     max_queue=args.max_queue)}  # fmt: skip
+    common = {"name": name, "max_queue": args.max_queue, "draft_tokens": args.draft_tokens}
+    if args.engine == "llmcad":
+        from coinfer.cli.generate import draft_model_name
+
+        draft = load_from_args(args, draft_model_name(args), quiet=True)
+        return {name: engines.llmcad_served(target, draft, **common)}
+    if args.engine == "collective":
+        from coinfer.engines.collective import GateConfig
+
+        specs = [d.strip() for d in args.drafts.split(",") if d.strip()]
+        drafts = [_drafter(args, target, spec) for spec in specs]
+        gate = None if args.every_draft else GateConfig()
+        return {name: engines.collective_served(target, drafts, pipeline=args.pipeline, gate=gate, **common)}
+    return {name: engines.speculative_served(target, _drafter(args, target, args.draft), **common)}
 
 
-def _drafter(args: argparse.Namespace, target: Any) -> Any:
+def _drafter(args: argparse.Namespace, target: Any, spec: str) -> Any:
     from coinfer.decoding import TextDrafter, open_drafter
 
-    if args.draft == "none":
+    if spec == "none":
         return None
     drafter = open_drafter(
-        args.draft, target, load=lambda name: load_from_args(args, name, quiet=True),
+        spec, target, load=lambda name: load_from_args(args, name, quiet=True),
         draft_prompts=lambda model: [], target_prompt_lens=[],
     )  # fmt: skip
     if isinstance(drafter, TextDrafter):
         drafter.close()
         raise ConfigError(
-            f"--draft {args.draft} tokenizes differently from {target.name}: not served yet",
+            f"the draft {spec} tokenizes differently from {target.name}: not served yet",
             hint="serve with --draft ngram, heads:DIR or a draft model of the target's vocabulary",
         )
     return drafter
@@ -141,6 +153,16 @@ def add_parser(sub: Any) -> None:
         "--engine", default="plain", choices=ENGINES, help="how requests are decoded (default: plain)"
     )
     add_draft_flags(p)
+    p.add_argument(
+        "--drafts", default="qwen2.5-coder-0.5b,ngram",
+        help="collective: comma-separated drafts, each ngram or a model (default: %(default)s)",
+    )  # fmt: skip
+    p.add_argument(
+        "--pipeline", action="store_true", help="collective: draft on another core while the target verifies"
+    )
+    p.add_argument(
+        "--every-draft", action="store_true", help="collective: no gate; every draft drafts every round"
+    )
     p.add_argument("--name", default=None, help="the model name clients send (default: --model)")
     p.add_argument("--config", default=None, help="a TOML file of [[model]] tables: several models served")
     p.add_argument("--host", default="127.0.0.1", help="address to bind (default: loopback only)")
