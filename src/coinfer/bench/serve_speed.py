@@ -1,8 +1,8 @@
 """Serving speed as a client sees it: the speculative suite streamed, one request at a time,
 by the official ``openai`` client from ``coinfer serve --engine plain``, ``coinfer serve
---engine speculative`` and llama.cpp's own ``llama-server`` (its n-gram modes, where it
-is built: ``coinfer bench speculative --build-peers``), all running side by side and
-taking each prompt in turn.
+--engine speculative`` and llama.cpp's own ``llama-server`` (plain and its n-gram modes,
+where it is built: ``coinfer bench speculative --build-peers``), all running side by side
+and taking each prompt in turn.
 
 A request's decode rate is its completion tokens after the first over the time from its
 first streamed token to its last, as the client saw them; each system's ratio to coinfer's
@@ -21,8 +21,11 @@ from coinfer.errors import ConfigError
 
 __all__ = ["SpeedConfig", "run_speed"]
 
-SERVER_MODES = {"llama-server-ngram-simple": ["--spec-type", "ngram-simple"],
-                "llama-server-ngram-mod": ["--spec-type", "ngram-mod"]}  # fmt: skip
+SERVER_MODES: dict[str, list[str]] = {
+    "llama-server-plain": [],
+    "llama-server-ngram-simple": ["--spec-type", "ngram-simple"],
+    "llama-server-ngram-mod": ["--spec-type", "ngram-mod"],
+}
 
 
 @dataclass(frozen=True)
