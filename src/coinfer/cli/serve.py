@@ -3,9 +3,10 @@ on loopback unless ``--host`` says otherwise.
 
 ``--engine plain`` decodes every request in one continuous batch (on llama.cpp each
 conversation gets its own ``--ctx`` cells, ``--max-batch`` decoded together, ``--keep``
-finished ones kept for prefix reuse); ``--engine speculative`` runs the speculative
-engine with ``--draft``, one request at a time. ``--api-key`` (or ``$COINFER_API_KEY``)
-is then required on every route but ``/health``."""
+finished ones kept for prefix reuse); ``--engine speculative`` (``--draft``), ``llmcad``
+(its resident ``--draft`` model) and ``collective`` (``--drafts`` voting) serve one
+request at a time. ``--config FILE.toml`` serves several, by name. With ``--api-key`` (or
+``$COINFER_API_KEY``) every route but ``/health`` needs the key."""
 
 from __future__ import annotations
 
