@@ -62,7 +62,7 @@ def list_questions() -> dict[str, list[str]]:
 def router_rates() -> dict[str, Any]:
     """How often the router takes the outline: per half of the list questions, and on
     HumanEval's prompts as they come and inside a chat request."""
-    from coinfer.bench.workloads import humaneval_problems
+    from coinfer.bench.workloads import humaneval_problems, humaneval_request
     from coinfer.engines.jupiter.outline import route
 
     def share(texts: list[str]) -> dict[str, Any]:
@@ -70,7 +70,7 @@ def router_rates() -> dict[str, Any]:
         return {"outline": sum(chosen), "of": len(chosen), "rate": round(sum(chosen) / len(chosen), 3)}
 
     lists, code = list_questions(), [p["prompt"] for p in humaneval_problems()]
-    chat = [f"Complete this Python function.\n\n```python\n{c}```" for c in code]
+    chat = [humaneval_request(c) for c in code]
     return {
         **{k: share(v) for k, v in lists.items()},
         "humaneval": share(code),
@@ -111,11 +111,10 @@ def _one(cluster: Any, question: str, config: DecodeBenchConfig, how: dict[str, 
 def _questions(config: DecodeBenchConfig) -> list[tuple[str, str]]:
     """The list questions (both halves), then HumanEval prompts the heads did not train on
     (``head_training_prompts`` holds every fourth out), where the router must fall back."""
-    from coinfer.bench.workloads import humaneval_problems
+    from coinfer.bench.workloads import held_out_split, humaneval_problems, humaneval_request
 
     lists = list_questions()
-    held_out = humaneval_problems()[3::4]
-    code = [f"Complete this Python function.\n\n```python\n{p['prompt']}```" for p in held_out]
+    code = [humaneval_request(p["prompt"]) for p in held_out_split(humaneval_problems(), held_out=True)]
     if config.quick:
         chosen = [("tuned", lists["tuned"][0]), *[("held_out", q) for q in lists["held_out"][:3]]]
         return chosen + [("humaneval", q) for q in code[:2]]

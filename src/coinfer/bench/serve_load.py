@@ -46,7 +46,6 @@ class _Stream:
     error: str | None = None
     rate_limited: int = 0
     first_s: float | None = None
-    seconds: float = 0.0
     tokens: int = 0  # the server's count (the stream's usage)
 
 
@@ -76,13 +75,10 @@ class LoadResult:
 
 def load_prompts(n: int) -> list[str]:
     """``n`` requests: HumanEval's prompts in a chat request."""
-    from coinfer.bench.workloads import humaneval_problems
+    from coinfer.bench.workloads import humaneval_problems, humaneval_request
 
     problems = humaneval_problems()
-    return [
-        f"Complete this Python function.\n\n```python\n{problems[i % len(problems)]['prompt']}```"
-        for i in range(n)
-    ]
+    return [humaneval_request(problems[i % len(problems)]["prompt"]) for i in range(n)]
 
 
 def _rss_mb(pid: int) -> float:
@@ -123,7 +119,6 @@ async def _one(client: Any, model: str, prompt: str, max_tokens: int, index: int
         except openai.OpenAIError as exc:
             s.error = f"{type(exc).__name__}: {exc}"
             break
-    s.seconds = time.perf_counter() - t0
     return s
 
 
@@ -147,10 +142,7 @@ async def _storm(url: str, config: LoadConfig, prompts: list[str]) -> list[_Stre
     return out
 
 
-def _alone(url: str, config: LoadConfig, prompt: str) -> str:
-    import openai
-
-    client = openai.OpenAI(base_url=url, api_key="load", timeout=config.deadline_s)
+def _alone(client: Any, config: LoadConfig, prompt: str) -> str:
     r = client.chat.completions.create(
         model=config.model,
         messages=[{"role": "user", "content": prompt}],
@@ -164,20 +156,25 @@ def run_load(config: LoadConfig) -> LoadResult:
     """Start the server, run the storm, then each request alone; the result."""
     import statistics
 
+    import openai
+
     from coinfer.serve.process import ServerProcess
 
     prompts = load_prompts(config.requests)
     extra = ["--engine", config.engine, "--max-queue", str(config.max_queue), "--keep", "0"]
     result = LoadResult(asdict(config))
-    with ServerProcess(config.model, ctx=config.ctx, max_batch=config.max_batch, extra_args=extra) as server:
-        _alone(server.url, config, prompts[0])  # warm: the first request's allocations are not a leak
+    with (
+        ServerProcess(config.model, ctx=config.ctx, max_batch=config.max_batch, extra_args=extra) as server,
+        openai.OpenAI(base_url=server.url, api_key="load", timeout=config.deadline_s) as client,
+    ):
+        _alone(client, config, prompts[0])  # warm: the first request's allocations are not a leak
         result.rss_start_mb = round(_rss_mb(server.pid), 1)
         t0 = time.perf_counter()
         streams = asyncio.run(_storm(server.url, config, prompts))
         result.wall_s = round(time.perf_counter() - t0, 2)
         time.sleep(1.0)
         result.rss_end_mb = round(_rss_mb(server.pid), 1)
-        alone = {i: _alone(server.url, config, prompts[i]) for i in sorted({s.prompt for s in streams})}
+        alone = {i: _alone(client, config, prompts[i]) for i in sorted({s.prompt for s in streams})}
     result.streams = config.requests
     result.complete = sum(s.finish in ("stop", "length") and s.error is None for s in streams)
     result.errors = [f"request {s.prompt}: {s.error}" for s in streams if s.error]

@@ -59,11 +59,8 @@ class _Answer:
         return (self.tokens - 1) / (self.last_s - self.first_s)
 
 
-def stream_once(url: str, model: str, messages: list[dict[str, Any]], max_tokens: int) -> _Answer:
-    """One greedy streamed request, timed at the client."""
-    import openai
-
-    client = openai.OpenAI(base_url=url, api_key="bench", max_retries=0, timeout=900)
+def stream_once(client: Any, model: str, messages: list[dict[str, Any]], max_tokens: int) -> _Answer:
+    """One greedy streamed request by ``client`` (an ``openai.OpenAI``), timed at the client."""
     a, t0 = _Answer(), time.perf_counter()
     chunks = client.chat.completions.create(  # type: ignore[call-overload]
         model=model, messages=messages, temperature=0, max_tokens=max_tokens, stream=True,
@@ -82,8 +79,17 @@ def stream_once(url: str, model: str, messages: list[dict[str, Any]], max_tokens
 
 @dataclass
 class _Systems:
-    urls: dict[str, str] = field(default_factory=dict)
+    """The servers running, a client of each, and how to stop them."""
+
+    clients: dict[str, Any] = field(default_factory=dict)
     closers: list[Callable[[], None]] = field(default_factory=list)
+
+    def add(self, name: str, url: str, stop: Callable[[], None]) -> None:
+        import openai
+
+        self.closers.append(stop)
+        self.clients[name] = openai.OpenAI(base_url=url, api_key="bench", max_retries=0, timeout=900)
+        self.closers.append(self.clients[name].close)
 
     def close(self) -> None:
         for close in reversed(self.closers):
@@ -100,16 +106,14 @@ def _start(config: SpeedConfig) -> _Systems:
         for engine in ("plain", "speculative"):
             extra = ["--engine", engine, "--draft", "auto", "--keep", "0"]
             server = ServerProcess(config.model, ctx=4096, max_batch=1, extra_args=extra).start()
-            systems.closers.append(server.stop)
-            systems.urls[f"coinfer-{engine}"] = server.url
+            systems.add(f"coinfer-{engine}", server.url, server.stop)
         binary = llama_server_binary() if config.peers else None
         for peer in config.peers if binary is not None else ():
             assert binary is not None
             proc, base = launch_llama_server(
                 binary, str(catalog.prepare(config.model)), SERVER_MODES[peer], None
             )
-            systems.closers.append(proc.terminate)
-            systems.urls[peer] = base + "/v1"
+            systems.add(peer, base + "/v1", proc.terminate)
     except BaseException:
         systems.close()
         raise
@@ -131,14 +135,19 @@ def run_speed(config: SpeedConfig, *, log: Callable[[str], None]) -> dict[str, A
     try:
         for p in prompts:
             row: dict[str, Any] = {"id": p["id"], "category": p["category"]}
-            for name, url in systems.urls.items():
-                a = stream_once(url, config.model, p["messages"], config.max_tokens)
+            for name, client in systems.clients.items():
+                a = stream_once(client, config.model, p["messages"], config.max_tokens)
                 row[name] = {"decode_tok_s": round(a.decode_tok_s, 2), "tokens": a.tokens, "text": a.text}
                 log(f"{p['id'][:28]:28} {name:26} {a.decode_tok_s:6.2f} tok/s")
             rows.append(row)
     finally:
         systems.close()
-    return {"config": asdict(config), "systems": list(systems.urls), "rows": rows, "summary": summarize(rows)}
+    return {
+        "config": asdict(config),
+        "systems": list(systems.clients),
+        "rows": rows,
+        "summary": summarize(rows),
+    }
 
 
 def summarize(rows: list[dict[str, Any]]) -> dict[str, Any]:

@@ -21,7 +21,15 @@ from typing import Any
 
 from coinfer.errors import ConfigError, MissingDependencyError
 
-__all__ = ["CATEGORIES", "build_suite", "head_training_prompts", "humaneval_problems", "load_prompts"]
+__all__ = [
+    "CATEGORIES",
+    "build_suite",
+    "head_training_prompts",
+    "held_out_split",
+    "humaneval_problems",
+    "humaneval_request",
+    "load_prompts",
+]
 
 CATEGORIES = ("humaneval", "edit", "grounded")
 _EDITS = (
@@ -100,6 +108,16 @@ def load_prompts(path: str | Path) -> list[dict[str, Any]]:
     return out
 
 
+def humaneval_request(prompt: str) -> str:
+    """A HumanEval prompt as a user sends it in a chat."""
+    return f"Complete this Python function.\n\n```python\n{prompt}```"
+
+
+def held_out_split(items: list[Any], *, held_out: bool) -> list[Any]:
+    """Every fourth item (``held_out=True``), or the others: the heads' training split."""
+    return [x for i, x in enumerate(items) if (i % 4 == 3) == held_out]
+
+
 def head_training_prompts(*, held_out: bool, limit: int | None = None) -> list[str]:
     """User prompts from CPython's docs and HumanEval: every fourth of each source is held
     out (``held_out=True`` returns those), the rest train."""
@@ -111,9 +129,9 @@ def head_training_prompts(*, held_out: bool, limit: int | None = None) -> list[s
         for _, body in sorted(topics.items())
         if len(body) >= 400
     ]
-    code = [f"Complete this Python function.\n\n```python\n{p['prompt']}```" for p in humaneval_problems()]
+    code = [humaneval_request(p["prompt"]) for p in humaneval_problems()]
     out: list[str] = []
     for source in (docs, code):
-        out += [p for i, p in enumerate(source) if (i % 4 == 3) == held_out]
+        out += held_out_split(source, held_out=held_out)
     out = out[::2] + out[1::2]  # the two sources interleaved: a limit takes from both
     return out[:limit] if limit is not None else out

@@ -79,7 +79,6 @@ class TreeSizer:
         self.cost: dict[int, float] = {}  # nodes -> seconds per round
         self.produced: dict[int, list[int]] = {}  # per stream (a branch of outline decoding)
         self.waiting: dict[int, deque[tuple[int, list[list[int]]]]] = {}  # (root's index, guesses)
-        self.rounds = 0
         self.sizes: Counter[int] = Counter()  # rounds per number of choices verified
 
     # ---- what the rounds teach -----------------------------------------------------------
@@ -123,16 +122,15 @@ class TreeSizer:
         measured = within_measured(self.cost, nodes)
         if measured is not None:
             return measured
-        largest = max(m for m in self.cost if m <= nodes) if any(m <= nodes for m in self.cost) else None
-        return self.cost[largest] if largest is not None else self.cost[min(self.cost)]
+        below = [m for m in self.cost if m <= nodes]
+        return self.cost[max(below)] if below else self.cost[min(self.cost)]
 
-    def rates(self, streams: int = 1) -> list[float]:
-        """Expected tokens per second for each prefix size 0…len(choices), with ``streams``
-        pending tokens each under its own tree in the round."""
-        p = [h / self.seen for h in self.held]
-        chance = dict(zip(self.choices, p, strict=True))
+    def rates(self, ranked: Sequence[Choice], streams: int = 1) -> list[float]:
+        """Expected tokens per second for each prefix size 0…len(ranked) of the choices in
+        ``ranked``'s order, with ``streams`` pending tokens each under its own tree."""
+        chance = {c: h / self.seen for c, h in zip(self.choices, self.held, strict=True)}
         out, expected = [], 1.0
-        for s, c in enumerate([None, *self.ranked()]):
+        for s, c in enumerate([None, *ranked]):
             expected += chance[c] if c is not None else 0.0
             out.append(streams * expected / self.round_cost(streams * (s + 1)))
         return out
@@ -140,25 +138,24 @@ class TreeSizer:
     def choose(self, streams: int = 1) -> list[Choice]:
         """This round's choices (none: the pending token alone), each of ``streams``
         pending tokens under its own tree."""
-        self.rounds += 1
-        full = len(self.choices)
+        full, ranked = len(self.choices), self.ranked()
         if not full or not self.cost or (len(self.cost) < 2 and min(self.cost) > streams):
             size = 0  # first the pending tokens alone ...
         elif len(self.cost) < 2:
             size = full  # ... then every candidate
         else:
-            rates = self.rates(streams)
+            rates = self.rates(ranked, streams)
             best = max(range(len(rates)), key=lambda s: rates[s])
             if rates[best] < self.gain * rates[0]:
                 best = 0
             size = best
-            if self.rounds % self.probe_every == 0:
+            if (self.sizes.total() + 1) % self.probe_every == 0:
                 size = max((s for s in range(len(rates)) if s != best), key=lambda s: rates[s])
         self.sizes[size] += 1
-        return self.ranked()[:size]
+        return ranked[:size]
 
     def summary(self) -> dict[str, float | int]:
         """What the sizer did: rounds, rounds with no candidates, mean candidates verified."""
-        rounds = sum(self.sizes.values())
+        rounds = self.sizes.total()
         mean = sum(s * n for s, n in self.sizes.items()) / rounds if rounds else 0.0
         return {"rounds": rounds, "plain_rounds": self.sizes[0], "mean_candidates": round(mean, 2)}

@@ -125,13 +125,10 @@ def tree_attention_mask(start: int, tree: TokenTree, dtype: Any) -> Any:
 def commit_tree_path(cache: Any, start: int, path: Sequence[int]) -> None:
     """Keep a ``DynamicCache``'s first ``start`` entries and then the tree nodes ``path``
     (indices into the tree that followed them), in that order."""
-    keep = [*range(start), *(start + n for n in path)]
-    layers = [layer for layer in cache.layers if getattr(layer, "is_initialized", False)]
-    if keep == list(range(len(keep))):  # a path from the tree's first node: the rest cut off
-        for layer in layers:
-            layer.keys, layer.values = layer.keys[..., : len(keep), :], layer.values[..., : len(keep), :]
+    if list(path) == list(range(len(path))):  # the tree's first nodes: the rest cut off, no copy
+        cache.crop(start + len(path) - cache.get_seq_length())  # this transformers crops by a negative count
         return
-    keep_cache_slots(cache, keep)
+    keep_cache_slots(cache, [*range(start), *(start + n for n in path)])
 
 
 def keep_cache_slots(cache: Any, keep: Sequence[int]) -> None:

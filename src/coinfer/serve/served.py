@@ -183,9 +183,16 @@ class Served(ABC):
                 self.failed(item, error)
 
 
-def _sampling(request: ServeRequest, index: int = 0) -> SamplingParams:
-    seed = None if request.seed is None else request.seed + index
-    return SamplingParams(temperature=request.temperature, top_p=request.top_p, seed=seed)
+def _prompt_ids(model: Any, request: ServeRequest) -> list[int]:
+    """A chat in the model's template, or a completion's prompt as plain text."""
+    if request.messages is not None:
+        return list(model.chat_prompt(request.messages))
+    return list(model.text_prompt(request.prompt or ""))
+
+
+def _sampling(request: ServeRequest) -> SamplingParams:
+    """The request's sampling (``LocalChat.new_jobs`` seeds sample s with ``seed + s``)."""
+    return SamplingParams(temperature=request.temperature, top_p=request.top_p, seed=request.seed)
 
 
 @dataclass
@@ -216,11 +223,7 @@ class PlainServed(Served):
     def _admit(self, ticket: Ticket, waiting: deque[Any]) -> None:
         r = ticket.request
         try:
-            prompt = (
-                self.model.chat_prompt(r.messages)
-                if r.messages is not None
-                else self.model.text_prompt(r.prompt)
-            )
+            prompt = _prompt_ids(self.model, r)
             jobs = self.chat.new_jobs(
                 ticket.number,
                 prompt,
@@ -325,11 +328,7 @@ class EngineServed(Served):
             self.failed(ticket, ConfigError("the client went away"))
             return
         try:
-            prompt = (
-                self.model.chat_prompt(r.messages)
-                if r.messages is not None
-                else self.model.text_prompt(r.prompt)
-            )
+            prompt = _prompt_ids(self.model, r)
             steps = self.stream(r, prompt, _sampling(r))
         except CoinferError as exc:
             self.failed(ticket, exc)
