@@ -4,14 +4,14 @@ PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 WHEELHOUSE ?= $(or $(XDG_CACHE_HOME),$(HOME)/.cache)/coinfer/wheels
-PROMPT ?= Write a Python function that tells whether a string is a palindrome, ignoring case and spaces.
 PYTEST_ARGS ?=
 
 .PHONY: setup demo test lint
 setup: $(VENV)/.installed
 
-$(VENV)/.installed: pyproject.toml scripts/build-llama-wheel.sh
+$(VENV)/.installed: pyproject.toml scripts/build-llama-wheel.sh scripts/install-browser.sh
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	scripts/install-browser.sh
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	COINFER_WHEELHOUSE=$(WHEELHOUSE) PYTHON=$(BIN)/python scripts/build-llama-wheel.sh
 	$(BIN)/python -m pip install --find-links $(WHEELHOUSE) -e '.[all]'
@@ -19,7 +19,7 @@ $(VENV)/.installed: pyproject.toml scripts/build-llama-wheel.sh
 	touch $@
 
 demo: setup
-	$(BIN)/coinfer generate "$(PROMPT)"
+	$(BIN)/coinfer demo
 
 test: lint
 	$(BIN)/python -m pytest -q $(PYTEST_ARGS)

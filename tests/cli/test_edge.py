@@ -41,10 +41,18 @@ def _launch(model: Path, *extra: str) -> dict:  # type: ignore[type-arg]
 
 @needs_torch
 @pytest.mark.parametrize("devices", ["2", "3"])
-def test_a_pipeline_of_devices_writes_what_generate_writes(four_layers: Path, devices: str) -> None:
+def test_a_pipeline_of_devices_writes_what_generate_writes(
+    four_layers: Path, devices: str, tmp_path: Path
+) -> None:
     alone = _generate(four_layers)
-    out = _launch(four_layers, "--devices", devices, "--min-part", "8", "--parts", "4")
+    trace_file = tmp_path / "run.json"
+    out = _launch(
+        four_layers, "--devices", devices, "--min-part", "8", "--parts", "4", "--trace", str(trace_file)
+    )
     assert out["text"] == alone["text"] and out["n_tokens"] == alone["n_tokens"]
+    trace = json.loads(trace_file.read_text())  # plain decoding: every token the target's own
+    assert trace["engine"] == "jupiter" and trace["stats"] == out["stats"]
+    assert [o for step in trace["steps"] for o, _, _ in step["spans"]] == ["target"] * out["n_tokens"]
     assert out["engine"] == "jupiter" and out["stats"]["prompt_tokens"] == alone["stats"]["prompt_tokens"]
     parts = out["extras"]["parts"]
     assert len(parts) == 4 and sum(parts) == out["stats"]["prompt_tokens"]  # pipelined prefill

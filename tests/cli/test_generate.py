@@ -181,6 +181,35 @@ def test_generate_with_an_ngram_draft_reports_speculation_stats(smollm_path: Pat
 
 
 @needs_llama
+def test_a_trace_colours_every_token_as_the_stats_count_it_and_view_shows_it(
+    smollm_path: Path, tmp_path: Path
+) -> None:
+    from coinfer.decoding.trace import origin_counts
+
+    trace_file = tmp_path / "run.json"
+    prompt = "Repeat exactly: a b c d e f g a b c d e f g"
+    proc = coinfer("generate", prompt, "-m", "smollm2-135m", "-n", "24", "--draft", "ngram", "--json",
+                   "--trace", str(trace_file))  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    out, trace = json.loads(proc.stdout), json.loads(trace_file.read_text())
+    counts = origin_counts(trace)
+    assert trace["text"] == out["text"] and trace["stats"] == out["stats"] and trace["draft"] == "ngram"
+    assert counts["ngram"] == out["stats"]["accepted"] > 0
+    own = counts["target"] + counts["rectified"]  # one per forward (the budget may cut the last)
+    assert out["stats"]["rounds"] <= own <= out["stats"]["rounds"] + 1
+    assert sum(counts.values()) == out["n_tokens"]
+    rejected = [s for s in trace["steps"] if s["drafted"] > s["accepted"] and s["tokens"] > s["accepted"]]
+    assert counts["rectified"] == len(rejected)  # a round with a rejected draft ends in the target's token
+    view = coinfer("view", str(trace_file), "--no-open")
+    assert view.returncode == 0, view.stderr
+    assert f"{counts['ngram']} ngram" in view.stdout and (tmp_path / "run.html").read_text().startswith(
+        "<!doctype"
+    )
+    assert_user_error(coinfer("view", str(tmp_path / "nothing.json"), "--no-open"), "cannot read the trace")
+    assert_user_error(coinfer("generate", "hi", "--trace", "/no/such/dir/t.json"), "cannot write the trace")
+
+
+@needs_llama
 def test_a_draft_model_with_another_tokenizer_drafts_through_text(smollm_path: Path) -> None:
     # exact identity with plain decoding is tested on transformers (tests/decoding/test_speculative.py);
     # llama.cpp's verify batches round differently from single-token decoding (issue 3, open)

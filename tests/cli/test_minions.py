@@ -86,8 +86,11 @@ def test_minions_runs_local_jobs_and_the_remote_never_sees_the_document(
     assert f"round 1  local  jobs: {jobs} request(s)" in proc.stderr  # all in one concurrent batch
     assert "priced as gpt-4o" in proc.stderr
     recorded = json.loads(trace.read_text())
-    remote_text = json.dumps([e["messages"] for e in recorded["trace"] if e.get("side") == "remote"])
+    events = [step["event"] for step in recorded["steps"] if "event" in step]
+    assert events == recorded["extras"]["trace"] and recorded["format"] == "coinfer-trace"
+    remote_text = json.dumps([e["messages"] for e in events if e.get("side") == "remote"])
     assert json.dumps(DOC)[1:-1] not in remote_text
+    assert recorded["cost"]["priced_as"] == "gpt-4o" and recorded["cost"]["remote_by_round"]
 
 
 def test_a_remote_that_is_down_fails_clearly_and_quickly(doc: Path) -> None:

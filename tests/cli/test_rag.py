@@ -79,16 +79,23 @@ def _ask(device: str, *extra: str, env: dict[str, str] = TOKEN) -> subprocess.Co
 
 
 def test_ask_answers_from_both_corpora(
-    corpora: tuple[str, str], cloud: tuple[subprocess.Popen[str], str]
+    corpora: tuple[str, str], cloud: tuple[subprocess.Popen[str], str], tmp_path: Path
 ) -> None:
     import json
 
-    proc = _ask(corpora[0], "--cloud", cloud[1], "--max-tokens", "16", "--json")
+    trace_file = tmp_path / "run.json"
+    proc = _ask(corpora[0], "--cloud", cloud[1], "--max-tokens", "16", "--json", "--trace", str(trace_file))
     assert proc.returncode == 0, proc.stderr
     report = json.loads(proc.stdout)
     assert report["mode"] == "dragon" and report["cloud_documents"] == 2 and "fallback" not in report
     assert report["tokens"] == 16 and report["text"]
     assert report["documents"] == ["me.md@0"]  # only the device's own; the cloud's never came
+    trace = json.loads(trace_file.read_text())  # each token with the verdict on each side's draft
+    assert trace["engine"] == "dragon" and trace["text"] == report["text"]
+    for side in ("device", "cloud"):
+        verdicts = [step["sides"][side] for step in trace["steps"]]
+        assert verdicts.count(True) == report["accepted"][side]
+        assert verdicts.count(False) == report["rejected"][side]
 
 
 def test_ask_without_a_cloud_is_device_only_rag(corpora: tuple[str, str], smollm_path: Path) -> None:

@@ -95,6 +95,36 @@ def test_the_speculative_engines_record_comes_back(server: Server) -> None:
     assert record["stats"]["n_tokens"] == r.usage.completion_tokens and record["stats"]["rounds"] >= 1
 
 
+@pytest.mark.parametrize("model", ["plain", "spec"])
+def test_every_answer_has_a_trace_page_whose_tokens_are_the_answers(server: Server, model: str) -> None:
+    import json
+    import urllib.error
+    import urllib.request
+
+    from coinfer.decoding.trace import origin_counts
+
+    client = openai.OpenAI(base_url=server.url, api_key="unused")
+    ask = [{"role": "user", "content": "Repeat: a b c d e f a b c d e f"}]
+    r = client.chat.completions.create(model=model, messages=ask, temperature=0, max_tokens=32)
+    path = r.model_extra["coinfer"]["trace"]
+    assert path == f"/traces/{r.id}"
+    root = server.url.removesuffix("/v1")
+    with urllib.request.urlopen(root + path + ".json") as answer:
+        trace = json.load(answer)
+    counts = origin_counts(trace)
+    assert sum(counts.values()) == r.usage.completion_tokens
+    assert trace["text"].startswith(r.choices[0].message.content)
+    if model == "spec":  # the n-gram's kept drafts (an end-of-turn among them is no token of the text)
+        assert 0 < counts["ngram"] <= trace["stats"]["accepted"] and trace["draft"] == "ngram"
+    else:
+        assert counts["target"] == r.usage.completion_tokens
+    with urllib.request.urlopen(root + path) as html:
+        assert html.status == 200 and "text/html" in html.headers["content-type"]
+    with pytest.raises(urllib.error.HTTPError) as missing:
+        urllib.request.urlopen(root + "/traces/chatcmpl-nosuch")
+    assert missing.value.code == 404
+
+
 def test_completions_and_samples(server: Server) -> None:
     client = openai.OpenAI(base_url=server.url, api_key="unused")
     r = client.completions.create(model="plain", prompt="def add(a, b):", max_tokens=12, temperature=0)

@@ -7,9 +7,11 @@ import argparse
 import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn
 
 from coinfer import catalog
+from coinfer.errors import ConfigError
 
 if TYPE_CHECKING:  # the models package is imported lazily: `coinfer models list` stays fast
     from coinfer.decoding import SamplingParams
@@ -23,6 +25,7 @@ __all__ = [
     "add_output_flags",
     "add_pair_flags",
     "add_sampling_flags",
+    "check_trace_path",
     "draft_tokens",
     "err",
     "load_from_args",
@@ -111,8 +114,25 @@ def add_draft_flags(p: argparse.ArgumentParser) -> None:
     )
 
 
-def add_output_flags(p: argparse.ArgumentParser) -> None:
+def add_output_flags(p: argparse.ArgumentParser, *, trace: bool = False) -> None:
     p.add_argument("--json", action="store_true", help="print one JSON object with the results")
+    if trace:
+        p.add_argument(
+            "--trace", default=None, metavar="FILE",
+            help="write what the engine did, step by step, to this JSON file (open it with coinfer view)",
+        )  # fmt: skip
+
+
+def check_trace_path(path: str | None) -> None:
+    """Refuse, before any model loads, a ``--trace`` that cannot be written."""
+    if path is None:
+        return
+    folder = Path(path).expanduser().resolve().parent
+    if not folder.is_dir():
+        raise ConfigError(
+            f"cannot write the trace to {path}: {folder} is not a folder",
+            hint="pass --trace FILE in an existing folder",
+        )
 
 
 def add_pair_flags(p: argparse.ArgumentParser, *, price_as: str | None) -> None:

@@ -22,7 +22,7 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-from coinfer.cli.common import add_output_flags, add_sampling_flags, err, sampling_from_args
+from coinfer.cli.common import add_output_flags, add_sampling_flags, check_trace_path, err, sampling_from_args
 from coinfer.errors import CoinferError, ConfigError
 
 __all__ = ["add_parser", "cmd_launch", "cmd_worker"]
@@ -116,6 +116,7 @@ def _run_request(
 ) -> None:
     """The request (on a thread): set up the cluster, stream, put each response on ``out``."""
     from coinfer.cli.generate import prompt_ids
+    from coinfer.decoding.trace import TraceRecorder, recorded
     from coinfer.engines.jupiter import EdgeCluster, JupiterConfig, stream
 
     try:
@@ -143,10 +144,16 @@ def _run_request(
             prompt, fmt = prompt_ids(cluster.text, args, quiet=args.json)
             out.put(("begin", fmt))
             question = args.prompt if args.decode in ("outline", "auto") else prompt
-            for response in stream(cluster, question, config=config, system=args.system):
+            recorder = None
+            if args.trace:
+                recorder = TraceRecorder("jupiter", model=args.model, draft=args.heads and "heads",
+                                         prompt=args.prompt, detokenize=cluster.text.detokenize)  # fmt: skip
+            for response in recorded(stream(cluster, question, config=config, system=args.system), recorder):
                 out.put(("response", response))
         finally:
             cluster.close()
+        if recorder is not None:
+            out.put(("trace", recorder.finish()))
         out.put(("done", cluster.text.detokenize))
     except BaseException as exc:  # handed to the main thread, which reports it
         out.put(("error", exc))
@@ -165,9 +172,16 @@ def _dead_worker(procs: list[subprocess.Popen[bytes]], groups: list[Any] | None)
 
 
 def _follow(
-    out: queue.Queue[Any], procs: list[subprocess.Popen[bytes]], groups: list[Any] | None, echo: bool
+    out: queue.Queue[Any],
+    procs: list[subprocess.Popen[bytes]],
+    groups: list[Any] | None,
+    echo: bool,
+    trace_to: str | None = None,
 ) -> tuple[list[Any], str, Any]:
-    """Responses as they come; a dead worker or an error ends the run with one line."""
+    """Responses as they come (the trace, if any, to ``trace_to``); a dead worker or an
+    error ends the run with one line."""
+    from coinfer.decoding.trace import save_trace
+
     responses: list[Any] = []
     fmt = "chat"
     while True:
@@ -187,6 +201,8 @@ def _follow(
             if echo:
                 sys.stdout.write(value.text)
                 sys.stdout.flush()
+        elif kind == "trace" and trace_to is not None:
+            save_trace(value, trace_to)
         elif kind == "done":
             return responses, fmt, value
         else:
@@ -226,6 +242,7 @@ def cmd_launch(args: argparse.Namespace) -> int:
     if args.decode in ("outline", "auto") and args.raw:
         raise ConfigError(f"--decode {args.decode} writes its own chat turns: it cannot take --raw")
     budgets = _budgets(args.memory, args.devices)  # checked before anything starts
+    check_trace_path(args.trace)
     master, token = _rendezvous(args)
     from coinfer.bench.cgroup import fence_each, remove_all
 
@@ -242,7 +259,7 @@ def cmd_launch(args: argparse.Namespace) -> int:
         thread = threading.Thread(target=_run_request, args=request, daemon=True)
         thread.start()
         try:
-            responses, fmt, detokenize = _follow(out, procs, groups, echo=not args.json)
+            responses, fmt, detokenize = _follow(out, procs, groups, not args.json, args.trace)
         except KeyboardInterrupt:
             _stop(procs)
             remove_all(groups or [], member=os.getpid())
@@ -392,7 +409,7 @@ def add_parser(sub: Any) -> None:
     add_sampling_flags(launch)
     launch.add_argument("--system", default=None, help="a system message for the chat template")
     launch.add_argument("--raw", action="store_true", help="send the prompt as plain text, no chat template")
-    add_output_flags(launch)
+    add_output_flags(launch, trace=True)
     launch.set_defaults(func=cmd_launch)
     worker = edge.add_parser("worker", help="run one device of a pipeline whose rank 0 is elsewhere")
     worker.add_argument("--rank", type=int, required=True)

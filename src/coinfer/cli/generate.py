@@ -17,6 +17,7 @@ from coinfer.cli.common import (
     add_model_flags,
     add_output_flags,
     add_sampling_flags,
+    check_trace_path,
     err,
     load_from_args,
     sampling_from_args,
@@ -25,6 +26,7 @@ from coinfer.errors import ConfigError
 
 if TYPE_CHECKING:
     from coinfer.decoding import Drafter, Response
+    from coinfer.decoding.trace import TraceRecorder
     from coinfer.models import SteerableModel
     from coinfer.models.base import Prompter
 
@@ -163,6 +165,7 @@ def _stream(
 
 def cmd_generate(args: argparse.Namespace) -> int:
     config = _config(args)
+    check_trace_path(args.trace)
     draft_name = draft_model_name(args) if args.engine == "llmcad" else None
     target = load_from_args(args, quiet=args.json, **_loading(args, "target"))
     drafters: list[Drafter] = []
@@ -173,8 +176,13 @@ def cmd_generate(args: argparse.Namespace) -> int:
             draft_model = load_from_args(args, draft_name, quiet=args.json, **_loading(args, "draft"))
         else:
             drafters = _drafters(args, target, prompt)
+        from coinfer.decoding.trace import recorded, save_trace
+
         responses = _stream(args, config, target, prompt, drafters, draft_model)
-        tokens, last, code = _follow(responses, echo=not args.json)
+        recorder = _recorder(args, target, drafters, draft_model)
+        tokens, last, code = _follow(recorded(responses, recorder), echo=not args.json)
+        if recorder is not None:
+            save_trace(recorder.finish(), args.trace)
         text = target.detokenize(tokens)
     finally:
         for d in drafters:
@@ -193,6 +201,19 @@ def cmd_generate(args: argparse.Namespace) -> int:
         for line in summary_lines(last, finish, drafted=bool(drafters) or draft_model is not None):
             err(line)
     return code
+
+
+def _recorder(
+    args: argparse.Namespace, target: SteerableModel, drafters: list[Drafter], draft_model: Any
+) -> TraceRecorder | None:
+    """``--trace``'s recorder: the target's tokens cut by where they came from."""
+    if args.trace is None:
+        return None
+    from coinfer.decoding.trace import TraceRecorder
+
+    draft = draft_model.name if draft_model is not None else ",".join(d.name for d in drafters) or None
+    return TraceRecorder(args.engine, model=target.name, draft=draft, prompt=args.prompt,
+                         detokenize=target.detokenize)  # fmt: skip
 
 
 def _follow(
@@ -289,7 +310,7 @@ def add_parser(sub: Any) -> None:
     add_sampling_flags(p)
     p.add_argument("--system", default=None, help="a system message for the chat template")
     p.add_argument("--raw", action="store_true", help="send the prompt as plain text, no chat template")
-    add_output_flags(p)
+    add_output_flags(p, trace=True)
     add_draft_flags(p)
     p.add_argument(
         "--engine",

@@ -7,10 +7,9 @@ import argparse
 import json
 from collections.abc import Iterator
 from contextlib import contextmanager
-from pathlib import Path
 from typing import Any
 
-from coinfer.cli.common import add_output_flags, add_pair_flags, err, open_chat_from_args
+from coinfer.cli.common import add_output_flags, add_pair_flags, check_trace_path, err, open_chat_from_args
 from coinfer.errors import ConfigError
 
 __all__ = ["add_parser", "cmd_minions"]
@@ -36,17 +35,6 @@ def _protocol_config(args: argparse.Namespace) -> Any:
     if args.protocol == "rag":
         return m.RagConfig(retriever=args.retriever, top_k=args.rag_chunks, chunk_chars=args.rag_chunk_chars)
     return m.DirectConfig(side="remote" if args.protocol == "remote-only" else "local")
-
-
-def _check_trace_path(path: str | None) -> None:
-    if path is None:
-        return
-    folder = Path(path).expanduser().resolve().parent
-    if not folder.is_dir():
-        raise ConfigError(
-            f"cannot write the trace to {path}: {folder} is not a folder",
-            hint="pass --trace FILE in an existing folder",
-        )
 
 
 @contextmanager
@@ -83,29 +71,32 @@ def _models(args: argparse.Namespace) -> Iterator[tuple[Any, Any]]:
 
 def cmd_minions(args: argparse.Namespace) -> int:
     from coinfer.chat import PriceTable
+    from coinfer.decoding.trace import TraceRecorder, recorded, save_trace
     from coinfer.engines import minions as m
     from coinfer.engines.minions.documents import check_local_window, load_documents
-    from coinfer.engines.minions.report import cost_table, summary, trace_line
+    from coinfer.engines.minions.report import cost_table, round_costs, summary, trace_line
 
     config = _protocol_config(args)
-    _check_trace_path(args.trace)
+    check_trace_path(args.trace)
     documents = load_documents(args.doc)
     if not args.question.strip():
         raise ConfigError("the question is empty", hint="pass --question 'what you want to know'")
     table = PriceTable.from_file(args.prices) if args.prices else PriceTable()
     priced_as = args.price_as or (args.remote if table.price_of(args.remote) else "gpt-4o")
     price = table.price_of(priced_as)
+    recorder = TraceRecorder(args.protocol, model=args.remote, draft=args.local, prompt=args.question)
     with _models(args) as (local, remote):
         if local is not None:
             check_local_window(local.model, args.question, documents, args.protocol)
-        for answer in m.stream(args.question, documents, local=local, remote=remote, config=config):
+        steps = m.stream(args.question, documents, local=local, remote=remote, config=config)
+        for answer in recorded(steps, recorder):
             if "event" in answer.extras and not args.json:
                 err("\n".join(trace_line(answer.extras["event"])))
     report = summary(answer, price=price, priced_as=priced_as)
     if args.trace:
-        Path(args.trace).write_text(
-            json.dumps({**report, "trace": answer.extras["trace"]}, indent=2, ensure_ascii=False)
-        )
+        cost = {"remote_usd": report["cost_usd"], "priced_as": report["priced_as"],
+                "remote_by_round": round_costs(answer, price)}  # fmt: skip
+        save_trace(recorder.finish(cost=cost), args.trace)
     if args.json:
         print(json.dumps(report, ensure_ascii=False))
         return 0
@@ -141,6 +132,5 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--backend", "-b", default="llama.cpp", choices=["llama.cpp", "transformers"])
     p.add_argument("--threads", type=int, default=None)
     p.add_argument("--device", default=None)
-    p.add_argument("--trace", default=None, help="write the full trace (every message) to this JSON file")
-    add_output_flags(p)
+    add_output_flags(p, trace=True)
     p.set_defaults(func=cmd_minions)

@@ -22,6 +22,7 @@ from coinfer.cli.common import (
     add_model_flags,
     add_output_flags,
     add_sampling_flags,
+    check_trace_path,
     err,
     load_from_args,
     sampling_from_args,
@@ -129,6 +130,7 @@ def _link(args: argparse.Namespace) -> tuple[Any, Any]:
 
 
 def cmd_ask(args: argparse.Namespace) -> int:
+    from coinfer.decoding.trace import TraceRecorder, recorded, save_trace
     from coinfer.engines.dragon import stream
 
     question = " ".join(args.question).strip()
@@ -137,9 +139,11 @@ def cmd_ask(args: argparse.Namespace) -> int:
             "the question is empty", hint='coinfer rag ask --corpus DIR "what you want to know"'
         )
     config = _config(args)
+    check_trace_path(args.trace)
     link, channel = _link(args)
     corpus = _corpus(args)
     model = load_from_args(args, quiet=args.json)
+    recorder = TraceRecorder("dragon", model=model.name, prompt=question, detokenize=model.detokenize)
 
     def documents() -> list[Any]:  # retrieved once the cloud has the question
         return corpus.retrieve(
@@ -152,7 +156,7 @@ def cmd_ask(args: argparse.Namespace) -> int:
         replies = stream(
             model, question, documents=documents, config=config, cloud=link, channel=channel, rescore=rescore
         )
-        for last in replies:
+        for last in recorded(replies, recorder):
             text.append(last.text)
             if not args.json:
                 sys.stdout.write(last.text)
@@ -162,6 +166,8 @@ def cmd_ask(args: argparse.Namespace) -> int:
         if channel is not None:
             channel.close()
     assert last is not None  # a stream yields at least its last response
+    if args.trace:
+        save_trace(recorder.finish(), args.trace)
     extras, stats = last.extras, last.stats
     if args.json:
         report = {
@@ -169,6 +175,7 @@ def cmd_ask(args: argparse.Namespace) -> int:
             "finish_reason": last.finish_reason,
             "tokens": stats.n_tokens,
             "ttft_s": round(stats.ttft_s, 4),
+            "tokens_per_s": round(stats.tokens_per_s, 3),
             "decode_tokens_per_s": round(stats.decode_tokens_per_s, 3),
             **extras,
         }
@@ -247,7 +254,7 @@ def add_parser(sub: Any) -> None:
     )
     ask.add_argument("--max-tokens", type=int, default=256)
     add_sampling_flags(ask)
-    add_output_flags(ask)
+    add_output_flags(ask, trace=True)
     ask.set_defaults(func=cmd_ask)
 
     cloud = commands.add_parser("cloud", help="serve a model and a corpus to devices")

@@ -1,10 +1,12 @@
 """The OpenAI-compatible HTTP API as a Starlette app over served models (``served``).
 
 Routes: ``POST /v1/chat/completions`` and ``/v1/completions`` (server-sent events with
-``stream``, else one JSON body), ``GET /v1/models``, ``/health`` and ``/metrics``. The
-request's ``model`` picks the served model (the first when left out). Every answer carries
-the engine's ``DecodeStats`` and extras in a ``coinfer`` field, which OpenAI's clients
-ignore. A client that goes away cancels its request. Errors are OpenAI's error objects:
+``stream``, else one JSON body), ``GET /v1/models``, ``/health``, ``/metrics`` and
+``/traces/<id>`` (the viewer's page of an answer; ``/traces/<id>.json`` its trace; the
+last ``KEEP_TRACES`` answers are kept). The request's ``model`` picks the served model (the
+first when left out). Every answer carries the engine's ``DecodeStats``, extras and its
+trace's path in a ``coinfer`` field, which OpenAI's clients ignore. A client that goes
+away cancels its request. Errors are OpenAI's error objects:
 400 names the field, 401 without the key, 404 for an unknown model, 413 past the body
 cap, 429 with ``Retry-After`` past the queue.
 """
@@ -16,13 +18,14 @@ import hmac
 import json
 import time
 import uuid
-from collections.abc import AsyncIterator, Mapping
+from collections import OrderedDict
+from collections.abc import AsyncIterator, Callable, Mapping
 from typing import Any
 
 from sse_starlette.sse import EventSourceResponse
 from starlette.applications import Starlette
 from starlette.requests import ClientDisconnect, Request
-from starlette.responses import JSONResponse, Response
+from starlette.responses import HTMLResponse, JSONResponse, Response
 from starlette.routing import Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
@@ -30,10 +33,12 @@ from coinfer.errors import CoinferError, ConfigError, ContextOverflowError
 from coinfer.serve.metrics import CONTENT_TYPE_LATEST, ServerMetrics
 from coinfer.serve.schemas import ServeRequest, read_body
 from coinfer.serve.served import Event, Served, ServerBusy, Ticket
+from coinfer.serve.viewer import page
 
-__all__ = ["MAX_BODY", "build_app"]
+__all__ = ["KEEP_TRACES", "MAX_BODY", "build_app"]
 
 MAX_BODY = 64 << 20  # bytes of JSON in a request
+KEEP_TRACES = 256  # answers whose traces /traces/<id> serves, the newest
 OPEN_PATHS = ("/health",)  # answered without the key
 
 
@@ -95,6 +100,12 @@ class _Api:
             raise ConfigError("a server needs at least one served model")
         self.served = dict(served)
         self.metrics = ServerMetrics(self.served)
+        self.traces: OrderedDict[str, dict[str, Any]] = OrderedDict()
+
+    def keep_trace(self, answer_id: str, trace: dict[str, Any]) -> None:
+        self.traces[answer_id] = trace
+        while len(self.traces) > KEEP_TRACES:
+            self.traces.popitem(last=False)
 
     def pick(self, name: str | None) -> Served:
         if name is None or name == "":
@@ -116,6 +127,17 @@ class _Api:
             for n, s in self.served.items()
         ]
         return JSONResponse({"object": "list", "data": data})
+
+    async def trace(self, request: Request) -> Response:
+        """An answer's trace: the viewer's page, or with ``.json`` the trace itself."""
+        name = request.path_params["answer"]
+        as_json = name.endswith(".json")
+        trace = self.traces.get(name.removesuffix(".json"))
+        if trace is None:
+            return error_response(
+                404, f"no trace {name!r}: the server keeps the last {KEEP_TRACES} answers", "not_found_error"
+            )
+        return JSONResponse(trace) if as_json else HTMLResponse(page(trace))
 
     async def chat(self, request: Request) -> Response:
         return await self.complete(request, "chat")
@@ -164,7 +186,7 @@ class _Api:
             raise
         if first.kind == "error":
             raise first.error or CoinferError("the request failed")
-        answer = _Answer(served, req, self.metrics)
+        answer = _Answer(served, req, self.metrics, self.keep_trace)
         if req.stream:
             return EventSourceResponse(answer.chunks(events, ticket), ping=15)
         return JSONResponse(await answer.body(events, request, ticket))
@@ -193,8 +215,10 @@ async def _next(events: asyncio.Queue[Event], request: Request, ticket: Ticket) 
 class _Answer:
     """One request's answer in OpenAI's shapes, from the worker's events."""
 
-    def __init__(self, served: Served, req: ServeRequest, metrics: ServerMetrics) -> None:
-        self.served, self.req, self.metrics = served, req, metrics
+    def __init__(
+        self, served: Served, req: ServeRequest, metrics: ServerMetrics, keep: Callable[[str, Any], None]
+    ) -> None:
+        self.served, self.req, self.metrics, self.keep = served, req, metrics, keep
         self.id = f"{'chatcmpl' if req.kind == 'chat' else 'cmpl'}-{uuid.uuid4().hex[:24]}"
         self.created = int(time.time())
         self.object = "chat.completion" if req.kind == "chat" else "text_completion"
@@ -223,6 +247,8 @@ class _Answer:
         ]
         first = per[0] if per else {"stats": None, "extras": {}}
         out = {"engine": self.served.engine, "stats": first["stats"], "extras": first["extras"]}
+        if any(e.trace is not None for e in self.ends.values()):
+            out["trace"] = f"/traces/{self.id}"
         return out | ({"choices": per} if len(per) > 1 else {})
 
     def record(self, event: Event) -> None:
@@ -230,6 +256,8 @@ class _Answer:
             self.first_at = time.perf_counter()
         if event.kind == "end":
             self.ends[event.index] = event
+            if event.trace is not None and event.index == 0:  # the first choice's, of several
+                self.keep(self.id, event.trace)
 
     def done(self, usage: Any, status: int = 200) -> None:
         ttft = None if self.first_at is None else self.first_at - self.started
@@ -317,6 +345,7 @@ def build_app(served: Mapping[str, Served], *, api_key: str | None = None) -> AS
     routes = [
         Route("/health", api.health, methods=["GET"]),
         Route("/metrics", api.metrics_text, methods=["GET"]),
+        Route("/traces/{answer}", api.trace, methods=["GET"]),
         *[Route(p + "/models", api.models, methods=["GET"]) for p in ("/v1", "")],
         *[Route(p + "/chat/completions", api.chat, methods=["POST"]) for p in ("/v1", "")],
         *[Route(p + "/completions", api.completions, methods=["POST"]) for p in ("/v1", "")],

@@ -48,7 +48,8 @@ def speculative_served(
         config = SpecConfig(max_tokens=budget, sampling=sampling, draft_tokens=draft_tokens)
         return stream(target, prompt, draft=drafter, config=config)
 
-    return EngineServed(name or target.name, "speculative", target, run, max_queue=max_queue)
+    draft = None if drafter is None else drafter.name
+    return EngineServed(name or target.name, "speculative", target, run, draft=draft, max_queue=max_queue)
 
 
 def _room(target: Any, prompt: list[int], max_tokens: int) -> int:
@@ -73,7 +74,7 @@ def llmcad_served(
         )
         return stream(target, prompt, draft=draft, config=config)
 
-    return EngineServed(name or target.name, "llmcad", target, run, max_queue=max_queue)
+    return EngineServed(name or target.name, "llmcad", target, run, draft=draft.name, max_queue=max_queue)
 
 
 def collective_served(
@@ -91,4 +92,5 @@ def collective_served(
         )
         return stream(target, [prompt], drafts=drafts, config=config)
 
-    return EngineServed(name or target.name, "collective", target, run, max_queue=max_queue)
+    names = ",".join(d.name for d in drafts)
+    return EngineServed(name or target.name, "collective", target, run, draft=names, max_queue=max_queue)

@@ -34,6 +34,7 @@ from coinfer.chat.base import ChatModel, Usage
 from coinfer.decoding.detok import IncrementalDetokenizer
 from coinfer.decoding.response import DecodeStats, Response
 from coinfer.decoding.sampling import SamplingParams
+from coinfer.decoding.trace import TraceRecorder
 from coinfer.errors import CoinferError, ConfigError
 from coinfer.serve.schemas import ServeRequest
 from coinfer.serve.stops import StopScanner
@@ -61,6 +62,7 @@ class Event:
     extras: dict[str, Any] = field(default_factory=dict)
     usage: Usage | None = None
     error: CoinferError | None = None
+    trace: dict[str, Any] | None = None  # on ``end``: the sample's trace (coinfer.decoding.trace)
 
 
 Sink = Callable[[Event], None]
@@ -202,6 +204,7 @@ class _Sample:
     scanner: StopScanner
     detok: IncrementalDetokenizer
     stats: DecodeStats
+    recorder: TraceRecorder
     sent: int = 0  # tokens turned into text
     finish: str | None = None
 
@@ -237,7 +240,10 @@ class PlainServed(Served):
             return
         samples = [
             _Sample(
-                StopScanner(r.stop), IncrementalDetokenizer(self.model.detokenize), DecodeStats(len(prompt))
+                StopScanner(r.stop),
+                IncrementalDetokenizer(self.model.detokenize),
+                DecodeStats(len(prompt)),
+                TraceRecorder(self.engine, model=self.name, detokenize=self.model.detokenize),
             )
             for _ in jobs
         ]
@@ -279,9 +285,13 @@ class PlainServed(Served):
                     ticket.sink(Event("delta", index=i, text=out))
                 if stopped and job.finish is None:
                     self.chat.cancel(job, deque())
-                if stopped or job.finish is not None:
-                    sample.finish = "stop" if stopped else job.finish
-                    ticket.sink(Event("end", index=i, finish=sample.finish, stats=sample.stats.snapshot()))
+                finish = ("stop" if stopped else job.finish) if stopped or job.finish is not None else None
+                if new or finish:
+                    sample.recorder.add(Response(text, list(new), sample.stats.snapshot(), finish))
+                if finish is not None:
+                    sample.finish = finish
+                    ticket.sink(Event("end", index=i, finish=finish, stats=sample.stats.snapshot(),
+                                      trace=sample.recorder.finish()))  # fmt: skip
             if all(s.finish is not None for s in samples):
                 del self._active[number]
                 usage = Usage(sum(len(j.prompt) for j in jobs), sum(len(j.tokens) for j in jobs), 1)
@@ -300,9 +310,18 @@ StreamFn = Callable[[ServeRequest, list[int], SamplingParams], Generator[Respons
 class EngineServed(Served):
     """An engine's ``stream`` over one target, one request at a time (``n`` = 1)."""
 
-    def __init__(self, name: str, engine: str, model: Any, stream: StreamFn, *, max_queue: int = 64) -> None:
+    def __init__(
+        self,
+        name: str,
+        engine: str,
+        model: Any,
+        stream: StreamFn,
+        *,
+        draft: str | None = None,
+        max_queue: int = 64,
+    ) -> None:
         super().__init__(name, max_queue=max_queue)
-        self.engine, self.model, self.stream = engine, model, stream
+        self.engine, self.model, self.stream, self.draft = engine, model, stream, draft
 
     def check(self, request: ServeRequest) -> None:
         if request.n != 1:
@@ -335,8 +354,12 @@ class EngineServed(Served):
             return
         ticket.sink(Event("start"))
         scanner, last, finish, produced = StopScanner(r.stop), None, None, 0
+        recorder = TraceRecorder(
+            self.engine, model=self.name, draft=self.draft, detokenize=self.model.detokenize
+        )
         try:
             for last in steps:
+                recorder.add(last)
                 produced += len(last.tokens)
                 out, stopped = scanner.push(last.text, final=last.finish_reason is not None)
                 if out:
@@ -352,7 +375,8 @@ class EngineServed(Served):
             steps.close()
         stats = last.stats if last is not None else DecodeStats(len(prompt))
         extras = dict(last.extras) if last is not None else {}
-        ticket.sink(Event("end", finish=finish or "length", stats=stats, extras=extras))
+        trace = recorder.finish(finish_reason=finish or "length")
+        ticket.sink(Event("end", finish=finish or "length", stats=stats, extras=extras, trace=trace))
         self.finished(ticket, Usage(len(prompt), produced, 1))
 
 

@@ -38,7 +38,7 @@ from coinfer.engines.dragon.doccache import DocumentCache
 from coinfer.engines.dragon.pipeline import Peer
 from coinfer.engines.dragon.remote import CloudLink, hello
 from coinfer.engines.dragon.scheduler import LiveScheduler
-from coinfer.engines.dragon.side import DEVICE, Document, RagSide, Rescore, document_prompt
+from coinfer.engines.dragon.side import CLOUD, DEVICE, Document, RagSide, Rescore, document_prompt
 from coinfer.errors import ConfigError, TransportError
 from coinfer.models.base import SteerableModel
 from coinfer.transport.link import Channel, Stream
@@ -221,6 +221,7 @@ def _together(
         log.warning(
             "the cloud link failed after %d tokens (%s); finishing on the device alone", len(text), exc
         )
+    report.pop("decision", None)  # the device's tokens from here are its own
     if not side.started:
         side.start()
     yield from _device_alone(side, text, max_tokens)
@@ -243,8 +244,8 @@ def _ready(stream: Stream, link: CloudLink, report: dict[str, Any]) -> int:
 
 def _follow(peer: Peer, idle_s: float, report: dict[str, Any]) -> Iterator[Step]:
     """Run the peer on a thread and yield its tokens as they are decided."""
-    decided: queue.Queue[int | None] = queue.Queue()
-    peer.on_token = decided.put
+    decided: queue.Queue[tuple[int, tuple[bool, bool]] | None] = queue.Queue()
+    peer.on_token = lambda token, accepted: decided.put((token, accepted))
     failure: list[BaseException] = []
 
     def run() -> None:
@@ -259,7 +260,9 @@ def _follow(peer: Peer, idle_s: float, report: dict[str, Any]) -> Iterator[Step]
     runner.start()
     emitted = 0
     try:
-        while (token := decided.get()) is not None:
+        while (item := decided.get()) is not None:
+            token, accepted = item
+            report["decision"] = {"device": accepted[DEVICE], "cloud": accepted[CLOUD]}
             emitted += 1
             if token in peer.stop_ids:
                 _record(peer, report)
@@ -302,7 +305,9 @@ def stream(
 ) -> Generator[Response, None, None]:
     """One ``Response`` per decided token; ``extras`` holds the mode ("dragon" or
     "device-only"), the documents, the drafts each side had accepted and rejected, the
-    bytes the device sent and, after a failed link, ``fallback``."""
+    bytes the device sent, ``decision`` (whose draft this token's aggregation accepted:
+    ``{"device": bool, "cloud": bool}``, absent where the device decoded alone) and, after
+    a failed link, ``fallback``."""
     stats = DecodeStats()
     detok = IncrementalDetokenizer(model.detokenize)
     report: dict[str, Any] = {}

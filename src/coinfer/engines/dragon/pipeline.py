@@ -112,7 +112,7 @@ class Peer:
         lookahead: int = 8,
         schedule: LiveScheduler | None = None,
         both: bool = False,
-        on_token: Callable[[int], None] | None = None,
+        on_token: Callable[[int, tuple[bool, bool]], None] | None = None,
     ) -> None:
         self.side, self.me, self.aggregates, self.stream = side, me, aggregates or both, stream
         self.both = both
@@ -469,7 +469,7 @@ class Peer:
                 self._take_over(handover, len(self.text))
             self._cond.notify_all()
         if self.on_token is not None:
-            self.on_token(token)
+            self.on_token(token, accepted)
 
     def _wait_progress(self, idle_timeout: float) -> None:
         with self._cond:

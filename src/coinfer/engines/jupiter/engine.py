@@ -5,7 +5,8 @@ The prompt is read in the sequence plan's sub-sequences (Eq. 2-4) through the pi
 devices (intra-sequence pipelined prefill); ``pipelined_prefill=False`` reads it in one
 piece, a plain pipeline. Decoding then passes one token at a time through the stages.
 The last response's ``extras`` hold the plan and what each device did: its layers, bytes
-sent to the next stage, seconds computed, peak memory.
+sent to the next stage, seconds computed, peak memory. In outline decoding a point's
+text comes as one response whose ``extras["point"]`` is its index in the outline.
 """
 
 from __future__ import annotations
@@ -248,7 +249,7 @@ def _outline_stream(
             elif event.point is not None:
                 i = event.point
                 chunk = ("\n" if i else "") + point_text(i + 1, points[i], event.text)
-                yield Response(chunk, cluster.text.tokenize(chunk), stats.snapshot())
+                yield Response(chunk, cluster.text.tokenize(chunk), stats.snapshot(), extras={"point": i})
     except GeneratorExit:  # the caller stopped early: STOP goes out, the reports come back
         events.close()
         driver.close()

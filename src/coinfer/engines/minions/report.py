@@ -9,7 +9,7 @@ from coinfer.chat.base import Usage
 from coinfer.chat.pricing import Price
 from coinfer.decoding.response import Response
 
-__all__ = ["cost_table", "side_usage", "summary", "trace_line"]
+__all__ = ["cost_table", "round_costs", "side_usage", "summary", "trace_line"]
 
 
 def side_usage(answer: Response, side: str) -> Usage:
@@ -30,6 +30,14 @@ def summary(answer: Response, *, price: Price | None, priced_as: str | None) -> 
         "cost_usd": round(price.cost(side_usage(answer, "remote")), 6) if price else 0.0,
         "priced_as": priced_as if price else None,
     }
+
+
+def round_costs(answer: Response, price: Price | None) -> dict[str, float]:
+    """The remote's dollars per round (none without a price)."""
+    if price is None:
+        return {}
+    by_round = answer.extras["usage"]["by_round"]["remote"]
+    return {r: round(price.cost(Usage(**u)), 6) for r, u in by_round.items()}
 
 
 def trace_line(e: dict[str, Any]) -> list[str]:
