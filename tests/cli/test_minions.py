@@ -27,7 +27,7 @@ def prepare_jobs(documents, last_jobs, last_outputs):
 ```"""
 
 
-def _remote_brain(request: ChatRequest) -> str:
+def remote_brain(request: ChatRequest) -> str:
     """A remote that writes job code, then answers from what the local model found."""
     prompt = request.messages[-1]["content"]
     if "def prepare_jobs" in prompt:
@@ -41,7 +41,7 @@ def _remote_brain(request: ChatRequest) -> str:
 
 @pytest.fixture
 def remote() -> Iterator[ChatServer]:
-    with ChatServer(ScriptedChat(_remote_brain, name="cloud-model")) as server:
+    with ChatServer(ScriptedChat(remote_brain, name="cloud-model")) as server:
         yield server
 
 

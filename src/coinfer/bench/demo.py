@@ -272,13 +272,13 @@ def _failed(engine: str, baseline: str, exc: CoinferError) -> Row:
 
 def demo_table(rows: list[Row]) -> str:
     """One line per engine: what it did, and the ratio against its baseline."""
-    lines = [f"{'engine':<12}{'against':<30}{'ratio':>8}  {'measure':<14}what it did"]
+    lines = [f"{'engine':<12}{'against':<36}{'ratio':>8}  {'measure':<14}what it did"]
     for r in rows:
         if r.error is not None:
-            lines.append(f"{r.engine:<12}{r.baseline:<30}{'failed':>8}  {'':<14}{r.error}")
+            lines.append(f"{r.engine:<12}{r.baseline:<36}{'failed':>8}  {'':<14}{r.error}")
             continue
         ratio = f"{r.ratio:.2f}x" if r.ratio is not None else "-"
-        lines.append(f"{r.engine:<12}{r.baseline:<30}{ratio:>8}  {r.measure:<14}{r.did}")
+        lines.append(f"{r.engine:<12}{r.baseline:<36}{ratio:>8}  {r.measure:<14}{r.did}")
     return "\n".join(lines)
 
 

@@ -29,7 +29,16 @@ from coinfer.cli.common import (
 )
 from coinfer.errors import ConfigError
 
-__all__ = ["READY_PREFIX", "add_parser", "cmd_ask", "cmd_cloud"]
+__all__ = [
+    "READY_PREFIX",
+    "RAG_DEFAULTS",
+    "add_parser",
+    "cloud_link",
+    "cmd_ask",
+    "cmd_cloud",
+    "corpus_from_args",
+    "dragon_knobs",
+]
 
 READY_PREFIX = "coinfer rag cloud: listening on "
 TOKEN_ENV = "COINFER_LINK_TOKEN"
@@ -62,21 +71,32 @@ def _tls(args: argparse.Namespace) -> Any:
     return Tls(certificate=cert, key=key, root=root)
 
 
+# the flags' defaults, for commands that take a corpus and a cloud without every rag flag
+RAG_DEFAULTS: dict[str, Any] = {
+    "top_k_docs": 2, "chunk_chars": 400, "retrieval": "fused", "relevance_temperature": 0.1,
+    "rescore_every": 16, "tls_cert": None, "tls_key": None, "tls_root": None, "aggregator": "both",
+    "lookahead": 8, "cloud_timeout": 10.0,
+}  # fmt: skip
+
+
+def dragon_knobs(args: argparse.Namespace) -> dict[str, Any]:
+    """``DragonConfig``'s fields from the flags, but the request's budget and sampling."""
+    return {
+        "top_k": args.top_k_docs,
+        "chunk_chars": args.chunk_chars,
+        "retrieval": args.retrieval,
+        "relevance_temperature": args.relevance_temperature,
+        "rescore_every": args.rescore_every,
+    }
+
+
 def _config(args: argparse.Namespace) -> Any:
     from coinfer.engines.dragon import DragonConfig
 
-    return DragonConfig(
-        max_tokens=args.max_tokens,
-        sampling=sampling_from_args(args),
-        top_k=args.top_k_docs,
-        chunk_chars=args.chunk_chars,
-        retrieval=args.retrieval,
-        relevance_temperature=args.relevance_temperature,
-        rescore_every=args.rescore_every,
-    )
+    return DragonConfig(max_tokens=args.max_tokens, sampling=sampling_from_args(args), **dragon_knobs(args))
 
 
-def _corpus(args: argparse.Namespace) -> Any:
+def corpus_from_args(args: argparse.Namespace) -> Any:
     from coinfer.engines.dragon import Corpus, read_corpus
 
     return Corpus(read_corpus(args.corpus), chunk_chars=args.chunk_chars)
@@ -92,7 +112,7 @@ def cmd_cloud(args: argparse.Namespace) -> int:
         raise ConfigError(
             f"--listen wants HOST:PORT, got {args.listen!r}", hint="e.g. --listen 127.0.0.1:50071"
         )
-    corpus = _corpus(args)
+    corpus = corpus_from_args(args)
     model = load_from_args(args, quiet=True)
     server = LinkServer(
         CloudService(model, corpus).serve, token=token, host=host, port=int(port), tls=_tls(args)
@@ -111,7 +131,7 @@ def cmd_cloud(args: argparse.Namespace) -> int:
     return 0
 
 
-def _link(args: argparse.Namespace) -> tuple[Any, Any]:
+def cloud_link(args: argparse.Namespace) -> tuple[Any, Any]:
     """The cloud link of ``--cloud`` and its channel, connecting at once (while the model
     loads); (None, None) without a cloud."""
     if not args.cloud:
@@ -140,8 +160,8 @@ def cmd_ask(args: argparse.Namespace) -> int:
         )
     config = _config(args)
     check_trace_path(args.trace)
-    link, channel = _link(args)
-    corpus = _corpus(args)
+    link, channel = cloud_link(args)
+    corpus = corpus_from_args(args)
     model = load_from_args(args, quiet=args.json)
     recorder = TraceRecorder("dragon", model=model.name, prompt=question, detokenize=model.detokenize)
 
@@ -207,16 +227,29 @@ def _add_rag_flags(p: argparse.ArgumentParser) -> None:
         "--corpus", required=True, help="a folder of .txt, .md, .rst or .py files (this side's, private)"
     )
     p.add_argument(
-        "--docs", dest="top_k_docs", type=int, default=2, help="documents retrieved per side (default: 2)"
+        "--docs",
+        dest="top_k_docs",
+        type=int,
+        default=RAG_DEFAULTS["top_k_docs"],
+        help="documents retrieved per side (default: 2)",
     )
     p.add_argument(
-        "--chunk-chars", type=int, default=400, help="characters per document chunk (default: 400)"
+        "--chunk-chars",
+        type=int,
+        default=RAG_DEFAULTS["chunk_chars"],
+        help="characters per document chunk (default: 400)",
     )
     p.add_argument(
-        "--retrieval", default="fused", choices=["fused", "bm25", "dense"], help="how chunks are ranked"
+        "--retrieval",
+        default=RAG_DEFAULTS["retrieval"],
+        choices=["fused", "bm25", "dense"],
+        help="how chunks are ranked",
     )
     p.add_argument(
-        "--relevance-temperature", type=float, default=0.1, help="mixture weights: softmax(similarity / this)"
+        "--relevance-temperature",
+        type=float,
+        default=RAG_DEFAULTS["relevance_temperature"],
+        help="mixture weights: softmax(similarity / this)",
     )
     p.add_argument("--tls-cert", default=None, help="PEM certificate chain (the cloud; enables TLS)")
     p.add_argument("--tls-key", default=None, help="PEM private key (the cloud)")
@@ -235,21 +268,27 @@ def add_parser(sub: Any) -> None:
     )
     ask.add_argument(
         "--aggregator",
-        default="both",
+        default=RAG_DEFAULTS["aggregator"],
         choices=["both", "auto", "device", "cloud"],
         help="the side that aggregates (both: each side on its own copy; auto: the live scheduler moves it;"
         " default both)",
     )
     ask.add_argument(
-        "--lookahead", type=int, default=8, help="tokens a side drafts ahead (0: token-wise sync)"
+        "--lookahead",
+        type=int,
+        default=RAG_DEFAULTS["lookahead"],
+        help="tokens a side drafts ahead (0: token-wise sync)",
     )
     ask.add_argument(
-        "--cloud-timeout", type=float, default=10.0, help="seconds without progress before finishing alone"
+        "--cloud-timeout",
+        type=float,
+        default=RAG_DEFAULTS["cloud_timeout"],
+        help="seconds without progress before finishing alone",
     )
     ask.add_argument(
         "--rescore-every",
         type=int,
-        default=16,
+        default=RAG_DEFAULTS["rescore_every"],
         help="dynamic weights: re-score the documents every N tokens on both sides (0: never; default 16)",
     )
     ask.add_argument("--max-tokens", type=int, default=256)

@@ -5,7 +5,9 @@ on loopback unless ``--host`` says otherwise.
 conversation gets its own ``--ctx`` cells, ``--max-batch`` decoded together, ``--keep``
 finished ones kept for prefix reuse); ``--engine speculative`` (``--draft``), ``llmcad``
 (its resident ``--draft`` model) and ``collective`` (``--drafts`` voting) serve one
-request at a time. ``--config FILE.toml`` serves several, by name. With ``--api-key`` (or
+request at a time, as do the question-answering engines: ``minions`` (``--model`` reads
+the documents a request brings, ``--remote`` plans) and ``dragon`` (``--corpus``, with
+``--cloud``'s). ``--config FILE.toml`` serves several, by name. With ``--api-key`` (or
 ``$COINFER_API_KEY``) every route but ``/health`` needs the key."""
 
 from __future__ import annotations
@@ -18,7 +20,14 @@ from contextlib import suppress
 from pathlib import Path
 from typing import Any
 
-from coinfer.cli.common import add_draft_flags, add_model_flags, err, load_from_args, open_chat_from_args
+from coinfer.cli.common import (
+    DEFAULT_MODEL,
+    add_draft_flags,
+    add_model_flags,
+    err,
+    load_from_args,
+    open_chat_from_args,
+)
 from coinfer.errors import ConfigError
 
 __all__ = ["add_parser", "cmd_serve"]
@@ -75,13 +84,17 @@ def _served(args: argparse.Namespace) -> dict[str, Any]:
     if args.engine not in engines.SERVED_ENGINES:
         raise ConfigError(
             f"--engine {args.engine} is not served yet",
-            hint=f"serve one of: {', '.join(engines.SERVED_ENGINES)}",
+            hint=f"run it with coinfer edge launch; serve one of: {', '.join(engines.SERVED_ENGINES)}",
         )
     if args.engine == "plain":
         chat = open_chat_from_args(
             args, args.model, n_ctx=args.ctx, parallel=args.max_batch, keep=args.keep, quiet=True
         )
         return {name: engines.plain_served(chat, name=name, max_queue=args.max_queue)}
+    if args.engine == "minions":
+        return {name: _minions(args, name)}
+    if args.engine == "dragon":
+        return {name: _dragon(args, name)}
     options: dict[str, Any] = {"hidden_states": True} if args.draft.startswith("heads:") else {}
     target = load_from_args(args, quiet=True, **options)
     common = {"name": name, "max_queue": args.max_queue, "draft_tokens": args.draft_tokens}
@@ -98,6 +111,49 @@ def _served(args: argparse.Namespace) -> dict[str, Any]:
         gate = None if args.every_draft else GateConfig()
         return {name: engines.collective_served(target, drafts, pipeline=args.pipeline, gate=gate, **common)}
     return {name: engines.speculative_served(target, _drafter(args, target, args.draft), **common)}
+
+
+def _minions(args: argparse.Namespace, name: str) -> Any:
+    """Minion/MinionS: ``--model`` is the local model that reads each request's documents;
+    the remote is ``--remote-base-url``'s, or ``--remote`` served here on loopback."""
+    from coinfer.chat import OpenAIChat
+    from coinfer.engines import minions
+    from coinfer.serve import engines
+    from coinfer.serve.process import ServerProcess
+
+    config = minions.MinionConfig() if args.protocol == "minion" else minions.MinionsConfig()
+    server, url = None, args.remote_base_url
+    if url is None:
+        server = ServerProcess(args.remote, ctx=args.remote_ctx, max_batch=1).start()
+        url = server.url
+    remote = OpenAIChat(args.remote, base_url=url, api_key=args.remote_api_key)
+    local = open_chat_from_args(args, args.model, n_ctx=args.ctx, parallel=args.max_batch, keep=0, quiet=True)
+
+    def release() -> None:
+        local.close()
+        local.model.close()
+        if server is not None:
+            server.stop()
+
+    return engines.minions_served(
+        local, remote, config, name=name, max_queue=args.max_queue, on_release=release
+    )
+
+
+def _dragon(args: argparse.Namespace, name: str) -> Any:
+    """DRAGON: ``--model`` decodes on this device from ``--corpus``, with ``--cloud``'s."""
+    from coinfer.cli.rag import cloud_link, corpus_from_args, dragon_knobs
+    from coinfer.serve import engines
+
+    if args.corpus is None:
+        raise ConfigError(
+            "--engine dragon needs this device's --corpus", hint="a folder of .txt or .md files"
+        )
+    corpus = corpus_from_args(args)
+    link, channel = cloud_link(args)
+    model = load_from_args(args, quiet=True)
+    return engines.dragon_served(model, corpus, name=name, cloud=link, channel=channel,
+                                 max_queue=args.max_queue, **dragon_knobs(args))  # fmt: skip
 
 
 def _drafter(args: argparse.Namespace, target: Any, spec: str) -> Any:
@@ -154,16 +210,7 @@ def add_parser(sub: Any) -> None:
         "--engine", default="plain", choices=ENGINES, help="how requests are decoded (default: plain)"
     )
     add_draft_flags(p)
-    p.add_argument(
-        "--drafts", default="qwen2.5-coder-0.5b,ngram",
-        help="collective: comma-separated drafts, each ngram or a model (default: %(default)s)",
-    )  # fmt: skip
-    p.add_argument(
-        "--pipeline", action="store_true", help="collective: draft on another core while the target verifies"
-    )
-    p.add_argument(
-        "--every-draft", action="store_true", help="collective: no gate; every draft drafts every round"
-    )
+    _add_engine_flags(p)
     p.add_argument("--name", default=None, help="the model name clients send (default: --model)")
     p.add_argument("--config", default=None, help="a TOML file of [[model]] tables: several models served")
     p.add_argument("--host", default="127.0.0.1", help="address to bind (default: loopback only)")
@@ -186,3 +233,35 @@ def add_parser(sub: Any) -> None:
         "prefix (the same document, a growing chat) is not read again (default: %(default)s)",
     )
     p.set_defaults(func=cmd_serve)
+
+
+def _add_engine_flags(p: argparse.ArgumentParser) -> None:
+    """What one engine or another takes: drafts, the remote, the corpus and the cloud."""
+    from coinfer.cli.rag import RAG_DEFAULTS
+
+    p.add_argument(
+        "--drafts", default="qwen2.5-coder-0.5b,ngram",
+        help="collective: comma-separated drafts, each ngram or a model (default: %(default)s)",
+    )  # fmt: skip
+    p.add_argument(
+        "--pipeline", action="store_true", help="collective: draft on another core while the target verifies"
+    )
+    p.add_argument(
+        "--every-draft", action="store_true", help="collective: no gate; every draft drafts every round"
+    )
+    p.add_argument(
+        "--protocol", default="minions", choices=["minions", "minion"],
+        help="minions: the protocol; --model is the local model that reads each request's documents",
+    )  # fmt: skip
+    p.add_argument("--remote", default=DEFAULT_MODEL, help="minions: the remote model (default: %(default)s)")
+    p.add_argument("--remote-base-url", default=None, help="minions: its OpenAI-compatible API (default: "
+                   "--remote served here on loopback)")  # fmt: skip
+    p.add_argument(
+        "--remote-api-key", default=None, help="minions: the remote's key (default: $OPENAI_API_KEY)"
+    )
+    p.add_argument("--remote-ctx", type=int, default=32768, help="minions: the loopback remote's window")
+    p.add_argument("--corpus", default=None, help="dragon: this device's folder of documents")
+    p.add_argument(
+        "--cloud", default=None, help="dragon: HOST:PORT of `coinfer rag cloud` ($COINFER_LINK_TOKEN)"
+    )
+    p.set_defaults(**RAG_DEFAULTS)

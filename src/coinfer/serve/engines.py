@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Generator
 from typing import Any, Literal
 
+from coinfer.chat.base import ChatModel, Usage
 from coinfer.decoding.response import Response
 from coinfer.decoding.sampling import SamplingParams
 from coinfer.errors import ConfigError
@@ -15,13 +16,15 @@ __all__ = [
     "ENGINES",
     "SERVED_ENGINES",
     "collective_served",
+    "dragon_served",
     "llmcad_served",
+    "minions_served",
     "plain_served",
     "speculative_served",
 ]
 
 ENGINES = ("plain", "speculative", "collective", "llmcad", "minions", "dragon", "jupiter")
-SERVED_ENGINES = ("plain", "speculative", "collective", "llmcad")  # the others: refused with a hint, for now
+SERVED_ENGINES = ENGINES[:-1]  # jupiter: refused with a hint, for now
 
 
 def plain_served(chat: Any, *, name: str | None = None, max_queue: int = 64) -> Served:
@@ -94,3 +97,69 @@ def collective_served(
 
     names = ",".join(d.name for d in drafts)
     return EngineServed(name or target.name, "collective", target, run, draft=names, max_queue=max_queue)
+
+
+def minions_served(
+    local: ChatModel | None,
+    remote: ChatModel,
+    config: Any,
+    *,
+    name: str,
+    max_queue: int = 64,
+    on_release: Any = None,
+) -> Served:
+    """A local–remote protocol (``config``: ``MinionsConfig``, ``MinionConfig``…): each
+    chat's last user message is the question about the ``documents`` its body brings,
+    which only ``local`` reads. The usage is the remote's, what the cloud bills."""
+    from coinfer.engines import minions
+
+    def run(
+        request: ServeRequest, prompt: list[int], sampling: SamplingParams
+    ) -> Generator[Response, None, None]:
+        return minions.stream(
+            request.question(), list(request.documents or ()), local=local, remote=remote, config=config
+        )
+
+    def remote_usage(last: Response) -> Usage | None:
+        usage = last.extras.get("usage", {}).get("remote")
+        return Usage(**usage) if usage else None
+
+    return EngineServed(
+        name, "minions", None, run, draft=local.name if local else None, max_queue=max_queue,
+        asks=True, documents=True, usage=remote_usage, on_release=on_release,
+    )  # fmt: skip
+
+
+def dragon_served(
+    model: Any,
+    corpus: Any,
+    *,
+    name: str | None = None,
+    cloud: Any = None,
+    channel: Any = None,
+    max_queue: int = 64,
+    **knobs: Any,
+) -> Served:
+    """DRAGON on the device ``model`` with its ``corpus``, with the cloud of ``cloud`` (a
+    ``CloudLink``; None: the device alone) over ``channel``, kept for every request: each
+    chat's last user message is the question. ``knobs``: ``DragonConfig``'s other fields."""
+    from coinfer.engines import dragon
+
+    def run(
+        request: ServeRequest, prompt: list[int], sampling: SamplingParams
+    ) -> Generator[Response, None, None]:
+        question = request.question()
+        config = dragon.DragonConfig(max_tokens=request.max_tokens, sampling=sampling, **knobs)
+
+        def documents() -> list[Any]:
+            return list(corpus.retrieve(question, config.top_k, how=config.retrieval,
+                                        temperature=config.relevance_temperature))  # fmt: skip
+
+        rescore = corpus.rescorer(question, temperature=config.relevance_temperature)
+        return dragon.stream(model, question, documents=documents, config=config, cloud=cloud,
+                             channel=channel, rescore=rescore)  # fmt: skip
+
+    return EngineServed(
+        name or model.name, "dragon", model, run, max_queue=max_queue, asks=True,
+        on_release=channel.close if channel is not None else None,
+    )  # fmt: skip

@@ -5,6 +5,9 @@ Fields OpenAI defines that coinfer does not act on (``user``, ``logit_bias``, ``
 are accepted and ignored, as other OpenAI-compatible servers do, except where ignoring
 them would change the answer silently: ``logprobs``, ``tools`` with ``tool_choice``
 forcing a call, ``n`` above ``MAX_N``, an unknown ``response_format``.
+
+A chat body may carry ``documents`` (coinfer's own field: ``[{"name": …, "text": …}]``;
+``extra_body`` in OpenAI's client): what the Minion/MinionS engines read locally.
 """
 
 from __future__ import annotations
@@ -30,6 +33,7 @@ __all__ = [
 MAX_N = 8  # samples per request
 MAX_STOPS = 4  # stop strings per request, as OpenAI allows
 MAX_TOKENS = 1 << 20  # a request's budget; each model's window caps it further
+MAX_DOCUMENTS = 64  # documents per request (the body's byte cap bounds their text)
 
 
 class _Body(BaseModel):
@@ -79,8 +83,14 @@ class _Message(BaseModel):
         return "".join(parts)
 
 
+class _Document(BaseModel):
+    name: str = Field(min_length=1, max_length=256)
+    text: str = Field(min_length=1)
+
+
 class ChatBody(_Body):
     messages: list[_Message] = Field(min_length=1)
+    documents: list[_Document] | None = Field(None, min_length=1, max_length=MAX_DOCUMENTS)
     max_tokens: int | None = Field(None, ge=1, le=MAX_TOKENS)
     max_completion_tokens: int | None = Field(None, ge=1, le=MAX_TOKENS)
     response_format: dict[str, Any] | None = None
@@ -135,6 +145,14 @@ class ServeRequest:
     stream: bool
     include_usage: bool
     json_schema: dict[str, Any] | None = None
+    documents: tuple[tuple[str, str], ...] | None = None  # (name, text)
+
+    def question(self) -> str:
+        """The chat's last user message: what a question-answering engine answers."""
+        users = [m["content"] for m in self.messages or [] if m["role"] == "user"]
+        if not users or not users[-1].strip():
+            raise ConfigError("messages: the last user message is the question, and there is none")
+        return users[-1]
 
     @property
     def kind(self) -> str:
@@ -187,7 +205,10 @@ def read_body(kind: str, data: Any, *, default_max_tokens: int = 512) -> ServeRe
     messages = [
         {"role": "system" if m.role == "developer" else m.role, "content": m.text()} for m in b.messages
     ]
-    return ServeRequest(messages=messages, prompt=None, json_schema=schema, **_common(b, budget))
+    documents = tuple((d.name, d.text) for d in b.documents) if b.documents else None
+    return ServeRequest(
+        messages=messages, prompt=None, json_schema=schema, documents=documents, **_common(b, budget)
+    )
 
 
 def parse_chat_body(data: Any) -> ChatRequest:

@@ -308,7 +308,13 @@ StreamFn = Callable[[ServeRequest, list[int], SamplingParams], Generator[Respons
 
 
 class EngineServed(Served):
-    """An engine's ``stream`` over one target, one request at a time (``n`` = 1)."""
+    """An engine's ``stream`` over one target, one request at a time (``n`` = 1).
+
+    ``model``: the target (None for engines of black-box models, whose prompt is theirs
+    to build); ``asks``: the engine answers the chat's last user message (``question``)
+    and serves chats only; ``documents``: each request brings its documents; ``usage``:
+    the request's usage from its last response (default: the target's prompt and output
+    tokens); ``on_release``: what to close when the server stops."""
 
     def __init__(
         self,
@@ -319,9 +325,14 @@ class EngineServed(Served):
         *,
         draft: str | None = None,
         max_queue: int = 64,
+        asks: bool = False,
+        documents: bool = False,
+        usage: Callable[[Response], Usage | None] | None = None,
+        on_release: Callable[[], None] | None = None,
     ) -> None:
         super().__init__(name, max_queue=max_queue)
         self.engine, self.model, self.stream, self.draft = engine, model, stream, draft
+        self.asks, self.documents, self.usage, self.on_release = asks, documents, usage, on_release
 
     def check(self, request: ServeRequest) -> None:
         if request.n != 1:
@@ -330,6 +341,19 @@ class EngineServed(Served):
             raise ConfigError(
                 f"--engine {self.engine} does not constrain replies to a schema", hint="serve --engine plain"
             )
+        if self.asks:
+            if request.messages is None:
+                raise ConfigError(f"--engine {self.engine} answers chats", hint="POST /v1/chat/completions")
+            request.question()
+        if self.documents and not request.documents:
+            raise ConfigError(
+                f"--engine {self.engine} reads the documents the request brings, and it brings none",
+                hint='add "documents": [{"name": ..., "text": ...}] to the body (extra_body in openai)',
+            )
+
+    def release(self) -> None:
+        if self.on_release is not None:
+            self.on_release()
 
     def serve(self) -> None:
         while True:
@@ -347,16 +371,15 @@ class EngineServed(Served):
             self.failed(ticket, ConfigError("the client went away"))
             return
         try:
-            prompt = _prompt_ids(self.model, r)
+            prompt = _prompt_ids(self.model, r) if self.model is not None and not self.asks else []
             steps = self.stream(r, prompt, _sampling(r))
         except CoinferError as exc:
             self.failed(ticket, exc)
             return
         ticket.sink(Event("start"))
         scanner, last, finish, produced = StopScanner(r.stop), None, None, 0
-        recorder = TraceRecorder(
-            self.engine, model=self.name, draft=self.draft, detokenize=self.model.detokenize
-        )
+        detokenize = self.model.detokenize if self.model is not None else None
+        recorder = TraceRecorder(self.engine, model=self.name, draft=self.draft, detokenize=detokenize)
         try:
             for last in steps:
                 recorder.add(last)
@@ -374,10 +397,12 @@ class EngineServed(Served):
         finally:
             steps.close()
         stats = last.stats if last is not None else DecodeStats(len(prompt))
-        extras = dict(last.extras) if last is not None else {}
+        # a protocol's whole exchange stays in the trace, out of the answer
+        extras = {k: v for k, v in (last.extras if last is not None else {}).items() if k != "trace"}
         trace = recorder.finish(finish_reason=finish or "length")
         ticket.sink(Event("end", finish=finish or "length", stats=stats, extras=extras, trace=trace))
-        self.finished(ticket, Usage(len(prompt), produced, 1))
+        usage = self.usage(last) if self.usage is not None and last is not None else None
+        self.finished(ticket, usage or Usage(len(prompt) or stats.prompt_tokens, produced, 1))
 
 
 class ChatServed(Served):

@@ -1,0 +1,110 @@
+"""``coinfer serve --engine minions|dragon`` as a user runs them: the server in a child
+process, the official ``openai`` client, a real HTTP remote (a scripted cloud model) for
+Minions and a real ``coinfer rag cloud`` process for DRAGON."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from coinfer.serve import ChatServer
+from coinfer.serve.process import ServerProcess
+from coinfer.testing import ScriptedChat
+from tests.cli.test_minions import DOC, remote_brain
+from tests.conftest import needs_llama
+
+openai = pytest.importorskip("openai")
+pytestmark = needs_llama
+TOKEN = {"COINFER_LINK_TOKEN": "serve-test-token"}
+
+
+@pytest.fixture
+def remote() -> Iterator[ChatServer]:
+    with ChatServer(ScriptedChat(remote_brain, name="cloud-model")) as server:
+        yield server
+
+
+def test_minions_served_reads_the_requests_documents_locally_and_bills_the_remote(
+    remote: ChatServer, smollm_path: Path
+) -> None:
+    flags = [
+        "--engine",
+        "minions",
+        "--remote",
+        "cloud-model",
+        "--remote-base-url",
+        remote.url,
+        "--ctx",
+        "4096",
+    ]
+    with ServerProcess("smollm2-135m", extra_args=flags) as server:
+        client = openai.OpenAI(base_url=server.url, api_key="unused")
+        ask = [{"role": "user", "content": "What is the default port?"}]
+        r = client.chat.completions.create(
+            model="smollm2-135m",
+            messages=ask,
+            extra_body={"documents": [{"name": "service.md", "text": DOC}]},
+        )
+        assert r.choices[0].message.content in ("8080", "unknown")  # what the tiny local model found
+        record = r.model_extra["coinfer"]
+        assert record["engine"] == "minions" and record["extras"]["protocol"] == "minions"
+        remote_usage = record["extras"]["usage"]["remote"]
+        assert r.usage.prompt_tokens == remote_usage["prompt_tokens"] > 0  # the cloud's bill
+        with urllib.request.urlopen(server.url.removesuffix("/v1") + record["trace"] + ".json") as answer:
+            trace = json.load(answer)
+        sent = [e["messages"] for s in trace["steps"] if (e := s.get("event")) and e.get("side") == "remote"]
+        assert sent and json.dumps(DOC)[1:-1] not in json.dumps(sent)  # the remote never saw the document
+        with pytest.raises(openai.BadRequestError, match="documents"):
+            client.chat.completions.create(model="smollm2-135m", messages=ask)
+
+
+@pytest.fixture
+def cloud(tmp_path: Path, smollm_path: Path) -> Iterator[tuple[str, str]]:
+    device, cloud_docs = tmp_path / "device", tmp_path / "cloud"
+    device.mkdir()
+    cloud_docs.mkdir()
+    (device / "me.md").write_text("I am Ada from Bergen. I prefer simulation games.")
+    (cloud_docs / "games.md").write_text(
+        "The best-selling simulation games of 2024 were Farming Simulator 25."
+    )
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "coinfer", "rag", "cloud", "--corpus", str(cloud_docs), "-m", "smollm2-135m",
+         "--listen", "127.0.0.1:0"],
+        stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, env={**os.environ, **TOKEN},
+    )  # fmt: skip
+    assert proc.stdout is not None
+    address = proc.stdout.readline().split("listening on ")[1].split()[0]
+    yield str(device), address
+    proc.send_signal(signal.SIGTERM)
+    proc.wait(timeout=30)
+
+
+def test_dragon_served_answers_from_both_sides_documents(
+    cloud: tuple[str, str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("COINFER_LINK_TOKEN", TOKEN["COINFER_LINK_TOKEN"])
+    flags = ["--engine", "dragon", "--corpus", cloud[0], "--cloud", cloud[1]]
+    with ServerProcess("smollm2-135m", extra_args=flags) as server:
+        client = openai.OpenAI(base_url=server.url, api_key="unused")
+        ask = [{"role": "user", "content": "Which simulation game should I buy?"}]
+        streamed = client.chat.completions.create(
+            model="smollm2-135m", messages=ask, max_tokens=12, temperature=0, stream=True
+        )
+        text, records = "", []
+        for chunk in streamed:
+            if chunk.choices:
+                text += chunk.choices[0].delta.content or ""
+            if chunk.model_extra.get("coinfer"):
+                records.append(chunk.model_extra["coinfer"])
+        extras = records[-1]["extras"]
+        assert text and extras["mode"] == "dragon" and extras["cloud_documents"] == 1
+        assert extras["documents"] == ["me.md@0"] and "fallback" not in extras
+        assert sum(extras["accepted"].values()) + sum(extras["rejected"].values()) == 2 * 12
