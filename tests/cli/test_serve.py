@@ -118,7 +118,8 @@ def test_a_bad_config_file_is_one_line_and_a_hint(tmp_path: Path) -> None:
     config.write_text('[[model]]\nmodel = "smollm2-135m"\nspeed = "fast"\n')
     assert_user_error(coinfer("serve", "--config", str(config), timeout=60), "speed")
     assert_user_error(
-        coinfer("serve", "-m", "smollm2-135m", "--engine", "jupiter", timeout=60), "not served yet"
+        coinfer("serve", "-m", "smollm2-135m", "--engine", "jupiter", "--devices", "0", timeout=60),
+        "--devices",
     )
     assert_user_error(coinfer("serve", "-m", "smollm2-135m", "--engine", "dragon", timeout=60), "--corpus")
 

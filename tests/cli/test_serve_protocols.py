@@ -19,7 +19,7 @@ from coinfer.serve import ChatServer
 from coinfer.serve.process import ServerProcess
 from coinfer.testing import ScriptedChat
 from tests.cli.test_minions import DOC, remote_brain
-from tests.conftest import needs_llama
+from tests.conftest import needs_llama, needs_torch
 
 openai = pytest.importorskip("openai")
 pytestmark = needs_llama
@@ -108,3 +108,22 @@ def test_dragon_served_answers_from_both_sides_documents(
         assert text and extras["mode"] == "dragon" and extras["cloud_documents"] == 1
         assert extras["documents"] == ["me.md@0"] and "fallback" not in extras
         assert sum(extras["accepted"].values()) + sum(extras["rejected"].values()) == 2 * 12
+
+
+@needs_torch
+def test_jupiter_served_keeps_its_devices_and_writes_what_generate_writes(tmp_path: Path) -> None:
+    from coinfer.testing import tiny_hf_model_dir
+    from tests.cli.run import coinfer
+
+    model = str(tiny_hf_model_dir(tmp_path / "m", arch="qwen2", layers=4, seed=3))
+    prompt = "the quick brown fox jumps over the lazy dog and then " * 3
+    alone = coinfer("generate", prompt, "-m", model, "-b", "transformers", "--draft", "none", "--raw",
+                    "-n", "16", "--json")  # fmt: skip
+    assert alone.returncode == 0, alone.stderr
+    with ServerProcess(model, extra_args=["--engine", "jupiter", "--devices", "2"]) as server:
+        client = openai.OpenAI(base_url=server.url, api_key="unused")
+        for _ in range(2):  # the same devices answer every request
+            r = client.completions.create(model=model, prompt=prompt, max_tokens=16, temperature=0)
+            assert r.choices[0].text == json.loads(alone.stdout)["text"]
+            devices = r.model_extra["coinfer"]["extras"]["devices"]
+            assert r.model_extra["coinfer"]["engine"] == "jupiter" and len(devices) == 2

@@ -25,7 +25,7 @@ from typing import Any
 from coinfer.cli.common import add_output_flags, add_sampling_flags, check_trace_path, err, sampling_from_args
 from coinfer.errors import CoinferError, ConfigError
 
-__all__ = ["add_parser", "cmd_launch", "cmd_worker"]
+__all__ = ["add_parser", "cmd_launch", "cmd_worker", "rendezvous", "spawn_workers"]
 
 DEFAULT_EDGE_MODEL = "qwen2.5-coder-0.5b"
 
@@ -87,7 +87,7 @@ def _fences(budgets: list[float | None] | None) -> tuple[list[Any] | None, str |
     return groups, None
 
 
-def _spawn(args: argparse.Namespace, master: str, token: str) -> list[subprocess.Popen[bytes]]:
+def spawn_workers(args: argparse.Namespace, master: str, token: str) -> list[subprocess.Popen[bytes]]:
     from coinfer.engines.jupiter.worker import worker_command
 
     env = {**os.environ, "COINFER_EDGE_TOKEN": token}
@@ -212,7 +212,7 @@ def _follow(
             raise value
 
 
-def _rendezvous(args: argparse.Namespace) -> tuple[str, str]:
+def rendezvous(args: argparse.Namespace) -> tuple[str, str]:
     """Rank 0's address and the group's token: a free loopback port and a fresh token for
     local workers; with ``--listen HOST:PORT``, that address and ``$COINFER_EDGE_TOKEN``,
     which the devices started elsewhere (``coinfer edge worker``) must hold too."""
@@ -243,7 +243,7 @@ def cmd_launch(args: argparse.Namespace) -> int:
         raise ConfigError(f"--decode {args.decode} writes its own chat turns: it cannot take --raw")
     budgets = _budgets(args.memory, args.devices)  # checked before anything starts
     check_trace_path(args.trace)
-    master, token = _rendezvous(args)
+    master, token = rendezvous(args)
     from coinfer.bench.cgroup import fence_each, remove_all
 
     groups, why = _fences(budgets[:1] if args.listen and budgets else budgets)  # here: device 0 only
@@ -252,7 +252,7 @@ def cmd_launch(args: argparse.Namespace) -> int:
     if args.listen:
         err(f"coinfer: waiting for {args.devices - 1} devices at {master} (coinfer edge worker)")
     try:
-        procs = _spawn(args, master, token) if args.devices > 1 and not args.listen else []
+        procs = spawn_workers(args, master, token) if args.devices > 1 and not args.listen else []
         fence = fence_each(groups, [os.getpid()] + [p.pid for p in procs]) if groups else None
         out: queue.Queue[Any] = queue.Queue()
         request = (args, budgets, master, token, out, fence)

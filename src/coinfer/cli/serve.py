@@ -5,9 +5,10 @@ on loopback unless ``--host`` says otherwise.
 conversation gets its own ``--ctx`` cells, ``--max-batch`` decoded together, ``--keep``
 finished ones kept for prefix reuse); ``--engine speculative`` (``--draft``), ``llmcad``
 (its resident ``--draft`` model) and ``collective`` (``--drafts`` voting) serve one
-request at a time, as do the question-answering engines: ``minions`` (``--model`` reads
-the documents a request brings, ``--remote`` plans) and ``dragon`` (``--corpus``, with
-``--cloud``'s). ``--config FILE.toml`` serves several, by name. With ``--api-key`` (or
+request at a time, as do the question-answering engines ``minions`` (``--model`` reads the
+documents a request brings, ``--remote`` plans) and ``dragon`` (``--corpus``, with
+``--cloud``'s), and ``jupiter`` (``--devices`` worker processes kept for every request).
+``--config FILE.toml`` serves several, by name. With ``--api-key`` (or
 ``$COINFER_API_KEY``) every route but ``/health`` needs the key."""
 
 from __future__ import annotations
@@ -81,11 +82,6 @@ def _served(args: argparse.Namespace) -> dict[str, Any]:
     from coinfer.serve import engines
 
     name = args.name or args.model
-    if args.engine not in engines.SERVED_ENGINES:
-        raise ConfigError(
-            f"--engine {args.engine} is not served yet",
-            hint=f"run it with coinfer edge launch; serve one of: {', '.join(engines.SERVED_ENGINES)}",
-        )
     if args.engine == "plain":
         chat = open_chat_from_args(
             args, args.model, n_ctx=args.ctx, parallel=args.max_batch, keep=args.keep, quiet=True
@@ -95,6 +91,8 @@ def _served(args: argparse.Namespace) -> dict[str, Any]:
         return {name: _minions(args, name)}
     if args.engine == "dragon":
         return {name: _dragon(args, name)}
+    if args.engine == "jupiter":
+        return {name: _jupiter(args, name)}
     options: dict[str, Any] = {"hidden_states": True} if args.draft.startswith("heads:") else {}
     target = load_from_args(args, quiet=True, **options)
     common = {"name": name, "max_queue": args.max_queue, "draft_tokens": args.draft_tokens}
@@ -154,6 +152,37 @@ def _dragon(args: argparse.Namespace, name: str) -> Any:
     model = load_from_args(args, quiet=True)
     return engines.dragon_served(model, corpus, name=name, cloud=link, channel=channel,
                                  max_queue=args.max_queue, **dragon_knobs(args))  # fmt: skip
+
+
+def _jupiter(args: argparse.Namespace, name: str) -> Any:
+    """Jupiter: ``--devices`` worker processes on loopback (this process is device 0),
+    started once and kept for every request."""
+    from coinfer.cli.edge import rendezvous, spawn_workers
+    from coinfer.engines.jupiter import EdgeCluster
+    from coinfer.serve import engines
+
+    if args.devices < 1 or args.cores_per_device < 1:
+        raise ConfigError("--devices and --cores-per-device must be >= 1", hint="e.g. --devices 2")
+    if args.decode == "sd":
+        raise ConfigError("--engine jupiter serves --decode naive, outline or auto", hint="drop --decode sd")
+    master, token = rendezvous(argparse.Namespace(listen=None, devices=args.devices))
+    procs = spawn_workers(args, master, token) if args.devices > 1 else []
+
+    def release() -> None:
+        cluster.close()
+        for p in procs:
+            p.kill()
+            p.wait()
+
+    try:
+        cluster = EdgeCluster(args.model, world=args.devices, master=master, threads=args.cores_per_device,
+                              n_ctx=args.ctx, token=token)  # fmt: skip
+    except BaseException:
+        for p in procs:
+            p.kill()
+        raise
+    return engines.jupiter_served(cluster, name=name, decode=args.decode, max_queue=args.max_queue,
+                                  on_release=release)  # fmt: skip
 
 
 def _drafter(args: argparse.Namespace, target: Any, spec: str) -> Any:
@@ -265,3 +294,9 @@ def _add_engine_flags(p: argparse.ArgumentParser) -> None:
         "--cloud", default=None, help="dragon: HOST:PORT of `coinfer rag cloud` ($COINFER_LINK_TOKEN)"
     )
     p.set_defaults(**RAG_DEFAULTS)
+    p.add_argument("--devices", type=int, default=2, help="jupiter: devices (processes) in the pipeline")
+    p.add_argument("--cores-per-device", type=int, default=1, help="jupiter: cores each device uses")
+    p.add_argument(
+        "--decode", default="naive", choices=["naive", "outline", "auto"],
+        help="jupiter: naive continues the chat; outline and auto answer a list question point by point",
+    )  # fmt: skip

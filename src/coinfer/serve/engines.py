@@ -14,9 +14,9 @@ from coinfer.serve.served import EngineServed, PlainServed, Served
 
 __all__ = [
     "ENGINES",
-    "SERVED_ENGINES",
     "collective_served",
     "dragon_served",
+    "jupiter_served",
     "llmcad_served",
     "minions_served",
     "plain_served",
@@ -24,7 +24,6 @@ __all__ = [
 ]
 
 ENGINES = ("plain", "speculative", "collective", "llmcad", "minions", "dragon", "jupiter")
-SERVED_ENGINES = ENGINES[:-1]  # jupiter: refused with a hint, for now
 
 
 def plain_served(chat: Any, *, name: str | None = None, max_queue: int = 64) -> Served:
@@ -162,4 +161,36 @@ def dragon_served(
     return EngineServed(
         name or model.name, "dragon", model, run, max_queue=max_queue, asks=True,
         on_release=channel.close if channel is not None else None,
+    )  # fmt: skip
+
+
+def jupiter_served(
+    cluster: Any,
+    *,
+    name: str,
+    decode: str = "naive",
+    max_queue: int = 64,
+    on_release: Any = None,
+    **knobs: Any,
+) -> Served:
+    """Jupiter over a started ``EdgeCluster`` (its devices joined), one request at a time.
+    ``decode``: naive or sd continue the chat in the model's template; outline and auto
+    answer its last user message (with its system message) by outline decoding, when the
+    router finds a list. ``knobs``: ``JupiterConfig``'s other fields."""
+    from coinfer.engines import jupiter
+
+    def run(
+        request: ServeRequest, prompt: list[int], sampling: SamplingParams
+    ) -> Generator[Response, None, None]:
+        room = cluster.n_ctx - len(prompt)
+        config = jupiter.JupiterConfig(max_tokens=min(request.max_tokens, max(room, 1)), sampling=sampling,
+                                       decode=decode, **knobs)  # fmt: skip
+        if decode in ("outline", "auto"):
+            system = next((m["content"] for m in request.messages or [] if m["role"] == "system"), None)
+            return jupiter.stream(cluster, request.question(), config=config, system=system)
+        return jupiter.stream(cluster, prompt, config=config)
+
+    return EngineServed(
+        name, "jupiter", cluster.text, run, max_queue=max_queue, asks=decode in ("outline", "auto"),
+        draft="heads" if cluster.heads is not None else None, on_release=on_release,
     )  # fmt: skip
