@@ -126,3 +126,36 @@ def test_a_bad_config_file_is_one_line_and_a_hint(tmp_path: Path) -> None:
 
 def test_serve_without_a_model_is_one_line_and_a_hint() -> None:
     assert_user_error(coinfer("serve", timeout=60), "--model")
+
+
+@needs_llama
+def test_curl_streams_the_answer_the_official_client_gets(smollm_path: Path) -> None:
+    import json
+    import os
+    import shutil
+    import subprocess
+
+    from openai import OpenAI
+
+    from coinfer.serve.process import ServerProcess
+
+    if shutil.which("curl") is None:
+        if os.environ.get("CI"):
+            pytest.fail("curl is missing")
+        pytest.skip("needs curl")
+    ask = {"model": "smollm2-135m", "messages": [{"role": "user", "content": "Name a colour."}],
+           "max_tokens": 12, "temperature": 0}  # fmt: skip
+    with ServerProcess("smollm2-135m", ctx=512, max_batch=2, extra_args=["--api-key", "k1"]) as server:
+        said = OpenAI(base_url=server.url, api_key="k1").chat.completions.create(**ask)  # type: ignore[call-overload]
+        curl = ["curl", "-sN", "-H", "Authorization: Bearer k1", "-H", "Content-Type: application/json"]
+        body = json.dumps({**ask, "stream": True})
+        out = subprocess.run([*curl, "-d", body, server.url + "/chat/completions"],
+                             capture_output=True, text=True, timeout=60).stdout  # fmt: skip
+        status = ["curl", "-s", "-o", "/dev/null", "-w", "%{http_code}", server.url + "/models"]
+        denied = subprocess.run(status, capture_output=True, text=True, timeout=60).stdout
+    events = [line.removeprefix("data: ") for line in out.splitlines() if line.startswith("data: ")]
+    assert events[-1] == "[DONE]"
+    chunks = [json.loads(e) for e in events[:-1]]
+    text = "".join(c["choices"][0]["delta"].get("content") or "" for c in chunks if c["choices"])
+    assert text == said.choices[0].message.content and text
+    assert denied == "401"
