@@ -107,7 +107,8 @@ def _served(args: argparse.Namespace) -> dict[str, Any]:
         specs = [d.strip() for d in args.drafts.split(",") if d.strip()]
         drafts = [_drafter(args, target, spec) for spec in specs]
         gate = None if args.every_draft else GateConfig()
-        return {name: engines.collective_served(target, drafts, pipeline=args.pipeline, gate=gate, **common)}
+        knobs = {"pipeline": args.pipeline, "gate": gate, "max_batch": args.max_batch}
+        return {name: engines.collective_served(target, drafts, **knobs, **common)}
     return {name: engines.speculative_served(target, _drafter(args, target, args.draft), **common)}
 
 

@@ -82,9 +82,15 @@ def llmcad_served(
 def collective_served(
     target: Any, drafts: list[Any], *, name: str | None = None, max_queue: int = 64, **knobs: Any
 ) -> Served:
-    """Collective decoding over ``target`` with ``drafts`` voting, one request at a time;
-    ``knobs``: ``CollectiveConfig``'s other fields."""
+    """Collective decoding over ``target`` with ``drafts`` voting: requests join the
+    running batch between rounds (``batched``), or with ``pipeline`` run one at a time;
+    ``knobs``: ``CollectiveConfig``'s other fields (``max_batch``: requests together)."""
     from coinfer.engines.collective import CollectiveConfig, stream
+    from coinfer.serve.batched import CollectiveServed
+
+    if not knobs.get("pipeline"):
+        return CollectiveServed(target, drafts, CollectiveConfig(**knobs), name=name or target.name,
+                                max_queue=max_queue)  # fmt: skip
 
     def run(
         request: ServeRequest, prompt: list[int], sampling: SamplingParams

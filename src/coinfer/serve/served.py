@@ -39,7 +39,17 @@ from coinfer.errors import CoinferError, ConfigError
 from coinfer.serve.schemas import ServeRequest
 from coinfer.serve.stops import StopScanner
 
-__all__ = ["ChatServed", "EngineServed", "Event", "PlainServed", "Served", "ServerBusy", "Ticket"]
+__all__ = [
+    "ChatServed",
+    "EngineServed",
+    "Event",
+    "PlainServed",
+    "Served",
+    "ServerBusy",
+    "Ticket",
+    "prompt_ids",
+    "sampling_of",
+]
 
 
 class ServerBusy(CoinferError):
@@ -185,14 +195,14 @@ class Served(ABC):
                 self.failed(item, error)
 
 
-def _prompt_ids(model: Any, request: ServeRequest) -> list[int]:
+def prompt_ids(model: Any, request: ServeRequest) -> list[int]:
     """A chat in the model's template, or a completion's prompt as plain text."""
     if request.messages is not None:
         return list(model.chat_prompt(request.messages))
     return list(model.text_prompt(request.prompt or ""))
 
 
-def _sampling(request: ServeRequest) -> SamplingParams:
+def sampling_of(request: ServeRequest) -> SamplingParams:
     """The request's sampling (``LocalChat.new_jobs`` seeds sample s with ``seed + s``)."""
     return SamplingParams(temperature=request.temperature, top_p=request.top_p, seed=request.seed)
 
@@ -226,13 +236,13 @@ class PlainServed(Served):
     def _admit(self, ticket: Ticket, waiting: deque[Any]) -> None:
         r = ticket.request
         try:
-            prompt = _prompt_ids(self.model, r)
+            prompt = prompt_ids(self.model, r)
             jobs = self.chat.new_jobs(
                 ticket.number,
                 prompt,
                 n=r.n,
                 max_tokens=r.max_tokens,
-                params=_sampling(r),
+                params=sampling_of(r),
                 json_schema=r.json_schema,
             )
         except CoinferError as exc:
@@ -371,8 +381,8 @@ class EngineServed(Served):
             self.failed(ticket, ConfigError("the client went away"))
             return
         try:
-            prompt = _prompt_ids(self.model, r) if self.model is not None and not self.asks else []
-            steps = self.stream(r, prompt, _sampling(r))
+            prompt = prompt_ids(self.model, r) if self.model is not None and not self.asks else []
+            steps = self.stream(r, prompt, sampling_of(r))
         except CoinferError as exc:
             self.failed(ticket, exc)
             return

@@ -35,3 +35,37 @@ def test_a_second_copy_drafting_on_its_own_thread_is_kept_and_the_text_is_the_ta
             assert out.extras["predrafts_used"] > 0
     finally:
         draft.close()
+
+
+class _Queue:
+    """Arrivals as a server's queue gives them: one request at the start, one a few rounds
+    later with its own budget, and one that leaves after its first tokens."""
+
+    def __init__(self, prompts: list[list[int]]) -> None:
+        self.prompts, self.polls, self.seen = prompts, 0, 0
+
+    def joined(self) -> list[tuple[int, list[int], int]]:
+        self.polls += 1
+        if self.polls == 1:
+            return [(100, self.prompts[0], 12), (300, self.prompts[2], 40)]
+        return [(200, self.prompts[1], 6)] if self.polls == 4 else []
+
+    def left(self) -> set[int]:
+        return {300} if self.polls >= 3 else set()
+
+
+def test_requests_join_and_leave_a_running_batch_with_their_own_budgets(smollm_llama: SteerableModel) -> None:
+    from coinfer.engines.collective import stream
+
+    prompts = [smollm_llama.chat_prompt([{"role": "user", "content": q}])
+               for q in ("What is a list in Python?", "Say hello to Ada.", "Write a long story.")]  # fmt: skip
+    queue = _Queue(prompts)
+    config = CollectiveConfig(max_tokens=64, draft_tokens=3, gate=None)
+    tokens: dict[int, list[int]] = {}
+    finish: dict[int, str | None] = {}
+    for r in stream(smollm_llama, [], drafts=[NgramDrafter()], config=config, arrivals=queue):
+        tokens.setdefault(r.request, []).extend(r.tokens)
+        finish[r.request] = r.finish_reason
+    assert tokens[100] == plain(smollm_llama, prompts[0], 12).tokens
+    assert tokens[200] == plain(smollm_llama, prompts[1], 6).tokens  # joined three rounds in
+    assert finish[300] == "cancelled" and 0 < len(tokens[300]) < 40

@@ -19,8 +19,14 @@ the context's end; a pending one takes its place, prefilled in one batch with th
 joining. ``s = 0`` is plain batched decoding. With ``pipeline=True`` drafting and
 verifying run at the same time (``pipeline``).
 
+With ``arrivals`` (a server's queue) requests also join while the engine runs: before
+each round it takes the ones that ``joined`` (with their own keys and budgets; a seeded
+one draws from the seed itself, whatever its key, so that it is the same text whenever
+it comes) into the pending pool, and ends the ones that ``left`` (finish reason
+``cancelled``); the run ends when no request is pending or running.
+
 ``stream`` yields a ``Response`` per request and step (its ``request`` is the prompt's
-index); a request's last response carries the run's record so far in ``extras``;
+index, or an arrival's key); a request's last response carries the run's record so far in ``extras``;
 ``generate`` returns one ``Response`` per prompt, in order, each with the whole run's
 record.
 """
@@ -30,6 +36,7 @@ from __future__ import annotations
 import time
 from collections import deque
 from collections.abc import Generator, Iterator, Sequence
+from typing import Protocol
 
 from coinfer.decoding.detok import IncrementalDetokenizer
 from coinfer.decoding.draft_length import AdaptiveDraftLength, DraftSizer
@@ -45,7 +52,19 @@ from coinfer.engines.collective.voting import VoteWeights
 from coinfer.errors import ConfigError
 from coinfer.models.base import SteerableModel
 
-__all__ = ["generate", "stream"]
+__all__ = ["Arrivals", "generate", "stream"]
+
+
+class Arrivals(Protocol):
+    """Requests that join or leave a running ``stream`` (polled before each round)."""
+
+    def joined(self) -> list[tuple[int, list[int], int]]:
+        """New requests: (key, prompt ids, token budget); keys unique within the run."""
+        ...
+
+    def left(self) -> set[int]:
+        """Keys of requests to end now (their callers went away or have what they need)."""
+        ...
 
 
 def stream(
@@ -54,10 +73,14 @@ def stream(
     *,
     drafts: Sequence[Drafter] = (),
     config: CollectiveConfig = CollectiveConfig(),  # noqa: B008 (frozen)
+    arrivals: Arrivals | None = None,
 ) -> Generator[Response, None, None]:
     """Responses as the requests advance (see the module). ``prompts``: token ids, or a
     user's messages (the model's chat template is applied). The drafters stay the
-    caller's; each request is forgotten by them when it finishes."""
+    caller's; each request is forgotten by them when it finishes. ``arrivals`` (not
+    with ``pipeline``): requests that join and leave as it runs."""
+    if arrivals is not None and config.pipeline:
+        raise ConfigError("requests join a running batch only without the pipeline", hint="drop pipeline")
     ids = [as_prompt(target, p) for p in prompts]
     if not drafts and config.draft_tokens != 0:
         raise ConfigError(
@@ -69,7 +92,10 @@ def stream(
     record, started = RunRecord(_unique_names(drafts)), time.perf_counter()
     session = Session(target, drafts, config, _learner(drafts, config), record, started)
     detoks: dict[int, IncrementalDetokenizer] = {}
-    steps = run_pipelined(session, ids) if config.pipeline and drafts else _run_sequential(session, ids)
+    if config.pipeline and drafts:
+        steps = run_pipelined(session, ids)
+    else:
+        steps = _run_sequential(session, ids, arrivals)
     for touched in steps:
         for r in touched:
             response = _response(session, r, detoks)
@@ -99,6 +125,29 @@ def generate(
         )
         for i in range(len(prompts))
     ]
+
+
+def _arrive(
+    session: Session, arrivals: Arrivals | None, pending: deque[tuple[int, list[int]]], running: list[Request]
+) -> list[Request]:
+    """Take the requests that joined into ``pending`` and end those that left; the
+    running ones ended (done now, released at the end of the round)."""
+    if arrivals is None:
+        return []
+    for key, prompt, budget in arrivals.joined():
+        check_prompt(session.target, prompt)
+        pending.append((key, prompt))
+        session.budgets[key] = budget
+    gone = arrivals.left()
+    if not gone:
+        return []
+    for item in [p for p in pending if p[0] in gone]:
+        pending.remove(item)
+        session.budgets.pop(item[0], None)
+    ended = [r for r in running if r.key in gone and not r.done]
+    for r in ended:
+        r.finish_reason = "cancelled"
+    return ended
 
 
 def _unique_names(drafts: Sequence[Drafter]) -> list[str]:
@@ -144,14 +193,21 @@ def _response(session: Session, r: Request, detoks: dict[int, IncrementalDetoken
     return Response(text, new, r.stats.snapshot(), r.finish_reason, r.key, extras)
 
 
-def _run_sequential(session: Session, prompts: Sequence[list[int]]) -> Iterator[list[Request]]:
+def _run_sequential(
+    session: Session, prompts: Sequence[list[int]], arrivals: Arrivals | None = None
+) -> Iterator[list[Request]]:
     """Draft, vote and verify in turn, every running request in each batch; yield the
     requests each step advanced."""
     target, learner = session.target, session.learner
     pending = deque(enumerate(prompts))
     running: list[Request] = []
     try:
-        while pending or running:
+        while True:
+            ended = _arrive(session, arrivals, pending, running)
+            if ended:
+                yield ended
+            if not (pending or running):
+                return
             joining = session.admit(pending, len(running))
             if joining:
                 running += joining

@@ -104,6 +104,7 @@ class Request:
     tokens: list[int] = field(default_factory=list)  # the output so far
     finish_reason: str | None = None
     reported: int = 0  # output tokens already streamed
+    budget: int | None = None  # this request's own token budget (None: the config's)
 
     @property
     def done(self) -> bool:
@@ -334,7 +335,8 @@ def _score(run: RunRecord, v: Voted, produced: list[int], n_acc: int, gate: Sour
 
 def take(target: SteerableModel, r: Request, new: list[int], max_tokens: int) -> None:
     """Append the decided tokens; finish the request at an end, its budget or the window."""
-    kept, finished = take_round(new, r.context, target, max_tokens - len(r.tokens))
+    budget = r.budget if r.budget is not None else max_tokens
+    kept, finished = take_round(new, r.context, target, budget - len(r.tokens))
     r.tokens.extend(kept)
     r.stats.emitted(len(kept))
     r.finish_reason = finished
@@ -351,6 +353,7 @@ class Session:
     learner: Learner
     record: RunRecord
     start: float
+    budgets: dict[int, int] = field(default_factory=dict)  # arrivals' own budgets, by key
 
     def admit(self, pending: deque[tuple[int, list[int]]], running: int) -> list[Request]:
         """Pending requests that fit beside ``running`` ones, prefilled together (each with
@@ -359,6 +362,9 @@ class Session:
         while pending and running + len(joining) < self.config.max_batch:
             key, prompt = pending.popleft()
             joining.append(new_request(self.target, key, prompt, self.config.sampling, self.start))
+            if key in self.budgets:  # an arrival: its own budget, its draws from the seed itself
+                joining[-1].budget = self.budgets.pop(key)
+                joining[-1].draws = PositionDraws(self.config.sampling.seed)
         if joining:
             prefill(self.target, joining, self.config.sampling, self.config.max_tokens, self.learner.gate)
         return joining
