@@ -57,8 +57,8 @@ class _Queue:
 def test_requests_join_and_leave_a_running_batch_with_their_own_budgets(smollm_llama: SteerableModel) -> None:
     from coinfer.engines.collective import stream
 
-    prompts = [smollm_llama.chat_prompt([{"role": "user", "content": q}])
-               for q in ("What is a list in Python?", "Say hello to Ada.", "Write a long story.")]  # fmt: skip
+    questions = ("What is a list in Python?", "Say hello to Ada.", "Write a long story.")
+    prompts = [smollm_llama.chat_prompt([{"role": "user", "content": q}]) for q in questions]
     queue = _Queue(prompts)
     config = CollectiveConfig(max_tokens=64, draft_tokens=3, gate=None)
     tokens: dict[int, list[int]] = {}
