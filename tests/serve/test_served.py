@@ -101,14 +101,47 @@ def test_greedy_answers_are_the_same_streamed_batched_and_speculative(server: Se
         assert [_ask(client, engine, q) for q in QUESTIONS] == alone, engine
 
 
+NEAR_TIE = 0.5  # logits llama.cpp's batch rounding moves (the README's known gap)
+
+
+def _same_up_to_a_near_tie(model: Any, question: str, got: str) -> bool:
+    """``got`` is the target's own greedy 16 tokens, or departs from them at a token that
+    is the runner-up to the target's own choice, within ``NEAR_TIE`` of it."""
+    from tests.conftest import plain
+
+    prompt = model.chat_prompt([{"role": "user", "content": question}])
+    alone = plain(model, prompt, 16).tokens
+    if model.detokenize(alone) == got:
+        return True
+    ids = model.tokenize(got)
+    at = next((i for i, (a, b) in enumerate(zip(alone, ids, strict=False)) if a != b), None)
+    if at is None:
+        return False  # one is cut short of the other: no token was chosen differently
+    seq = model.new_sequence()
+    logits = list(model.extend(seq, [*prompt, *alone[:at]])[-1])
+    model.release(seq)
+    first, second = sorted(range(len(logits)), key=logits.__getitem__)[-1:-3:-1]
+    return first == alone[at] and second == ids[at] and logits[first] - logits[second] < NEAR_TIE
+
+
 def test_collective_requests_that_arrive_together_share_its_batch(server: Server) -> None:
-    """Short answers: past a few dozen tokens a batch's rounding may pick the other of two
-    near-tied tokens (the README's known gap)."""
+    """Greedy answers batched together are the target's own, but where a batch's rounding
+    picks the other of two near-tied tokens (a batch prefills and verifies several
+    requests' tokens in one forward)."""
+    from coinfer.models import load_model
+
     client = openai.OpenAI(base_url=server.url, api_key="unused")
     alone = [_ask(client, "plain", q, max_tokens=16) for q in QUESTIONS]
     with ThreadPoolExecutor(len(QUESTIONS)) as pool:  # the collective engine's batch
         together = list(pool.map(lambda q: _record(client, "collective", q), QUESTIONS))
-    assert [t for t, _ in together] == alone
+    reference = load_model("smollm2-135m", backend="llama.cpp", n_ctx=2048)
+    try:
+        assert all(
+            _same_up_to_a_near_tie(reference, q, t) for q, (t, _) in zip(QUESTIONS, together, strict=True)
+        )
+    finally:
+        reference.close()
+    assert together[0][0] == alone[0]  # no near-tie in this one's 16 tokens
     rounds = [r["stats"]["rounds"] for _, r in together]  # each request's verifications
     run = max(r["extras"]["verifications"] for _, r in together)  # the batch's forwards
     assert run < sum(rounds)  # one forward verified several requests
