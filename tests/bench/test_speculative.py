@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from coinfer.bench.speculative import cell, summarize
+from coinfer.bench.speculative import categories, cell, summarize
 from tests.conftest import needs_llama
 
 
@@ -26,6 +26,20 @@ def test_summary_has_geomean_min_categories_identity_and_acceptance() -> None:
     assert s["per_category"] == {"humaneval": 2.0, "edit": 4.0, "grounded": 0.5}
     assert (s["identical_outputs"], s["total_prompts"], s["failed_prompts"]) == (2, 3, 0)
     assert s["acceptance_rate"] == 0.5  # 10 of 20 drafted tokens
+
+
+def test_every_category_a_prompt_file_names_is_summarized() -> None:
+    rows = [*ROWS, {"id": "s1", "category": "scratch", "coinfer": _run(0.9)},
+            {"id": "f1", "category": "followup", "coinfer": _run(1.6)}]  # fmt: skip
+    s = summarize(rows, "coinfer")
+    assert s["per_category"] == {
+        "humaneval": 2.0,
+        "edit": 4.0,
+        "grounded": 0.5,
+        "scratch": 0.9,
+        "followup": 1.6,
+    }
+    assert categories(rows) == ["humaneval", "edit", "grounded", "scratch", "followup"]
 
 
 def test_a_peer_that_failed_or_did_not_run_is_left_out_and_counted() -> None:

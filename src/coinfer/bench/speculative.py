@@ -17,6 +17,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from coinfer.bench.broad_suite import broad_suite, split_suite
 from coinfer.bench.peers import (
     DRAFT_PEERS,
     PEERS,
@@ -39,11 +40,16 @@ __all__ = [
     "PEERS",
     "HeadsSystem",
     "SpecBenchConfig",
+    "categories",
     "cell",
     "measure_prompt",
     "run_speculative_bench",
     "summarize",
 ]
+
+
+SUITES = ("committed", "broad")
+SPLITS = ("all", "tune", "held-out")
 
 
 @dataclass(frozen=True)
@@ -57,11 +63,18 @@ class SpecBenchConfig:
     n_threads: int | None = None
     build_peers: bool = False  # build llama-server (about 8 minutes) when it is missing
     heads: str | None = None  # draft heads trained for the target: adds the system "heads"
+    suite: str = "committed"  # committed: three categories; broad: seven (bench.broad_suite)
+    split: str = "all"  # all, or per category the held-out fourth or the tune rest
 
     def __post_init__(self) -> None:
         unknown = set(self.peers) - set(PEERS)
         if unknown:
             raise ConfigError(f"unknown peers {sorted(unknown)}", hint=f"known peers: {', '.join(PEERS)}")
+        if self.suite not in SUITES or self.split not in SPLITS:
+            raise ConfigError(
+                f"unknown suite {self.suite!r} or split {self.split!r}",
+                hint=f"suites: {', '.join(SUITES)}; splits: {', '.join(SPLITS)}",
+            )
         if self.max_tokens < 2:
             raise ConfigError("max_tokens must be at least 2 (decode speed needs two tokens)")
 
@@ -141,11 +154,19 @@ def _geomean(xs: list[float]) -> float:
     return math.exp(sum(map(math.log, xs)) / len(xs)) if xs else 0.0
 
 
+def categories(rows: list[dict[str, Any]]) -> list[str]:
+    """The categories of ``rows``, the committed suite's first, then in order of appearance."""
+    present = list(dict.fromkeys(r["category"] for r in rows))
+    return [c for c in CATEGORIES if c in present] + [c for c in present if c not in CATEGORIES]
+
+
 def summarize(rows: list[dict[str, Any]], system: str) -> dict[str, Any]:
     failed = sum(1 for r in rows if "error" in r.get(system, {}))
     rows = [r for r in rows if system in r and "error" not in r[system]]  # slow peers: a few prompts only
     ratios = [r[system]["speedup"] for r in rows]
-    by_cat = {c: _geomean([r[system]["speedup"] for r in rows if r["category"] == c]) for c in CATEGORIES}
+    by_cat = {
+        c: _geomean([r[system]["speedup"] for r in rows if r["category"] == c]) for c in categories(rows)
+    }
     return {
         "geomean_speedup": round(_geomean(ratios), 3),
         "min_speedup": round(min(ratios), 3) if ratios else 0.0,
@@ -202,8 +223,15 @@ def measure_prompt(
     return row
 
 
+def _prompts(config: SpecBenchConfig) -> list[dict[str, Any]]:
+    if config.prompts:
+        return load_prompts(config.prompts)
+    per_category = 2 if config.quick else 8
+    return broad_suite(per_category) if config.suite == "broad" else build_suite(per_category)
+
+
 def run_speculative_bench(config: SpecBenchConfig, log: Callable[[str], None] = print) -> dict[str, Any]:
-    prompts = load_prompts(config.prompts) if config.prompts else build_suite(2 if config.quick else 8)
+    prompts = split_suite(_prompts(config), config.split)
     target = load_model(config.target, backend="llama.cpp", n_threads=config.n_threads)
     if not isinstance(target, LlamaCppModel):  # pragma: no cover - load_model's llama.cpp backend
         raise ModelError(f"{config.target} did not load on llama.cpp")
@@ -245,19 +273,20 @@ def _write_report(
 
 def _markdown(report: dict[str, Any], peers: list[str]) -> str:
     systems = ["coinfer", *peers]
+    cats_present = categories(report["results"])
     lines = [
         "# coinfer bench speculative",
         "",
         f"Target `{report['config']['target']}`, greedy, up to {report['config']['max_tokens']} new tokens. "
         "Speedup = decode tokens/s over plain llama.cpp decoding of the target.",
         "",
-        "| system | geomean | min | " + " | ".join(CATEGORIES) + " | identical | acceptance |",
-        "|---|---|---|" + "---|" * len(CATEGORIES) + "---|---|",
+        "| system | geomean | min | " + " | ".join(cats_present) + " | identical | acceptance |",
+        "|---|---|---|" + "---|" * len(cats_present) + "---|---|",
     ]
     for name in systems:
         s = report["summary"] if name == "coinfer" else report["peers"][name]
         cats = " | ".join(
-            f"{s['per_category'][c]:.2f}x" if c in s["per_category"] else "–" for c in CATEGORIES
+            f"{s['per_category'][c]:.2f}x" if c in s["per_category"] else "–" for c in cats_present
         )
         lines.append(
             f"| {name} | {s['geomean_speedup']:.2f}x | {s['min_speedup']:.2f}x | {cats} | "
@@ -298,14 +327,15 @@ def _plot(path: Path, report: dict[str, Any], peers: list[str]) -> None:
     import matplotlib.pyplot as plt
 
     systems = ["coinfer", *peers]
-    fig, ax = plt.subplots(figsize=(7, 3.5))
+    cats = categories(report["results"])
+    fig, ax = plt.subplots(figsize=(max(7, len(cats)), 3.5))
     width = 0.8 / len(systems)
     for i, name in enumerate(systems):
         s = report["summary"] if name == "coinfer" else report["peers"][name]
-        values = [s["per_category"].get(c, 0.0) for c in CATEGORIES]
-        ax.bar([j + i * width for j in range(len(CATEGORIES))], values, width, label=name)
+        values = [s["per_category"].get(c, 0.0) for c in cats]
+        ax.bar([j + i * width for j in range(len(cats))], values, width, label=name)
     ax.axhline(1.0, color="black", linewidth=0.8)
-    ax.set_xticks([j + width * (len(systems) - 1) / 2 for j in range(len(CATEGORIES))], CATEGORIES)
+    ax.set_xticks([j + width * (len(systems) - 1) / 2 for j in range(len(cats))], cats)
     ax.set_ylabel("decode speedup vs plain")
     ax.legend(fontsize=8)
     fig.tight_layout()

@@ -56,6 +56,8 @@ def cmd_speculative(args: argparse.Namespace) -> int:
         n_threads=args.threads,
         build_peers=args.build_peers,
         heads=args.heads,
+        suite=args.prompt_suite,
+        split=args.split,
     )
     report = run_speculative_bench(config, log=err)
     s = report["summary"]
@@ -341,21 +343,7 @@ def add_parser(sub: Any) -> None:
     add_output_flags(p)
     p.set_defaults(func=cmd_decode)
 
-    p = bench.add_parser("speculative", help="speculative decoding vs plain decoding and peers")
-    _suite_flags(p, out="bench-results/speculative", max_tokens=256)
-    p.add_argument("--peers", nargs="*", default=None, help="peers to run (default: all available)")
-    p.add_argument(
-        "--build-peers",
-        action="store_true",
-        help="build llama.cpp's C++ llama-server for its peers if missing (about 8 minutes)",
-    )
-    p.add_argument("--threads", type=int, default=None)
-    p.add_argument(
-        "--heads",
-        default=None,
-        help="draft heads trained for --target (coinfer edge train-heads): adds 'heads'",
-    )
-    p.set_defaults(func=cmd_speculative)
+    _add_speculative(bench)
 
     p = bench.add_parser("collective", help="several drafts voting vs plain and single-draft speculation")
     _suite_flags(p, out="bench-results/collective", max_tokens=128)
@@ -380,3 +368,29 @@ def add_parser(sub: Any) -> None:
     add_pair_flags(p, price_as="gpt-4o")
     add_output_flags(p)
     p.set_defaults(func=cmd_minions)
+
+
+def _add_speculative(bench: Any) -> None:
+    p = bench.add_parser("speculative", help="speculative decoding vs plain decoding and peers")
+    _suite_flags(p, out="bench-results/speculative", max_tokens=256)
+    p.add_argument("--peers", nargs="*", default=None, help="peers to run (default: all available)")
+    p.add_argument(
+        "--build-peers",
+        action="store_true",
+        help="build llama.cpp's C++ llama-server for its peers if missing (about 8 minutes)",
+    )
+    p.add_argument("--threads", type=int, default=None)
+    p.add_argument(
+        "--heads",
+        default=None,
+        help="draft heads trained for --target (coinfer edge train-heads): adds 'heads'",
+    )
+    p.add_argument(
+        "--suite", dest="prompt_suite", default="committed", choices=["committed", "broad"],
+        help="committed: 3 categories; broad: 7 categories of everyday use (default: %(default)s)",
+    )  # fmt: skip
+    p.add_argument(
+        "--split", default="all", choices=["all", "tune", "held-out"],
+        help="per category, the held-out fourth of the prompts or the tune rest (default: all)",
+    )  # fmt: skip
+    p.set_defaults(func=cmd_speculative)
