@@ -23,7 +23,7 @@ import importlib
 import inspect
 from typing import Any
 
-from coinfer.bench.workloads import held_out_split, humaneval_problems, humaneval_request
+from coinfer.bench.workloads import held_out_split, humaneval_problems, humaneval_request, spread
 
 __all__ = ["BROAD_CATEGORIES", "broad_suite", "split_suite", "stdlib_functions"]
 
@@ -61,13 +61,6 @@ _PROSE = (
     "Explain this part of Python's documentation to a beginner in plain prose, in a few "
     "short paragraphs and without code blocks.\n\n{passage}"
 )
-
-
-def _spread(items: list[Any], n: int) -> list[Any]:
-    if n >= len(items):
-        return items
-    step = len(items) / n
-    return [items[int(i * step)] for i in range(n)]
 
 
 def _chat(pid: str, category: str, messages: list[dict[str, str]]) -> dict[str, Any]:
@@ -119,29 +112,29 @@ def broad_suite(per_category: int = 8) -> list[dict[str, Any]]:
     functions = stdlib_functions()
     passages = _passages()
     suite = [_chat(f"docstring/{p['task_id']}", "docstring", _user(humaneval_request(p["prompt"])))
-             for p in _spread(problems, per_category)]  # fmt: skip
-    for i, (name, code) in enumerate(_spread(functions, per_category)):
+             for p in spread(problems, per_category)]  # fmt: skip
+    for i, (name, code) in enumerate(spread(functions, per_category)):
         ask = _EDITS[i % len(_EDITS)].format(name=name.split(".")[-1])
         suite.append(_chat(f"edit/{name}", "edit", _user(f"{ask}\n\n```python\n{code}```")))
-    for i, (name, code) in enumerate(_spread(functions[1:], per_category)):
+    for i, (name, code) in enumerate(spread(functions[1:], per_category)):
         suite.append(_chat(f"quote/{name}", "quote", _user(_QUOTE[i % len(_QUOTE)].format(code=code))))
     half = per_category // 2
-    for name, code in _spread(functions[2:], per_category - half):
+    for name, code in spread(functions[2:], per_category - half):
         text = _QA_CODE.format(code=code, name=name.split(".")[-1])
         suite.append(_chat(f"qa/{name}", "qa", _user(text)))
-    for key, passage in _spread(passages, half):
+    for key, passage in spread(passages, half):
         suite.append(_chat(f"qa/docs/{key}", "qa", _user(_QA_DOCS.format(passage=passage))))
-    for p in _spread(problems[3:], per_category):
+    for p in spread(problems[3:], per_category):
         doc = p["prompt"].split('"""')[1] if '"""' in p["prompt"] else p["prompt"]
         task = (f"Task: {_task(doc)}\n\nWrite a Python function that does this, with a docstring "
                 "and two examples. Return only the code.")  # fmt: skip
         suite.append(_chat(f"scratch/{p['task_id']}", "scratch", _user(task)))
-    for p in _spread(problems[5:], per_category):
+    for p in spread(problems[5:], per_category):
         turns = [*_user(humaneval_request(p["prompt"])),
                  {"role": "assistant", "content": f"```python\n{p['prompt']}{p['canonical_solution']}```"},
                  *_user(_FOLLOWUP)]  # fmt: skip
         suite.append(_chat(f"followup/{p['task_id']}", "followup", turns))
-    for key, passage in _spread(passages[1:], per_category):
+    for key, passage in spread(passages[1:], per_category):
         suite.append(_chat(f"prose/{key}", "prose", _user(_PROSE.format(passage=passage))))
     return suite
 

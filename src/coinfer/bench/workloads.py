@@ -29,6 +29,7 @@ __all__ = [
     "humaneval_problems",
     "humaneval_request",
     "load_prompts",
+    "spread",
 ]
 
 CATEGORIES = ("humaneval", "edit", "grounded")
@@ -45,7 +46,8 @@ _GROUNDED = (
 )
 
 
-def _spread(items: list[Any], n: int) -> list[Any]:
+def spread(items: list[Any], n: int) -> list[Any]:
+    """``n`` items picked evenly over ``items`` (all of them when there are no more)."""
     if n >= len(items):
         return items
     step = len(items) / n
@@ -73,16 +75,16 @@ def build_suite(per_category: int = 8) -> list[dict[str, Any]]:
             "humaneval",
             "Complete this Python function. Return the whole function.\n\n" + p["prompt"],
         )
-        for p in _spread(problems, per_category)
+        for p in spread(problems, per_category)
     ]
-    for i, p in enumerate(_spread(problems[1:], per_category)):
+    for i, p in enumerate(spread(problems[1:], per_category)):
         code = p["prompt"] + p["canonical_solution"]
         instruction = _EDITS[i % len(_EDITS)].format(name=p["entry_point"])
         suite.append(_chat(f"edit/{p['task_id']}", "edit", f"{instruction}\n\n```python\n{code}```"))
     from pydoc_data.topics import topics
 
     passages = [(k, v) for k, v in sorted(topics.items()) if len(v) >= 1200]
-    for i, (key, text) in enumerate(_spread(passages, per_category)):
+    for i, (key, text) in enumerate(spread(passages, per_category)):
         passage = text[:1500].rsplit("\n", 1)[0]
         suite.append(
             _chat(f"grounded/{key}", "grounded", _GROUNDED[i % len(_GROUNDED)].format(passage=passage))

@@ -164,6 +164,8 @@ def _stream(
 
 
 def cmd_generate(args: argparse.Namespace) -> int:
+    from coinfer.decoding.trace import recorded, save_trace
+
     config = _config(args)
     check_trace_path(args.trace)
     draft_name = draft_model_name(args) if args.engine == "llmcad" else None
@@ -176,8 +178,6 @@ def cmd_generate(args: argparse.Namespace) -> int:
             draft_model = load_from_args(args, draft_name, quiet=args.json, **_loading(args, "draft"))
         else:
             drafters = _drafters(args, target, prompt)
-        from coinfer.decoding.trace import recorded, save_trace
-
         responses = _stream(args, config, target, prompt, drafters, draft_model)
         recorder = _recorder(args, target, drafters, draft_model)
         tokens, last, code = _follow(recorded(responses, recorder), echo=not args.json)

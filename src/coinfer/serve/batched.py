@@ -46,7 +46,7 @@ class CollectiveServed(Served):
         self, target: Any, drafts: list[Any], config: Any, *, name: str, max_queue: int = 64
     ) -> None:
         super().__init__(name, max_queue=max_queue, concurrency=config.max_batch)
-        self.target, self.model, self.drafts, self.config = target, target, drafts, config
+        self.model, self.drafts, self.config = target, drafts, config
         self.draft = ",".join(d.name for d in drafts)
         self._waiting: deque[Ticket] = deque()
         self._running: dict[int, _Running] = {}
@@ -73,7 +73,7 @@ class CollectiveServed(Served):
             self._sampling = sampling_of(self._waiting[0].request)
             config = replace(self.config, sampling=self._sampling)
             try:
-                for response in stream(self.target, [], drafts=self.drafts, config=config, arrivals=self):
+                for response in stream(self.model, [], drafts=self.drafts, config=config, arrivals=self):
                     self._step(response)
             except CoinferError as exc:  # this batch's requests learn why; the next batch starts afresh
                 for run in list(self._running.values()):
@@ -101,17 +101,17 @@ class CollectiveServed(Served):
     def _admit(self, ticket: Ticket) -> tuple[int, list[int], int] | None:
         r = ticket.request
         try:
-            prompt = prompt_ids(self.target, r)
-            room = self.target.n_ctx - len(prompt)
+            prompt = prompt_ids(self.model, r)
+            room = self.model.n_ctx - len(prompt)
             if room < 1:
                 raise ConfigError(
-                    f"the prompt has {len(prompt)} tokens; {self.name}'s window holds {self.target.n_ctx}"
+                    f"the prompt has {len(prompt)} tokens; {self.name}'s window holds {self.model.n_ctx}"
                 )
         except CoinferError as exc:
             self.failed(ticket, exc)
             return None
         recorder = TraceRecorder(
-            self.engine, model=self.name, draft=self.draft, detokenize=self.target.detokenize
+            self.engine, model=self.name, draft=self.draft, detokenize=self.model.detokenize
         )
         self._running[ticket.number] = _Running(ticket, prompt, StopScanner(r.stop), recorder)
         ticket.sink(Event("start"))

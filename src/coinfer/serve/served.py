@@ -253,7 +253,7 @@ class PlainServed(Served):
                 StopScanner(r.stop),
                 IncrementalDetokenizer(self.model.detokenize),
                 DecodeStats(len(prompt)),
-                TraceRecorder(self.engine, model=self.name, detokenize=self.model.detokenize),
+                TraceRecorder(self.engine, model=self.name),  # every token the target's: no cutting
             )
             for _ in jobs
         ]
@@ -295,7 +295,7 @@ class PlainServed(Served):
                     ticket.sink(Event("delta", index=i, text=out))
                 if stopped and job.finish is None:
                     self.chat.cancel(job, deque())
-                finish = ("stop" if stopped else job.finish) if stopped or job.finish is not None else None
+                finish = "stop" if stopped else job.finish
                 if new or finish:
                     sample.recorder.add(Response(text, list(new), sample.stats.snapshot(), finish))
                 if finish is not None:

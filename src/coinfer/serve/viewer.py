@@ -9,6 +9,7 @@ text goes into the page as data and is shown with ``textContent``, never as mark
 from __future__ import annotations
 
 import json
+from functools import cache
 from pathlib import Path
 from typing import Any
 
@@ -20,12 +21,17 @@ TEMPLATE = Path(__file__).with_name("viewer.html")
 SLOT = "/*TRACE*/"
 
 
+@cache
+def _template() -> str:
+    return TEMPLATE.read_text(encoding="utf-8")
+
+
 def page(trace: dict[str, Any]) -> str:
     """The viewer's HTML for ``trace``."""
     data = json.dumps(trace, ensure_ascii=False)
     # inside <script>: no "</script>", no "<!--"; the escapes are JSON's own
     data = data.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
-    return TEMPLATE.read_text(encoding="utf-8").replace(SLOT, data, 1)
+    return _template().replace(SLOT, data, 1)
 
 
 def write_page(trace: dict[str, Any], path: str | Path) -> Path:
