@@ -65,3 +65,38 @@ def test_a_peer_that_raises_is_recorded_and_the_run_goes_on(smollm_llama) -> Non
     assert row["broken"] == {"error": "ValueError: could not broadcast"}
     assert row["coinfer"]["speedup"] > 0
     assert any("broken failed" in line for line in logged) and "broken failed" in logged[-2]
+
+
+@needs_llama
+def test_repeats_keep_the_fastest_run_and_flag_a_text_that_changes(smollm_llama) -> None:  # type: ignore[no-untyped-def]
+    from coinfer.bench.peers import Peer, Run
+    from coinfer.bench.speculative import SpecBenchConfig, measure_prompt
+
+    calls: list[str] = []
+
+    def flaky(prompt: list[int], max_tokens: int) -> Run:
+        calls.append("flaky")
+        return Run([1, 2] if len(calls) == 1 else [1, 3], 10.0 * len(calls), 5.0)
+
+    item = {"id": "x", "category": "edit", "messages": [{"role": "user", "content": "Say hi."}]}
+    config = SpecBenchConfig(out="unused", target="smollm2-135m", max_tokens=6, repeats=3)
+    row = measure_prompt(item, smollm_llama, {"flaky": Peer(flaky)}, config, lambda line: None)
+    assert len(calls) == 3
+    assert row["flaky"]["decode_tps"] == 30.0  # the fastest of three
+    assert row["flaky"]["identical"] is False  # its text changed between runs
+    timings = row["coinfer"]["timings"]  # where coinfer's rounds spent their time
+    assert timings["rounds"] >= 1 and timings["forward"] > 0
+    assert {"draft", "logits", "accept", "policy", "detok", "other"} <= set(timings)
+
+
+def test_the_time_table_splits_coinfers_rounds_and_gives_llama_servers_ms_per_token() -> None:
+    from coinfer.bench.speculative import time_table
+
+    ours = {"draft": 0.1, "forward": 30.0, "logits": 0.2, "accept": 0.1, "policy": 0.1, "detok": 0.0}
+    ours |= {"other": 0.5, "rounds": 10}
+    rows = [{"id": "a", "category": "edit", "tokens": 20, "coinfer": {"timings": ours},
+             "srv": {"timings": {"predicted_n": 20, "predicted_ms": 500.0}}}]  # fmt: skip
+    coinfer_line, server_line = time_table(rows, ["coinfer", "srv"])[3:]
+    assert coinfer_line.startswith("| coinfer | 10 | 2.00 | 31.0 | 0.10 | 30.00 |")
+    assert coinfer_line.endswith("| 15.5 |")  # 31 ms per round, two tokens a round
+    assert server_line.endswith("| 25.0 |")

@@ -139,6 +139,23 @@ def test_extend_returns_logits_for_every_position(subject: Subject) -> None:
     subject.assert_close(last[0], whole[-1])
 
 
+def test_extend_greedy_gives_each_positions_argmax_and_extends_the_cache(subject: Subject) -> None:
+    model, prompt = subject.model, _prompt(subject.model)
+    a, b = model.new_sequence(), model.new_sequence()
+    logits = model.extend(a, prompt)
+    before = model.clock.compute_s
+    choices = model.extend_greedy(b, prompt)
+    assert choices.shape == (len(prompt),)
+    assert choices.tolist() == logits.argmax(-1).tolist()
+    assert b.tokens == prompt  # the cache holds the chain, as after extend
+    after_b, after_a = model.extend(b, [choices[-1]])[0], model.extend(a, [choices[-1]])[0]
+    np.testing.assert_allclose(_softmax(after_b), _softmax(after_a), atol=subject.atol)
+    if model.backend == "llama.cpp":  # it times its own forwards
+        assert model.clock.compute_s > before
+    model.release(a)
+    model.release(b)
+
+
 def test_tree_extend_equals_each_branch_alone(subject: Subject) -> None:
     model, prompt = subject.model, _prompt(subject.model)
     a, b, c, d, e = (int(t) for t in np.arange(5) + 40)

@@ -65,6 +65,9 @@ class Run:
     e2e_tps: float
     drafted: int | None = None  # draft tokens sent to verification, where the system says
     accepted: int | None = None
+    # where the time went, where the system says: coinfer's milliseconds per round by
+    # phase; llama-server's own ``timings`` (ms per token, drafts)
+    timings: dict[str, float] | None = None
 
 
 def timed_run(tokens: Iterator[int], start: float) -> Run:
@@ -75,6 +78,9 @@ def timed_run(tokens: Iterator[int], start: float) -> Run:
         out.append(t)
         stats.emitted(1)
     return Run(out, stats.decode_tokens_per_s, stats.tokens_per_s)
+
+
+_SERVER_TIMINGS = ("predicted_n", "predicted_ms", "predicted_per_token_ms", "draft_n", "draft_n_accepted")
 
 
 class Peer:
@@ -140,8 +146,11 @@ def _prompt_lookup(model_path: str, n_threads: int | None, eos: frozenset[int]) 
     import llama_cpp
     from llama_cpp.llama_speculative import LlamaPromptLookupDecoding
 
+    # logits_all=True by hand: with a draft model llama-cpp-python keeps every row's logits
+    # but sizes their buffer by the argument (n_batch rows when False), so a context past
+    # n_batch tokens overran it ("could not broadcast") on most prompts
     llm = llama_cpp.Llama(
-        model_path=model_path, n_ctx=8192, n_threads=n_threads, verbose=False,
+        model_path=model_path, n_ctx=4096, n_threads=n_threads, verbose=False, logits_all=True,
         draft_model=LlamaPromptLookupDecoding(num_pred_tokens=10),
     )  # fmt: skip
 
@@ -209,6 +218,7 @@ def _llama_server(
             len(tokens) / total_s if total_s else 0.0,
             None if drafted is None else int(drafted),
             None if accepted is None else int(accepted),
+            {k: round(float(v), 3) for k, v in timings.items() if k in _SERVER_TIMINGS},
         )
 
     def close() -> None:

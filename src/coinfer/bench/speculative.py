@@ -10,7 +10,11 @@ equal the baseline's. Results: ``results.json`` (``summary`` and ``peers``),
 
 from __future__ import annotations
 
+import cProfile
+import dataclasses
+import io
 import math
+import pstats
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
@@ -31,7 +35,7 @@ from coinfer.bench.peers import (
 )
 from coinfer.bench.report import environment, write_json, write_markdown
 from coinfer.bench.workloads import CATEGORIES, build_suite, load_prompts
-from coinfer.decoding import Drafter, NgramDrafter, SpecConfig, stream
+from coinfer.decoding import DecodeStats, Drafter, NgramDrafter, SpecConfig, stream
 from coinfer.errors import ConfigError, ModelError
 from coinfer.models import SteerableModel, load_model
 from coinfer.models.llamacpp import LlamaCppModel
@@ -65,6 +69,8 @@ class SpecBenchConfig:
     heads: str | None = None  # draft heads trained for the target: adds the system "heads"
     suite: str = "committed"  # committed: three categories; broad: seven (bench.broad_suite)
     split: str = "all"  # all, or per category the held-out fourth or the tune rest
+    repeats: int = 1  # runs of each system per prompt, interleaved; the fastest counts
+    profile: bool = False  # cProfile coinfer's runs into profile.txt
 
     def __post_init__(self) -> None:
         unknown = set(self.peers) - set(PEERS)
@@ -74,6 +80,10 @@ class SpecBenchConfig:
             raise ConfigError(
                 f"unknown suite {self.suite!r} or split {self.split!r}",
                 hint=f"suites: {', '.join(SUITES)}; splits: {', '.join(SPLITS)}",
+            )
+        if self.repeats < 1:
+            raise ConfigError(
+                f"repeats must be at least 1, got {self.repeats}", hint="pass --repeats N, N >= 1"
             )
         if self.max_tokens < 2:
             raise ConfigError("max_tokens must be at least 2 (decode speed needs two tokens)")
@@ -91,7 +101,19 @@ def _ours(target: SteerableModel, prompt: list[int], max_tokens: int, drafter: D
     for r in stream(target, prompt, draft=drafter or NgramDrafter(), config=config):
         tokens += r.tokens
     s = r.stats
-    return Run(tokens, s.decode_tokens_per_s, s.tokens_per_s, s.drafted, s.accepted)
+    return Run(tokens, s.decode_tokens_per_s, s.tokens_per_s, s.drafted, s.accepted, round_times(s))
+
+
+def round_times(stats: DecodeStats) -> dict[str, float]:
+    """Milliseconds per verification round by phase (``DecodeStats.phases``), and
+    ``other``: the rest of the decode time per round, the engine's own Python between
+    phases (generators, bookkeeping)."""
+    rounds = max(1, stats.rounds)
+    out = {phase: round(1000 * sec / rounds, 3) for phase, sec in stats.phases.items()}
+    decode_s = (stats.last_token_at or 0.0) - (stats.first_token_at or 0.0)
+    out["other"] = round(max(0.0, 1000 * decode_s / rounds - sum(out.values())), 3)
+    out["rounds"] = stats.rounds
+    return out
 
 
 class HeadsSystem:
@@ -192,25 +214,36 @@ def measure_prompt(
     config: SpecBenchConfig,
     log: Callable[[str], None],
     first_of_category: bool = True,
+    profiler: cProfile.Profile | None = None,
 ) -> dict[str, Any]:
-    """One prompt through the baseline, coinfer and every peer (slow ones: first prompts only)."""
+    """One prompt through the baseline, coinfer and every peer (slow ones: first prompts
+    only), each ``config.repeats`` times in turn; each system's fastest run counts (noise
+    on a shared machine only ever slows a run)."""
     prompt = target.chat_prompt(item["messages"])
-    base = _plain(target, prompt, config.max_tokens)
-    row: dict[str, Any] = {"id": item["id"], "category": item["category"], "tokens": len(base.tokens)}
-    row["baseline"] = {"decode_tps": round(base.decode_tps, 2), "e2e_tps": round(base.e2e_tps, 2)}
     systems: dict[str, Callable[[list[int], int], Run]] = {
-        "coinfer": lambda p, m: _ours(target, p, m),
+        "baseline": lambda p, m: _plain(target, p, m),
+        "coinfer": lambda p, m: _profiled(profiler, lambda: _ours(target, p, m)),
         **{n: p for n, p in peers.items() if first_of_category or n not in SLOW_PEERS},
     }
-    for name, system in systems.items():
-        try:
-            run = system(prompt, config.max_tokens)
-        except Exception as exc:  # a peer's own failure is recorded, not allowed to end the run
-            if name == "coinfer":
-                raise
-            row[name] = {"error": f"{type(exc).__name__}: {exc}"[:300]}
-            log(f"  {name} failed on {item['id']}: {row[name]['error']}")
-            continue
+    runs: dict[str, Run] = {}
+    row: dict[str, Any] = {"id": item["id"], "category": item["category"]}
+    for _ in range(config.repeats):
+        for name, system in systems.items():
+            if name in row:  # failed before
+                continue
+            try:
+                run = system(prompt, config.max_tokens)
+            except Exception as exc:  # a peer's own failure is recorded, not allowed to end the run
+                if name in ("baseline", "coinfer"):
+                    raise
+                row[name] = {"error": f"{type(exc).__name__}: {exc}"[:300]}
+                log(f"  {name} failed on {item['id']}: {row[name]['error']}")
+                continue
+            runs[name] = _faster(runs.get(name), run)
+    base = runs.pop("baseline")
+    row["tokens"] = len(base.tokens)
+    row["baseline"] = {"decode_tps": round(base.decode_tps, 2), "e2e_tps": round(base.e2e_tps, 2)}
+    for name, run in runs.items():
         row[name] = {
             "decode_tps": round(run.decode_tps, 2),
             "e2e_tps": round(run.e2e_tps, 2),
@@ -218,9 +251,32 @@ def measure_prompt(
             "identical": run.tokens == base.tokens,
             "drafted": run.drafted,
             "accepted": run.accepted,
+            "timings": run.timings,
         }
-    log(f"  {item['id']}: " + ", ".join(f"{n} {cell(row[n])}" for n in systems))
+    shown = [n for n in systems if n != "baseline"]
+    log(f"  {item['id']}: " + ", ".join(f"{n} {cell(row.get(n))}" for n in shown))
     return row
+
+
+def _faster(old: Run | None, new: Run) -> Run:
+    """The faster of two runs of one system, keeping the first run's text (a later run
+    that decodes a different text says the system is not deterministic: it counts as
+    not identical)."""
+    if old is None:
+        return new
+    best = new if new.decode_tps > old.decode_tps else old
+    tokens = old.tokens if new.tokens == old.tokens else []
+    return dataclasses.replace(best, tokens=tokens)
+
+
+def _profiled(profiler: cProfile.Profile | None, call: Callable[[], Run]) -> Run:
+    if profiler is None:
+        return call()
+    profiler.enable()
+    try:
+        return call()
+    finally:
+        profiler.disable()
 
 
 def _prompts(config: SpecBenchConfig) -> list[dict[str, Any]]:
@@ -238,20 +294,43 @@ def run_speculative_bench(config: SpecBenchConfig, log: Callable[[str], None] = 
     peers: dict[str, Any] = dict(_start_peers(config, target, log))
     if config.heads:
         peers["heads"] = HeadsSystem(config)
+    profiler = cProfile.Profile() if config.profile else None
     try:
         seen: set[str] = set()
         rows: list[dict[str, Any]] = []
         report: dict[str, Any] = {}
         where = environment()
         for item in prompts:
-            rows.append(measure_prompt(item, target, peers, config, log, item["category"] not in seen))
+            first = item["category"] not in seen
+            rows.append(measure_prompt(item, target, peers, config, log, first, profiler))
             seen.add(item["category"])
             report = _write_report(config, where, rows, list(peers))  # a long run keeps what it measured
+        if profiler is not None:
+            write_profile(Path(config.out) / "profile.txt", profiler, rows)
     finally:  # never leave llama-server processes behind
         target.close()
         for peer in peers.values():
             peer.close()
     return report
+
+
+def write_profile(path: Path, profiler: cProfile.Profile, rows: list[dict[str, Any]]) -> None:
+    """coinfer's runs under cProfile: the Python overhead per round (the round's time
+    outside the target's forward and the moving of its logits), then the functions that
+    took most time of their own."""
+    times = [r["coinfer"]["timings"] for r in rows if r.get("coinfer", {}).get("timings")]
+    rounds = sum(t["rounds"] for t in times) or 1
+    python = sum(
+        t["rounds"] * sum(t.get(ph, 0.0) for ph in PHASES if ph not in ("forward", "logits")) for t in times
+    )
+    buf = io.StringIO()
+    pstats.Stats(profiler, stream=buf).sort_stats("tottime").print_stats(30)
+    head = (
+        f"Python overhead per round, under cProfile: {python / rounds:.3f} ms over {rounds} rounds "
+        "(the round's time outside the target's forward and the moving of its logits)\n\n"
+    )
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(head + buf.getvalue())
 
 
 def _write_report(
@@ -302,6 +381,7 @@ def _markdown(report: dict[str, Any], peers: list[str]) -> str:
     for r in report["results"]:
         cells = " | ".join(cell(r.get(n)) for n in systems)
         lines.append(f"| {r['id']} | {r['tokens']} | {r['baseline']['decode_tps']:.1f} | {cells} |")
+    lines += time_table(report["results"], systems)
     lines += [
         "",
         "≠: output differs from the baseline's greedy output. –: not run (slow peers run on the "
@@ -310,6 +390,41 @@ def _markdown(report: dict[str, Any], peers: list[str]) -> str:
         "`timings.predicted_per_second`.",
     ]
     return "\n".join(lines) + "\n"
+
+
+PHASES = ("draft", "forward", "logits", "accept", "policy", "detok", "other")
+
+
+def time_table(rows: list[dict[str, Any]], systems: list[str]) -> list[str]:
+    """Where the time went, over all prompts: coinfer's milliseconds per round by phase;
+    a llama-server peer's own milliseconds per token."""
+    lines = [
+        "",
+        "| system | rounds | tokens/round | ms/round | " + " | ".join(PHASES) + " | ms/token |",
+        "|---|---|---|---|" + "---|" * len(PHASES) + "---|",
+    ]
+    for name in systems:
+        runs = [(r["tokens"], r[name]["timings"]) for r in rows if (r.get(name) or {}).get("timings")]
+        if runs:
+            lines.append(f"| {name} | " + " | ".join(_time_cells(runs)) + " |")
+    return lines if len(lines) > 3 else []
+
+
+def _time_cells(runs: list[tuple[int, dict[str, float]]]) -> list[str]:
+    if "rounds" not in runs[0][1]:  # llama-server: its own ms per predicted token
+        ms = sum(t.get("predicted_ms", 0.0) for _, t in runs)
+        n = sum(t.get("predicted_n", 0) for _, t in runs)
+        return ["–"] * (3 + len(PHASES)) + [f"{ms / max(1, n):.1f}"]
+    rounds = sum(int(t["rounds"]) for _, t in runs) or 1
+    per = {ph: sum(t.get(ph, 0.0) * t["rounds"] for _, t in runs) / rounds for ph in PHASES}
+    total, tokens = sum(per.values()), sum(n for n, _ in runs)
+    return [
+        str(rounds),
+        f"{tokens / rounds:.2f}",
+        f"{total:.1f}",
+        *(f"{per[ph]:.2f}" for ph in PHASES),
+        f"{total * rounds / max(1, tokens):.1f}",
+    ]
 
 
 def cell(run: dict[str, Any] | None) -> str:

@@ -58,6 +58,8 @@ def cmd_speculative(args: argparse.Namespace) -> int:
         heads=args.heads,
         suite=args.prompt_suite,
         split=args.split,
+        repeats=args.repeats,
+        profile=args.profile,
     )
     report = run_speculative_bench(config, log=err)
     s = report["summary"]
@@ -392,5 +394,13 @@ def _add_speculative(bench: Any) -> None:
     p.add_argument(
         "--split", default="all", choices=["all", "tune", "held-out"],
         help="per category, the held-out fourth of the prompts or the tune rest (default: all)",
+    )  # fmt: skip
+    p.add_argument(
+        "--repeats", type=int, default=1,
+        help="runs of each system per prompt, taken in turn; the fastest counts (default: 1)",
+    )  # fmt: skip
+    p.add_argument(
+        "--profile", action="store_true",
+        help="run coinfer under cProfile and write the Python overhead per round to OUT/profile.txt",
     )  # fmt: skip
     p.set_defaults(func=cmd_speculative)

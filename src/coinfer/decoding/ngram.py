@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from coinfer.decoding.draft_length import CopyBucket
 from coinfer.decoding.drafters import Draft, Drafter
 from coinfer.errors import ConfigError
 
@@ -85,7 +86,7 @@ class NgramDrafter(Drafter):
                     k = min(k, self.shallow_tokens)
                 tokens = context[start : start + k]
                 lookup.previous = (len(context), tokens[0])
-                return Draft(tokens, bucket=(self._grade(match), warm))
+                return Draft(tokens, bucket=CopyBucket(self._grade(match), warm))
         return Draft([])
 
     def _index(self, lookup: _Lookup, context: list[int]) -> None:

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import copy
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -40,6 +40,9 @@ class DecodeStats:
     start: float = field(default_factory=time.perf_counter)
     first_token_at: float | None = None
     last_token_at: float | None = None
+    # seconds per phase over the rounds after the prefill, where the engine splits them
+    # (the speculative engine: draft, forward, logits, accept, policy, detok)
+    phases: dict[str, float] = field(default_factory=dict)
 
     def prefilled(self) -> None:
         """The target read the prompt."""
@@ -61,8 +64,15 @@ class DecodeStats:
         self.first_token_at = self.first_token_at or now
         self.last_token_at = now
 
+    def timed(self, phases: Mapping[str, float]) -> None:
+        """Add one round's seconds per phase."""
+        for phase, seconds in phases.items():
+            self.phases[phase] = self.phases.get(phase, 0.0) + seconds
+
     def snapshot(self) -> DecodeStats:
-        return copy.copy(self)
+        out = copy.copy(self)
+        out.phases = dict(self.phases)
+        return out
 
     @property
     def ttft_s(self) -> float:

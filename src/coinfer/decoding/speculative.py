@@ -16,6 +16,7 @@ verification cost and how far drafts of each kind have held (``AdaptiveDraftLeng
 from __future__ import annotations
 
 import time
+import weakref
 from collections.abc import Generator, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
@@ -29,11 +30,12 @@ from coinfer.decoding.ngram import NgramDrafter
 from coinfer.decoding.prompting import as_prompt, check_prompt
 from coinfer.decoding.response import DecodeStats, Response, collect
 from coinfer.decoding.sampling import PositionDraws, SamplingParams, probs_from_logits, sample_at
-from coinfer.decoding.verify import accept_deterministic, speculative_accept
+from coinfer.decoding.verify import accept_choices, accept_deterministic, speculative_accept
 from coinfer.errors import ConfigError
 from coinfer.models.base import Seq, SteerableModel
 
 __all__ = [
+    "PHASES",
     "Round",
     "SpecConfig",
     "emit_tokens",
@@ -41,6 +43,7 @@ __all__ = [
     "generate_rounds",
     "stream",
     "take_round",
+    "target_costs",
     "window_full",
     "window_room",
 ]
@@ -80,21 +83,38 @@ def check_draft_tokens(value: object) -> None:
         )
 
 
+PHASES = ("draft", "forward", "logits", "accept", "policy")
+
+
 @dataclass(frozen=True)
 class Round:
-    """One target forward (the first is the prefill): the tokens it added and what it cost."""
+    """One target forward (the first is the prefill): the tokens it added and where its
+    time went, in seconds per phase: ``draft`` (the drafter, proposing and hearing what was
+    kept), ``forward`` (the target's forward itself), ``logits`` (moving its output to
+    Python), ``accept`` (the acceptance rule and the cache's rollback), ``policy`` (the
+    draft-length policy's bookkeeping); ``wall`` is the whole round."""
 
     tokens: list[int]
     drafted: int
     accepted: int
-    draft_s: float
-    verify_s: float
+    phases: dict[str, float]
+    wall: float
     finished: str | None = None  # "stop" or "length" on the last round
 
 
-def _length_policy(config: SpecConfig) -> DraftLength:
+_COSTS: weakref.WeakKeyDictionary[SteerableModel, dict[int, float]] = weakref.WeakKeyDictionary()
+
+
+def target_costs(target: SteerableModel) -> dict[int, float]:
+    """The target's verification cost curve (n tokens -> seconds of one forward), shared by
+    every request on it: each request's draft-length policy starts from what the ones
+    before it measured instead of paying to measure the curve again."""
+    return _COSTS.setdefault(target, {})
+
+
+def _length_policy(config: SpecConfig, target: SteerableModel) -> DraftLength:
     k = config.draft_tokens
-    return AdaptiveDraftLength() if k == "auto" else FixedDraftLength(int(k))
+    return AdaptiveDraftLength(costs=target_costs(target)) if k == "auto" else FixedDraftLength(int(k))
 
 
 def generate_rounds(
@@ -112,18 +132,15 @@ def generate_rounds(
     check_prompt(target, prompt)
     draws = PositionDraws(config.sampling.seed)
     rng = np.random.default_rng(draws.seed)  # for sampled drafts, whose rejection rule draws afresh
-    sizer = DraftSizer(_length_policy(config) if draft is not None else FixedDraftLength(0))
+    sizer = DraftSizer(_length_policy(config, target) if draft is not None else FixedDraftLength(0))
     seq = target.new_sequence()
     try:
-        t0 = time.perf_counter()
-        logits = target.extend(seq, list(prompt), last_only=True)[-1]
-        first = sample_at(probs_from_logits(logits, config.sampling), draws.uniform(len(prompt)))
+        r = _prefill(target, seq, prompt, config.sampling, draws)
         context, produced = list(prompt), 0
-        r = Round([first], 0, 0, 0.0, time.perf_counter() - t0)
         while True:
             kept, finished = take_round(r.tokens, context, target, config.max_tokens - produced)
             produced += len(kept)
-            yield Round(kept, r.drafted, r.accepted, r.draft_s, r.verify_s, finished)
+            yield Round(kept, r.drafted, r.accepted, r.phases, r.wall, finished)
             if finished:
                 return
             room = min(config.max_tokens - produced - 1, window_room(len(context), target.n_ctx))
@@ -132,6 +149,18 @@ def generate_rounds(
         target.release(seq)
         if draft is not None:
             draft.forget(0)
+
+
+def _prefill(
+    target: SteerableModel, seq: Seq, prompt: Sequence[int], sampling: SamplingParams, draws: PositionDraws
+) -> Round:
+    """The target reads the prompt and chooses the first token."""
+    t0, c0, l0 = time.perf_counter(), target.clock.compute_s, target.clock.logits_s
+    logits = target.extend(seq, list(prompt), last_only=True)[-1]
+    first = sample_at(probs_from_logits(logits, sampling), draws.uniform(len(prompt)))
+    wall = time.perf_counter() - t0
+    forward = target.clock.compute_s - c0 or wall
+    return Round([first], 0, 0, {"forward": forward, "logits": target.clock.logits_s - l0}, wall)
 
 
 def _round(
@@ -147,25 +176,54 @@ def _round(
 ) -> Round:
     """Draft (cut to what pays), verify, roll back, tell the drafter: the round's new tokens.
 
-    ``draft_s`` times the drafter alone: the length policy's own bookkeeping (tens of
-    microseconds of Python) is not the drafter's cost, and counted as such it put n-gram
-    lookup on the edge of the policy's "cheap drafter" threshold, where one noisy sample
-    decided whether a request drafted at all."""
+    The policy's ``draft_s`` times the drafter alone: the length policy's own bookkeeping
+    (tens of microseconds of Python) is not the drafter's cost, and counted as such it
+    put n-gram lookup on the edge of the policy's "cheap drafter" threshold, where one
+    noisy sample decided whether a request drafted at all."""
+    clock = _PhaseClock(target)
     sizer.learn(0, context)
     k = max(0, min(sizer.next_k(), room))
-    t0 = time.perf_counter()
+    clock.lap("policy")
     proposal = Draft([]) if draft is None else draft.propose(context, k)
-    draft_s = time.perf_counter() - t0
+    draft_s = clock.lap("draft")
     d = sizer.cut(0, len(context), proposal)
-    t1 = time.perf_counter()
+    clock.lap("policy")
     n_acc, nxt = _verify(target, seq, context, d, sampling, draws, rng)
     target.truncate(seq, len(context) + n_acc)  # keep pending + accepted drafts
+    verify_s = clock.lap("accept")
     new = [*d.tokens[:n_acc], nxt]
     if draft is not None:
         draft.feedback(0, context, new)
-    verify_s = time.perf_counter() - t1
+    clock.lap("draft")
     sizer.observe(drafted=len(d.tokens), draft_s=draft_s, verify_s=verify_s, proposed=len(proposal.tokens))
-    return Round(new, len(d.tokens), n_acc, draft_s, verify_s)
+    clock.lap("policy")
+    return Round(new, len(d.tokens), n_acc, clock.phases, clock.wall())
+
+
+class _PhaseClock:
+    """Splits a round's time into phases; the target's own clock separates its forward
+    and the moving of its logits from the acceptance rule around them."""
+
+    def __init__(self, target: SteerableModel) -> None:
+        self.target, self.phases = target, dict.fromkeys(PHASES, 0.0)
+        self.start = self.last = time.perf_counter()
+        self.compute, self.logits = target.clock.compute_s, target.clock.logits_s
+
+    def lap(self, phase: str) -> float:
+        """Charge the time since the last lap to ``phase`` (the target's share of it to
+        ``forward`` and ``logits``); the whole lap's seconds, the target's included."""
+        now = time.perf_counter()
+        lap, self.last = now - self.last, now
+        clock = self.target.clock
+        compute, logits = clock.compute_s - self.compute, clock.logits_s - self.logits
+        self.compute, self.logits = clock.compute_s, clock.logits_s
+        self.phases["forward"] += compute
+        self.phases["logits"] += logits
+        self.phases[phase] += max(0.0, lap - compute - logits)
+        return lap
+
+    def wall(self) -> float:
+        return self.last - self.start
 
 
 def _verify(
@@ -178,9 +236,12 @@ def _verify(
     rng: np.random.Generator,
 ) -> tuple[int, int]:
     """One target forward over the pending token (the context's last) and the draft:
-    (accepted count, next token)."""
-    rows = target.extend(seq, [context[-1], *draft.tokens])  # (k + 1, vocab)
-    if draft.probs is None or sampling.greedy:
+    (accepted count, next token). Greedy verification needs only each row's argmax."""
+    chain = [context[-1], *draft.tokens]
+    if sampling.greedy:
+        return accept_choices(draft.tokens, target.extend_greedy(seq, chain))
+    rows = target.extend(seq, chain)  # (k + 1, vocab)
+    if draft.probs is None:
         return accept_deterministic(draft.tokens, rows, sampling, draws, len(context))
     probs = np.stack([probs_from_logits(r, sampling) for r in rows])
     return speculative_accept(draft.tokens, draft.probs, probs, rng)  # seeded text follows draft lengths
@@ -242,12 +303,14 @@ def stream(
     extras = {"draft": None if drafter is None else drafter.name}
     try:
         for r in generate_rounds(target, ids, draft=drafter, config=config):
+            t0 = time.perf_counter()
+            text = "".join(detok.push(t) for t in r.tokens) + (detok.flush() if r.finished else "")
             if stats.target_forwards:
                 stats.verified(r.drafted, r.accepted)
+                stats.timed({**r.phases, "detok": time.perf_counter() - t0})
             else:
                 stats.prefilled()
             stats.emitted(len(r.tokens))
-            text = "".join(detok.push(t) for t in r.tokens) + (detok.flush() if r.finished else "")
             yield Response(text, list(r.tokens), stats.snapshot(), r.finished, extras=dict(extras))
     finally:
         if draft == "auto" and drafter is not None:

@@ -30,7 +30,14 @@ import numpy as np
 from coinfer.decoding.sampling import PositionDraws, SamplingParams, probs_from_logits, sample_at
 from coinfer.models.tree import TokenTree
 
-__all__ = ["accept_deterministic", "accept_tree", "coupled_accept", "greedy_accept", "speculative_accept"]
+__all__ = [
+    "accept_choices",
+    "accept_deterministic",
+    "accept_tree",
+    "coupled_accept",
+    "greedy_accept",
+    "speculative_accept",
+]
 
 
 def greedy_accept(draft: Sequence[int], target_probs: np.ndarray) -> tuple[int, int]:
@@ -40,7 +47,13 @@ def greedy_accept(draft: Sequence[int], target_probs: np.ndarray) -> tuple[int, 
     draft tokens (or its logits: only the argmax matters). The next token is the target's
     choice after the accepted prefix.
     """
-    choices = np.argmax(target_probs, axis=-1)
+    return accept_choices(draft, np.argmax(target_probs, axis=-1))
+
+
+def accept_choices(draft: Sequence[int], choices: Sequence[int] | np.ndarray) -> tuple[int, int]:
+    """(accepted count, next token) given the target's greedy choice at each of the k + 1
+    positions (``SteerableModel.extend_greedy``): the longest agreeing prefix, then the
+    target's own token."""
     n = 0
     while n < len(draft) and int(draft[n]) == int(choices[n]):
         n += 1

@@ -24,7 +24,7 @@ from coinfer.errors import ConfigError, ContextOverflowError, ModelError, Sequen
 from coinfer.models.chat_template import ChatTemplate, Message
 from coinfer.models.tree import TokenTree
 
-__all__ = ["Prompter", "Seq", "SteerableModel", "TokenConstraint", "backend_seq"]
+__all__ = ["ForwardClock", "Prompter", "Seq", "SteerableModel", "TokenConstraint", "backend_seq"]
 
 S = TypeVar("S", bound="Seq")
 
@@ -40,6 +40,16 @@ class Seq:
 
     def __len__(self) -> int:
         return len(self.tokens)
+
+
+@dataclass
+class ForwardClock:
+    """Seconds a model has spent so far (they only grow): computing forwards
+    (``compute_s``), and moving their logits out to Python, copies and argmaxes
+    (``logits_s``). A backend that cannot tell the two apart leaves both at 0."""
+
+    compute_s: float = 0.0
+    logits_s: float = 0.0
 
 
 def backend_seq(seq: Seq, kind: type[S]) -> S:
@@ -117,6 +127,7 @@ class SteerableModel(Prompter):
     def __init__(self) -> None:
         self._next_seq_id = 0
         self._live: dict[int, Seq] = {}
+        self.clock = ForwardClock()
 
     # ---- sequences --------------------------------------------------------------------
     def new_sequence(self) -> Seq:
@@ -168,6 +179,15 @@ class SteerableModel(Prompter):
         logits = self._extend(seq, ids, tree, False)
         seq.pending = tree
         return logits
+
+    def extend_greedy(self, seq: Seq, ids: Sequence[int]) -> np.ndarray:
+        """Append a chain of ``ids`` and return only each position's most likely next token
+        (int64, shape (len(ids),)): what greedy verification needs, without moving
+        len(ids) x vocab logits (llama.cpp takes the argmax on its own logits buffer)."""
+        ids = self._check_extend(seq, ids)
+        choices = self._extend_greedy(seq, ids)
+        seq.tokens.extend(ids)
+        return choices
 
     def extend_many(
         self, items: Sequence[tuple[Seq, Sequence[int]]], *, last_only: bool = False
@@ -283,6 +303,9 @@ class SteerableModel(Prompter):
 
     def _extend_many(self, items: list[tuple[Seq, list[int]]], last_only: bool) -> list[np.ndarray]:
         return [self._extend(seq, ids, None, last_only) for seq, ids in items]
+
+    def _extend_greedy(self, seq: Seq, ids: list[int]) -> np.ndarray:
+        return np.argmax(self._extend(seq, ids, None, False), axis=-1)
 
     @abstractmethod
     def _fork(self, source: Seq, new: Seq) -> None: ...

@@ -18,6 +18,7 @@ import logging
 import os
 import subprocess
 import sys
+import time
 import weakref
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -413,6 +414,10 @@ class LlamaCppModel(SteerableModel):
             self._drop_tree(seq)
             raise
 
+    def _extend_greedy(self, seq: Seq, ids: list[int]) -> np.ndarray:
+        start, lid = len(seq.tokens), backend_seq(seq, LlamaSeq).llama_id
+        return self._decode([(t, start + i, (lid,)) for i, t in enumerate(ids)], greedy=True)
+
     def _extend_many(self, items: list[tuple[Seq, list[int]]], last_only: bool) -> list[np.ndarray]:
         rows: list[tuple[int, int, tuple[int, ...]]] = []
         ends: list[int] = []  # index of each item's last row
@@ -436,26 +441,35 @@ class LlamaCppModel(SteerableModel):
         rows: list[tuple[int, int, tuple[int, ...]]],
         *,
         outputs: list[int] | None = None,
+        greedy: bool = False,
     ) -> np.ndarray:
         """Decode (token, position, seq_ids) rows in chunks of n_batch.
 
-        Logits (len(rows), vocab), or one row per index of ``outputs`` (ascending). With
-        hidden states, llama.cpp outputs every row of a batch while it extracts them, so
-        the rows before the first output go first without (a prompt's rows would otherwise
-        each pay for the output projection).
+        Logits (len(rows), vocab), or one row per index of ``outputs`` (ascending); with
+        ``greedy``, only each output row's argmax (int64), taken on llama.cpp's own
+        logits buffer. With hidden states, llama.cpp outputs every row of a batch while it
+        extracts them, so the rows before the first output go first without (a prompt's
+        rows would otherwise each pay for the output projection).
         """
         wanted = list(range(len(rows))) if outputs is None else list(outputs)
         if not self.hidden_states:
-            return self._decode_rows(rows, wanted, hidden=False)
+            return self._decode_rows(rows, wanted, hidden=False, greedy=greedy)
         first = wanted[0] if wanted else len(rows)
         if first:
             self._decode_rows(rows[:first], [], hidden=False)
-        return self._decode_rows(rows[first:], [w - first for w in wanted], hidden=True)
+        logits = self._decode_rows(rows[first:], [w - first for w in wanted], hidden=True)
+        return np.argmax(logits, axis=-1) if greedy else logits
 
     def _decode_rows(
-        self, rows: list[tuple[int, int, tuple[int, ...]]], wanted: list[int], *, hidden: bool
+        self,
+        rows: list[tuple[int, int, tuple[int, ...]]],
+        wanted: list[int],
+        *,
+        hidden: bool,
+        greedy: bool = False,
     ) -> np.ndarray:
-        out = np.empty((len(wanted), self.vocab_size), dtype=np.float32)
+        shape = (len(wanted),) if greedy else (len(wanted), self.vocab_size)
+        out = np.empty(shape, dtype=np.int64 if greedy else np.float32)
         if self.hidden_states:
             self._lc.llama_set_embeddings(self._ctx.ctx, hidden)
             if hidden:
@@ -467,24 +481,31 @@ class LlamaCppModel(SteerableModel):
             while done + len(marks) < len(wanted) and wanted[done + len(marks)] < lo + len(chunk):
                 marks.append(wanted[done + len(marks)] - lo)
             self._fill_batch(chunk, marks)
+            t0 = time.perf_counter()
             rc = self._lc.llama_decode(self._ctx.ctx, self._batch.batch)
-            if rc == 1:
-                cells = "shared by all sequences" if self.kv_unified else "per sequence"
-                raise ContextOverflowError(
-                    f"the KV cache of {self.name} ({self.n_ctx} cells {cells}) is full",
-                    hint="release finished sequences or load the model with a larger --ctx",
-                )
-            if rc != 0:
-                raise ModelError(f"llama_decode failed with code {rc} on {self.name}")
+            t1 = time.perf_counter()
+            self.clock.compute_s += t1 - t0
+            self._check_decoded(rc)
             if hidden:
                 self._read_rows(marks, out[done : done + len(marks)], self._hidden[done : done + len(marks)])
-            elif marks:  # llama.cpp packs the marked rows' logits in order
-                ptr = self._lc.llama_get_logits(self._ctx.ctx)
-                out[done : done + len(marks)] = np.ctypeslib.as_array(
-                    ptr, shape=(len(marks), self.vocab_size)
+            elif marks:  # llama.cpp packs the marked rows' logits in order: a view, not a copy
+                view = np.ctypeslib.as_array(
+                    self._lc.llama_get_logits(self._ctx.ctx), shape=(len(marks), self.vocab_size)
                 )
+                out[done : done + len(marks)] = np.argmax(view, axis=-1) if greedy else view
+            self.clock.logits_s += time.perf_counter() - t1
             done += len(marks)
         return out
+
+    def _check_decoded(self, rc: int) -> None:
+        if rc == 1:
+            cells = "shared by all sequences" if self.kv_unified else "per sequence"
+            raise ContextOverflowError(
+                f"the KV cache of {self.name} ({self.n_ctx} cells {cells}) is full",
+                hint="release finished sequences or load the model with a larger --ctx",
+            )
+        if rc != 0:
+            raise ModelError(f"llama_decode failed with code {rc} on {self.name}")
 
     def _read_rows(self, marks: list[int], logits: np.ndarray, hidden: np.ndarray) -> None:
         """The logits and hidden states of the batch's rows ``marks``, by batch index."""
