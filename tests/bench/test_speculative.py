@@ -100,3 +100,22 @@ def test_the_time_table_splits_coinfers_rounds_and_gives_llama_servers_ms_per_to
     assert coinfer_line.startswith("| coinfer | 10 | 2.00 | 31.0 | 0.10 | 30.00 |")
     assert coinfer_line.endswith("| 15.5 |")  # 31 ms per round, two tokens a round
     assert server_line.endswith("| 25.0 |")
+
+
+@needs_llama
+def test_a_peer_that_remembers_earlier_requests_runs_once_whatever_the_repeats(smollm_llama) -> None:  # type: ignore[no-untyped-def]
+    from coinfer.bench.peers import Peer, Run
+    from coinfer.bench.speculative import SpecBenchConfig, measure_prompt
+
+    calls: list[int] = []
+
+    def pooled(prompt: list[int], max_tokens: int) -> Run:
+        calls.append(1)
+        return Run([1], 10.0 * len(calls), 5.0)
+
+    item = {"id": "x", "category": "edit", "messages": [{"role": "user", "content": "Say hi."}]}
+    config = SpecBenchConfig(out="unused", target="smollm2-135m", max_tokens=4, repeats=3)
+    row = measure_prompt(
+        item, smollm_llama, {"pool": Peer(pooled, remembers=True)}, config, lambda line: None
+    )
+    assert len(calls) == 1 and row["pool"]["decode_tps"] == 10.0

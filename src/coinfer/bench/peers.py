@@ -53,6 +53,7 @@ SERVER_PEERS = {
     "llama-server-draft-simple": ["--spec-type", "draft-simple"],  # plus -md: the 0.5B draft
 }
 PEERS = ("llama-cpp-python-prompt-lookup", "transformers-assisted", *SERVER_PEERS)
+REMEMBERING_PEERS = {"llama-server-ngram-mod"}  # one n-gram pool for all requests (llama.cpp docs)
 SLOW_PEERS = {"transformers-assisted"}  # run on the first prompt of each category only
 DRAFT_PEERS = {"transformers-assisted", "llama-server-draft-simple"}  # need the target's catalogue draft
 _SCRIPTS = Path(__file__).resolve().parents[3] / "scripts"
@@ -84,12 +85,20 @@ _SERVER_TIMINGS = ("predicted_n", "predicted_ms", "predicted_per_token_ms", "dra
 
 
 class Peer:
-    """A running peer: call it with (prompt, max_tokens); close it when done."""
+    """A running peer: call it with (prompt, max_tokens); close it when done.
+
+    ``remembers``: it keeps what earlier requests produced and drafts from it (llama-server's
+    ``ngram-mod`` shares one n-gram pool across requests), so a prompt run again would be
+    drafted from its own earlier answer: the benchmark counts only its first run."""
 
     def __init__(
-        self, run: Callable[[list[int], int], Run], close: Callable[[], None] = lambda: None
+        self,
+        run: Callable[[list[int], int], Run],
+        close: Callable[[], None] = lambda: None,
+        *,
+        remembers: bool = False,
     ) -> None:
-        self._run, self.close = run, close
+        self._run, self.close, self.remembers = run, close, remembers
 
     def __call__(self, prompt: list[int], max_tokens: int) -> Run:
         return self._run(prompt, max_tokens)
@@ -139,7 +148,7 @@ def start_peer(
     extra = SERVER_PEERS[name]
     if name == "llama-server-draft-simple":
         extra = [*extra, "-md", str(catalog.prepare(str(draft_for(target))))]
-    return _llama_server(binary, model_path, extra, n_threads, eos)
+    return _llama_server(binary, model_path, extra, n_threads, eos, remembers=name in REMEMBERING_PEERS)
 
 
 def _prompt_lookup(model_path: str, n_threads: int | None, eos: frozenset[int]) -> Peer:
@@ -200,7 +209,13 @@ def launch_llama_server(
 
 
 def _llama_server(
-    binary: Path, model_path: str, extra: list[str], n_threads: int | None, eos: frozenset[int]
+    binary: Path,
+    model_path: str,
+    extra: list[str],
+    n_threads: int | None,
+    eos: frozenset[int],
+    *,
+    remembers: bool = False,
 ) -> Peer:
     proc, base = launch_llama_server(binary, model_path, extra, n_threads)
 
@@ -228,7 +243,7 @@ def _llama_server(
         except subprocess.TimeoutExpired:
             proc.kill()
 
-    return Peer(run, close)
+    return Peer(run, close, remembers=remembers)
 
 
 def transformers_assisted(target: str, draft: str, n_threads: int | None, eos: frozenset[int]) -> Peer:

@@ -218,7 +218,8 @@ def measure_prompt(
 ) -> dict[str, Any]:
     """One prompt through the baseline, coinfer and every peer (slow ones: first prompts
     only), each ``config.repeats`` times in turn; each system's fastest run counts (noise
-    on a shared machine only ever slows a run)."""
+    on a shared machine only ever slows a run). A peer that remembers earlier requests
+    (``Peer.remembers``) runs once: again, it would draft from its own answer."""
     prompt = target.chat_prompt(item["messages"])
     systems: dict[str, Callable[[list[int], int], Run]] = {
         "baseline": lambda p, m: _plain(target, p, m),
@@ -227,9 +228,9 @@ def measure_prompt(
     }
     runs: dict[str, Run] = {}
     row: dict[str, Any] = {"id": item["id"], "category": item["category"]}
-    for _ in range(config.repeats):
+    for repeat in range(config.repeats):
         for name, system in systems.items():
-            if name in row:  # failed before
+            if name in row or (repeat and getattr(system, "remembers", False)):  # failed, or would replay
                 continue
             try:
                 run = system(prompt, config.max_tokens)
