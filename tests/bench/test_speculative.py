@@ -119,3 +119,20 @@ def test_a_peer_that_remembers_earlier_requests_runs_once_whatever_the_repeats(s
         item, smollm_llama, {"pool": Peer(pooled, remembers=True)}, config, lambda line: None
     )
     assert len(calls) == 1 and row["pool"]["decode_tps"] == 10.0
+
+
+def test_the_profile_names_the_python_overhead_per_round_and_the_costliest_functions(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    import cProfile
+
+    from coinfer.bench.speculative import write_profile
+
+    profiler = cProfile.Profile()
+    profiler.enable()
+    sorted(range(1000), key=lambda x: -x)
+    profiler.disable()
+    timings = {"draft": 0.1, "forward": 30.0, "logits": 0.2, "accept": 0.1, "policy": 0.2, "detok": 0.1}
+    rows = [{"coinfer": {"timings": timings | {"other": 0.5, "rounds": 4}}}]
+    write_profile(tmp_path / "profile.txt", profiler, rows)
+    text = (tmp_path / "profile.txt").read_text()
+    assert text.startswith("Python overhead per round, under cProfile: 1.000 ms over 4 rounds")
+    assert "<lambda>" in text  # pstats' table of the functions that took the most time
