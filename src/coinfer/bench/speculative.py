@@ -36,6 +36,7 @@ from coinfer.bench.peers import (
 from coinfer.bench.report import environment, write_json, write_markdown
 from coinfer.bench.workloads import CATEGORIES, build_suite, load_prompts
 from coinfer.decoding import DecodeStats, Drafter, NgramDrafter, SpecConfig, stream
+from coinfer.decoding.speculative import PHASES as ROUND_PHASES
 from coinfer.errors import ConfigError, ModelError
 from coinfer.models import SteerableModel, load_model
 from coinfer.models.llamacpp import LlamaCppModel
@@ -393,7 +394,7 @@ def _markdown(report: dict[str, Any], peers: list[str]) -> str:
     return "\n".join(lines) + "\n"
 
 
-PHASES = ("draft", "forward", "logits", "accept", "policy", "detok", "other")
+PHASES = (*ROUND_PHASES, "detok", "other")  # the engine's, then what ``stream`` and the bench add
 
 
 def time_table(rows: list[dict[str, Any]], systems: list[str]) -> list[str]:

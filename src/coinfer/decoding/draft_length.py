@@ -162,7 +162,6 @@ class _Survival:
     size: int
     tries: list[float] = field(default_factory=list)
     passes: list[float] = field(default_factory=list)
-    weight: float = 0.0  # decayed number of proposals seen
 
     def __post_init__(self) -> None:
         self.tries = [0.0] * (self.size + 1)
@@ -172,7 +171,6 @@ class _Survival:
         if position == 1:  # a new proposal: older ones count a little less
             self.tries = [memory * t for t in self.tries]
             self.passes = [memory * p for p in self.passes]
-            self.weight = memory * self.weight + 1
         if position <= self.size:
             self.tries[position] += 1
             self.passes[position] += kept
@@ -197,8 +195,7 @@ class AdaptiveDraftLength:
     copy_miss: float = 1.0  # copy_prior's miss
     # the target's cost curve, n -> seconds of a forward over n tokens: pass one shared by
     # every request on the same target (``target_costs``) and each starts knowing it
-    costs: dict[int, float] | None = None
-    _verify: dict[int, float] = field(default_factory=dict)  # n -> seconds of a forward over n tokens
+    costs: dict[int, float] = field(default_factory=dict)
     _draft_per_token: float | None = None  # seconds per proposed token
     _draft_samples: int = 0  # proposals that measured it
     _overall: _Survival = field(init=False)  # every proposal, whatever its bucket
@@ -209,11 +206,6 @@ class AdaptiveDraftLength:
         if not 0 <= self.k_start <= self.k_max or not 0 < self.smoothing <= 1 or self.explore_every < 1:
             raise ConfigError("need 0 <= k_start <= k_max, 0 < smoothing <= 1 and explore_every >= 1")
         self._overall = _Survival(self.k_max)
-        if self.costs is not None:
-            self._verify = self.costs
-
-    def _record(self, bucket: Hashable | None) -> _Survival | None:
-        return self._overall if bucket is None else self._buckets.get(bucket)
 
     def _continuation(self, bucket: Hashable | None) -> list[float]:
         """Chance of draft position j being kept given j - 1 were, for j = 0 … k_max.
@@ -276,18 +268,18 @@ class AdaptiveDraftLength:
 
     def verify_cost(self, n: int) -> float | None:
         """Estimated seconds of one target forward over n tokens (None before any measurement)."""
-        return self._cost(n) if self._verify else None
+        return self._cost(n) if self.costs else None
 
     def _cost(self, n: int) -> float:
         """``verify_cost`` once at least one size is measured."""
-        inside = within_measured(self._verify, n)
+        inside = within_measured(self.costs, n)
         if inside is not None:
             return inside
-        if n < min(self._verify):  # below every measurement: no cheaper than the smallest size
-            return self._verify[min(self._verify)]
-        top = max(self._verify)  # past every measurement: CPU curves flatten past kernel tile
+        if n < min(self.costs):  # below every measurement: no cheaper than the smallest size
+            return self.costs[min(self.costs)]
+        top = max(self.costs)  # past every measurement: CPU curves flatten past kernel tile
         # sizes, so the local slope overstates; half the average cost per token, never free
-        return self._verify[top] * (1 + 0.5 * (n - top) / top)
+        return self.costs[top] * (1 + 0.5 * (n - top) / top)
 
     def expected_tokens(self, k: int, bucket: Hashable | None = None) -> float:
         """Tokens a round yields with k drafts: the target's own one plus the kept prefix."""
@@ -305,7 +297,7 @@ class AdaptiveDraftLength:
         return 0.0 if self.drafter_is_cheap() else (self._draft_per_token or 0.0)
 
     def tokens_per_second(self, k: int, bucket: Hashable | None = None) -> float | None:
-        return self._rates(self._expected(bucket))[k] if self._verify else None
+        return self._rates(self._expected(bucket))[k] if self.costs else None
 
     def _rates(self, expected: list[float]) -> list[float]:
         """Expected tokens per second for every k = 0 … k_max, given ``expected`` tokens per
@@ -314,7 +306,7 @@ class AdaptiveDraftLength:
         return [expected[k] / (self._cost(k + 1) + draft * k) for k in range(self.k_max + 1)]
 
     def best_k(self, bucket: Hashable | None = None) -> int:
-        return self._best(self._rates(self._expected(bucket))) if self._verify else self.k_start
+        return self._best(self._rates(self._expected(bucket))) if self.costs else self.k_start
 
     def _best(self, rates: list[float]) -> int:
         """The fastest k, and 0 unless it promises ``required_gain`` over plain decoding:
@@ -324,7 +316,7 @@ class AdaptiveDraftLength:
 
     def drafter_is_cheap(self) -> bool:
         """Whether proposing ``k_max`` tokens costs next to nothing next to one target forward."""
-        t1 = self._verify.get(1)
+        t1 = self.costs.get(1)
         d = self._draft_per_token
         return t1 is not None and d is not None and d * self.k_max <= self.cheap_fraction * t1
 
@@ -339,7 +331,7 @@ class AdaptiveDraftLength:
         return min(proposed, self._choose(bucket))  # drafting is paid for by now; verifying is not
 
     def _choose(self, bucket: Hashable | None) -> int:
-        if 1 not in self._verify:  # plain decoding is measured first: every gain is against it
+        if 1 not in self.costs:  # plain decoding is measured first: every gain is against it
             return 0
         rates = self._rates(self._expected(bucket))
         best = self._best(rates)
@@ -354,7 +346,7 @@ class AdaptiveDraftLength:
     def observe(self, *, drafted: int, draft_s: float, verify_s: float, proposed: int = 0) -> None:
         self._rounds += 1
         n = drafted + 1
-        self._verify[n] = self._average(self._verify.get(n), verify_s)
+        self.costs[n] = self._average(self.costs.get(n), verify_s)
         proposed = max(proposed, drafted)
         if proposed:  # the first proposal also paid for the drafter's setup: the second replaces it
             old = None if self._draft_samples == 1 else self._draft_per_token

@@ -92,13 +92,12 @@ class Round:
     time went, in seconds per phase: ``draft`` (the drafter, proposing and hearing what was
     kept), ``forward`` (the target's forward itself), ``logits`` (moving its output to
     Python), ``accept`` (the acceptance rule and the cache's rollback), ``policy`` (the
-    draft-length policy's bookkeeping); ``wall`` is the whole round."""
+    draft-length policy's bookkeeping)."""
 
     tokens: list[int]
     drafted: int
     accepted: int
     phases: dict[str, float]
-    wall: float
     finished: str | None = None  # "stop" or "length" on the last round
 
 
@@ -140,7 +139,7 @@ def generate_rounds(
         while True:
             kept, finished = take_round(r.tokens, context, target, config.max_tokens - produced)
             produced += len(kept)
-            yield Round(kept, r.drafted, r.accepted, r.phases, r.wall, finished)
+            yield Round(kept, r.drafted, r.accepted, r.phases, finished)
             if finished:
                 return
             room = min(config.max_tokens - produced - 1, window_room(len(context), target.n_ctx))
@@ -158,9 +157,8 @@ def _prefill(
     t0, c0, l0 = time.perf_counter(), target.clock.compute_s, target.clock.logits_s
     logits = target.extend(seq, list(prompt), last_only=True)[-1]
     first = sample_at(probs_from_logits(logits, sampling), draws.uniform(len(prompt)))
-    wall = time.perf_counter() - t0
-    forward = target.clock.compute_s - c0 or wall
-    return Round([first], 0, 0, {"forward": forward, "logits": target.clock.logits_s - l0}, wall)
+    forward = target.clock.compute_s - c0 or time.perf_counter() - t0
+    return Round([first], 0, 0, {"forward": forward, "logits": target.clock.logits_s - l0})
 
 
 def _round(
@@ -197,7 +195,7 @@ def _round(
     clock.lap("draft")
     sizer.observe(drafted=len(d.tokens), draft_s=draft_s, verify_s=verify_s, proposed=len(proposal.tokens))
     clock.lap("policy")
-    return Round(new, len(d.tokens), n_acc, clock.phases, clock.wall())
+    return Round(new, len(d.tokens), n_acc, clock.phases)
 
 
 class _PhaseClock:
@@ -206,7 +204,7 @@ class _PhaseClock:
 
     def __init__(self, target: SteerableModel) -> None:
         self.target, self.phases = target, dict.fromkeys(PHASES, 0.0)
-        self.start = self.last = time.perf_counter()
+        self.last = time.perf_counter()
         self.compute, self.logits = target.clock.compute_s, target.clock.logits_s
 
     def lap(self, phase: str) -> float:
@@ -221,9 +219,6 @@ class _PhaseClock:
         self.phases["logits"] += logits
         self.phases[phase] += max(0.0, lap - compute - logits)
         return lap
-
-    def wall(self) -> float:
-        return self.last - self.start
 
 
 def _verify(

@@ -377,13 +377,10 @@ class LlamaCppModel(SteerableModel):
 
     # ---- forward ----------------------------------------------------------------------
     def _extend(self, seq: Seq, ids: list[int], tree: TokenTree | None, last_only: bool) -> np.ndarray:
+        if tree is None:
+            return self._decode(self._chain_rows(seq, ids), outputs=[len(ids) - 1] if last_only else None)
         seq = backend_seq(seq, LlamaSeq)
         start = len(seq.tokens)
-        if tree is None:
-            rows: list[tuple[int, int, tuple[int, ...]]] = [
-                (t, start + i, (seq.llama_id,)) for i, t in enumerate(ids)
-            ]
-            return self._decode(rows, outputs=[len(rows) - 1] if last_only else None)
         if not self.kv_unified:
             raise ModelError(
                 "token trees need a unified KV cache",
@@ -415,16 +412,18 @@ class LlamaCppModel(SteerableModel):
             raise
 
     def _extend_greedy(self, seq: Seq, ids: list[int]) -> np.ndarray:
+        return self._decode(self._chain_rows(seq, ids), greedy=True)
+
+    def _chain_rows(self, seq: Seq, ids: list[int]) -> list[tuple[int, int, tuple[int, ...]]]:
+        """``ids`` as (token, position, seq_ids) rows appended to ``seq``'s cache."""
         start, lid = len(seq.tokens), backend_seq(seq, LlamaSeq).llama_id
-        return self._decode([(t, start + i, (lid,)) for i, t in enumerate(ids)], greedy=True)
+        return [(t, start + i, (lid,)) for i, t in enumerate(ids)]
 
     def _extend_many(self, items: list[tuple[Seq, list[int]]], last_only: bool) -> list[np.ndarray]:
         rows: list[tuple[int, int, tuple[int, ...]]] = []
         ends: list[int] = []  # index of each item's last row
         for seq, ids in items:
-            start = len(seq.tokens)
-            lid = backend_seq(seq, LlamaSeq).llama_id
-            rows.extend((t, start + i, (lid,)) for i, t in enumerate(ids))
+            rows.extend(self._chain_rows(seq, ids))
             ends.append(len(rows) - 1)
         if last_only:
             logits = self._decode(rows, outputs=ends)
