@@ -207,6 +207,33 @@ def test_a_deep_copy_that_keeps_failing_stops_being_drafted() -> None:
     assert policy.trim(48, bucket) == 0
 
 
+def _copied(policy: AdaptiveDraftLength, *, held: int, proposals: int = 6) -> AdaptiveDraftLength:
+    """``proposals`` copies on a 4-token match, each holding for ``held`` positions of 8."""
+    from coinfer.decoding.draft_length import CopyBucket
+
+    for _ in range(proposals):
+        for position in range(1, min(held + 1, 8) + 1):
+            policy.learn(bucket=CopyBucket(4, True), position=position, kept=position <= held)
+    return policy
+
+
+def test_a_request_whose_copies_hold_bets_longer_on_its_next_match_than_one_whose_copies_fail() -> None:
+    """The miss ratio carries what one request's copies did to matches it has not drafted
+    from yet: rewriting a given function, an 8-token match is worth a long draft; in an
+    answer that keeps leaving the text it quotes, the same match is not."""
+    from coinfer.decoding.draft_length import CopyBucket
+
+    fresh = _measured(AdaptiveDraftLength(), CPU_CURVE)
+    holding = _copied(_measured(AdaptiveDraftLength(), CPU_CURVE), held=8)
+    failing = _copied(_measured(AdaptiveDraftLength(), CPU_CURVE), held=0)
+    assert holding.copy_miss_ratio() == holding.copy_ratio_floor < 1 < fresh.copy_miss_ratio()
+    assert fresh.copy_miss_ratio() < failing.copy_miss_ratio()
+    match = CopyBucket(8, True)  # a bucket none of them has a record of
+    expected = [p.expected_tokens(16, match) for p in (failing, fresh, holding)]
+    assert expected == sorted(expected) and expected[2] > 1.5 * expected[1]
+    assert holding.trim(48, match) >= 16 > fresh.trim(48, match) >= failing.trim(48, match)
+
+
 def test_requests_sharing_a_cost_curve_start_from_what_earlier_ones_measured() -> None:
     shared: dict[int, float] = {}
     first = _measured(AdaptiveDraftLength(costs=shared), CPU_CURVE)

@@ -20,9 +20,14 @@
   match is and whether its previous copy held) starts from ``copy_prior``, what a copy
   that has agreed for L tokens does next, worth up to ``copy_strength`` observations:
   a deep match drafts long from its first sight, a shallow one does not until its own
-  record says so. Any other bucket's estimate at each position is shrunk towards the
-  lower of its own previous position's and what all proposals say there, so a new
-  bucket starts from the drafter's record and moves to its own. Either way it is
+  record says so. The prior's misses are scaled by the request's *miss ratio*
+  (``copy_miss_ratio``): how often this request's copies missed against how often the
+  prior expected them to, over every copy proposal whatever its bucket. A request that
+  rewrites a given function copies for long and learns so within a few proposals; one
+  that answers in its own words bets less on its next match. Any other bucket's
+  estimate at each position is shrunk towards the lower of its own previous position's
+  and what all proposals say there, so a new bucket starts from the drafter's record
+  and moves to its own. Either way it is
   lowered by ``caution`` standard errors of its evidence, so one lucky proposal does
   not buy a long draft;
 * the drafter's own cost per proposed token.
@@ -193,6 +198,9 @@ class AdaptiveDraftLength:
     copy_strength: float = 4.0  # observations a copy bucket's prior is worth in its estimate
     copy_confidence: float = 16.0  # most observations caution credits a copy bucket's prior with
     copy_miss: float = 1.0  # copy_prior's miss
+    copy_ratio_strength: float = 2.0  # expected misses the neutral miss ratio (1) is worth
+    copy_ratio_caution: float = 1.0  # standard deviations added to the miss ratio
+    copy_ratio_floor: float = 0.5  # least miss ratio: copies miss at least half as often as the prior says
     # the target's cost curve, n -> seconds of a forward over n tokens: pass one shared by
     # every request on the same target (``target_costs``) and each starts knowing it
     costs: dict[int, float] = field(default_factory=dict)
@@ -201,6 +209,8 @@ class AdaptiveDraftLength:
     _overall: _Survival = field(init=False)  # every proposal, whatever its bucket
     _buckets: dict[Hashable, _Survival] = field(default_factory=dict)
     _rounds: int = 0
+    _copy_misses: float = 0.0  # this request's copy positions that missed (decayed like the records)
+    _copy_expected: float = 0.0  # the misses copy_prior expected at those positions
 
     def __post_init__(self) -> None:
         if not 0 <= self.k_start <= self.k_max or not 0 < self.smoothing <= 1 or self.explore_every < 1:
@@ -224,17 +234,30 @@ class AdaptiveDraftLength:
         return self._cautious(self._shrunk(record, self._shrunk(self._overall, None)), record)
 
     def _copy_continuation(self, match: int, record: _Survival | None) -> list[float]:
-        """A copy bucket's own evidence over ``copy_prior``, worth as many observations as
-        the tokens that agree so far (up to ``copy_strength``), then made cautious."""
-        out = [1.0]
+        """A copy bucket's own evidence over ``copy_prior`` (its misses scaled by the
+        request's ``copy_miss_ratio``), worth as many observations as the tokens that agree
+        so far (up to ``copy_strength``), then made cautious."""
+        ratio, out = self.copy_miss_ratio(), [1.0]
         for j in range(1, self.k_max + 1):
             agreed = match + j - 1
             strength = min(self.copy_strength, agreed)
+            prior = max(0.0, 1.0 - ratio * (1.0 - copy_prior(match, j, self.copy_miss)))
             t, p = (record.tries[j], record.passes[j]) if record else (0.0, 0.0)
-            c = (p + strength * copy_prior(match, j, self.copy_miss)) / (t + strength)
+            c = (p + strength * prior) / (t + strength)
             n = t + min(self.copy_confidence, agreed)
             out.append(max(0.0, c - self.caution * math.sqrt(c * (1 - c) / n)))
         return out
+
+    def copy_miss_ratio(self) -> float:
+        """How often this request's copies missed against how often ``copy_prior`` expected
+        them to: the posterior mean of a Gamma prior (mean 1, worth ``copy_ratio_strength``
+        expected misses) over Poisson counts, plus ``copy_ratio_caution`` standard
+        deviations, never under ``copy_ratio_floor``. Above 1 the request's copies fail more
+        often than copies usually do; it starts above 1 (nothing seen yet, all caution)."""
+        a = self.copy_ratio_strength
+        mean = (self._copy_misses + a) / (self._copy_expected + a)
+        sd = math.sqrt(self._copy_misses + a) / (self._copy_expected + a)
+        return max(self.copy_ratio_floor, mean + self.copy_ratio_caution * sd)
 
     def _shrunk(self, record: _Survival | None, towards: list[float] | None) -> list[float]:
         out, previous = [1.0], 0.5 if towards is None else 1.0
@@ -361,6 +384,16 @@ class AdaptiveDraftLength:
         # recent proposals count more: n-gram drafts come in bursts (copied code, then prose)
         self._overall.add(position, kept, self.memory)
         self._buckets.setdefault(bucket, _Survival(self.k_max)).add(position, kept, self.memory)
+        if isinstance(bucket, CopyBucket):
+            self._score_copy(bucket.match, position, kept)
+
+    def _score_copy(self, match: int, position: int, kept: bool) -> None:
+        """Count one copy position towards the request's ``copy_miss_ratio``."""
+        if position == 1:  # a new proposal: older ones count a little less
+            self._copy_misses *= self.memory
+            self._copy_expected *= self.memory
+        self._copy_misses += not kept
+        self._copy_expected += 1.0 - copy_prior(match, position, self.copy_miss)
 
 
 class ProposalLedger:
