@@ -33,3 +33,33 @@ def run(data, make_policy, label, **kw):
 if __name__ == "__main__":
     data = json.load(open(sys.argv[1]))
     run(data, AdaptiveDraftLength, "current")
+
+def simulate_simple(prompt, plain, n=12, m=48):
+    """llama.cpp's ngram-simple: the last n tokens found earlier -> draft up to m that followed."""
+    context = list(prompt) + [plain[0]]; produced = 1; total = 0.0
+    while produced < len(plain):
+        draft = []
+        L = len(context)
+        if L > n + m + 1:
+            pat = context[L - n:]
+            for j in range(L - n - 1, 0, -1):
+                if context[j:j + n] == pat:
+                    cm = min(m, L - (j + n))
+                    if cm >= n:
+                        draft = context[j + n:j + n + cm]
+                    break
+        room = len(plain) - produced - 1
+        draft = draft[:max(0, room)]
+        k = 0
+        while k < len(draft) and draft[k] == plain[produced + k]: k += 1
+        new = plain[produced:produced + k + 1]
+        total += cost(len(draft) + 1) / 1000; context += new; produced += len(new)
+    return (len(plain) - 1) * cost(1) / 1000 / total
+
+def run_simple(data, label="ngram-simple", **kw):
+    by = collections.defaultdict(list)
+    for v in data.values():
+        by[v["category"]].append(simulate_simple(v["prompt"], v["plain"], **kw))
+    g = lambda xs: math.exp(sum(map(math.log, xs)) / len(xs))
+    allx = [x for xs in by.values() for x in xs]
+    print(f"{label:28s} geo {g(allx):.3f} min {min(allx):.3f} " + " ".join(f"{c[:5]} {g(xs):.2f}/{min(xs):.2f}" for c, xs in by.items()), flush=True)
