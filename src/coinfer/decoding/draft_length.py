@@ -27,9 +27,8 @@
   that answers in its own words bets less on its next match. Any other bucket's
   estimate at each position is shrunk towards the lower of its own previous position's
   and what all proposals say there, so a new bucket starts from the drafter's record
-  and moves to its own. Either way it is
-  lowered by ``caution`` standard errors of its evidence, so one lucky proposal does
-  not buy a long draft;
+  and moves to its own. Either way it is lowered by ``caution`` standard errors of its
+  evidence, so one lucky proposal does not buy a long draft;
 * the drafter's own cost per proposed token.
 
 Expected tokens per round with k drafts is ``E(k) = 1 + S(1) + … + S(k)``, with S(j)
