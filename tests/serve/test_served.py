@@ -33,7 +33,7 @@ def server(smollm_path: Path) -> Iterator[Server]:
         return load_model(spec, backend="llama.cpp", n_ctx=2048)
 
     chat = open_local_chat("smollm2-135m", n_ctx=1024, parallel=4, keep=1)
-    models = [load("smollm2-135m") for _ in range(5)]  # a target for each engine, and LLMCad's draft
+    models = [load("smollm2-135m") for _ in range(5)]  # each engine's target (2 speculative), LLMCad's draft
     target, cad_target, cad_draft, voted, fixed = models
     drafter = open_drafter(
         "smollm2-135m", voted, load=load, draft_prompts=lambda m: [], target_prompt_lens=[]
