@@ -5,7 +5,7 @@ import pytest
 from coinfer.bench.collective import CollectiveBenchConfig, finish, markdown, summarize
 
 
-def _row(config: str, batch: int, tps: float, voted: float | None = 0.5) -> dict:
+def _row(config: str, batch: int, tps: float, voted: float | None = 0.5, edit_s: float = 10.0) -> dict:
     return {
         "config": config,
         "batch": batch,
@@ -13,6 +13,7 @@ def _row(config: str, batch: int, tps: float, voted: float | None = 0.5) -> dict
         "normalized_latency_s": 1 / tps,
         "identical": None if config == "plain" else 2,
         "acceptance": {"a": 0.4, "voted": voted},
+        "by_category": {"edit": [100, edit_s], "prose": [100, 10.0]},  # tokens, seconds
     }
 
 
@@ -21,8 +22,8 @@ def _rows() -> list[dict]:
         _row("plain", 1, 10.0),
         _row("single:a", 1, 12.0),
         _row("default", 1, 12.0),
-        _row("+majority", 1, 14.0),
-        _row("+selector", 1, 15.0),
+        _row("+majority", 1, 14.0, edit_s=5.0),
+        _row("+selector", 1, 15.0, edit_s=11.0),
         _row("+pipeline", 1, 18.0),
         _row("plain", 4, 20.0),
         _row("+selector", 4, 30.0),
@@ -40,14 +41,18 @@ def test_the_summary_holds_ratios_to_plain_the_ablation_and_the_sweep() -> None:
     assert s["ablation"]["1"] == {"default": 12.0, "+majority": 14.0, "+selector": 15.0, "+pipeline": 18.0}
     assert s["sweep"]["selector_vs_best_fixed"] == round(30 / 32, 3)
     assert s["acceptance"]["1"] == {"a": 0.4, "b": None, "voted": 0.5}  # each draft alone, and voted
+    assert s["per_category"]["1"]["+majority"] == {"edit": 2.0, "prose": 1.0}
     assert s["targets"]["1"] == {
         "majority_vs_best_single": round(14 / 12, 3),
         "voted_acceptance_minus_best_single": 0.1,
-        "worst_engine_stage_vs_plain": 1.4,
+        # a stage faster overall can still be slower than plain on one category
+        "worst_vs_plain": {"ratio": 0.909, "config": "+selector", "where": "edit"},
         "pipeline_vs_selector": 1.2,
+        "copy_categories": {"+majority": {"edit": 2.0}, "+selector": {"edit": 0.909}, "+pipeline": {"edit": 1.0}},
     }
-    table = markdown({"rows": rows})
-    assert "| 1 | +pipeline | 18.0 |" in table and table.count("\n") == len(rows) + 4
+    table = markdown({"rows": rows, "summary": s})
+    assert "| 1 | +majority | 14.0 |" in table and "| 2.00x | 1.00x |" in table
+    assert table.count("\n") == len(rows) + 6
 
 
 def test_finish_writes_the_results_and_three_plots(tmp_path: Path) -> None:

@@ -1,25 +1,30 @@
 """``coinfer bench collective``: several drafts voting, against plain batched decoding
-and classic speculative decoding with each draft alone (paper 001, Figures 10-12).
+and speculative decoding with each draft alone (paper 001, Figures 10-12).
 
 Every configuration runs the same prompts through the collective engine on the same
 target, at batch sizes 1, 4 and 8 (requests decoded together):
 
 * ``plain``: no drafts (``s = 0``), batched decoding;
-* ``single:<draft>``: classic speculative decoding with one draft and ``s = 4``, drafting
-  every round;
-* the ablation (Figure 10): ``default`` (the first draft alone, ``s = 4``: the row of its
-  ``single``), ``+majority`` (every draft, voted, ``s = 4``, each draft drafting while it
-  pays for itself: ``engines.collective.gate``), ``+selector`` (and ``s`` chosen online),
-  ``+pipeline`` (and drafting overlapped with verifying); and ``majority-every-draft``,
-  the vote with every draft drafting every round, to show what the gate does;
+* ``single:<draft>``: one draft, ``s = 4``, as a user gets it with ``--drafts <draft>``
+  (the gate drafts only while the draft pays for itself: ``engines.collective.gate``);
+* the ablation (Figure 10): ``default`` (the first draft alone: the row of its
+  ``single``), ``+majority`` (every draft, voted, ``s = 4``, gated), ``+selector`` (and
+  ``s`` chosen online), ``+pipeline`` (and drafting overlapped with verifying, where that
+  pays); and ``majority-every-draft``, the paper's vote with every draft drafting every
+  round (``--every-draft``), to show what the gate does;
 * the sweep (Figure 12): every draft voted with each fixed ``s`` from 1 to 12, against the
-  selector, at one batch size (``sweep_batch``).
+  selector, at one batch size (``sweep_batch``), unless ``sweep`` is off.
 
-Throughput is output tokens over wall time, prefill included; normalized latency is each
-request's time over its output tokens, averaged. Acceptance per draft and of the voted
-drafts comes from the ``+majority`` runs (Figure 11). Greedy outputs are compared with
-plain decoding's. Results: ``results.json`` (``summary.throughput_ratio_vs_plain`` per
-batch size, ``summary.ablation``), ``results.md`` and PNG plots.
+Throughput is output tokens over wall time, prefill included; ``decode_tokens_per_s``
+leaves the prefills out (the tokens after each request's first over the time not spent
+reading prompts), and ``prefill_s`` is that time. Per category (the suite's), each
+request's decode rate (its tokens after the first over the time from its first token to
+its last) is summed over the category's requests, against plain decoding's at the same
+batch size. Normalized latency is each request's time over its output tokens, averaged.
+Acceptance per draft and of the voted drafts comes from the ``+majority`` runs (Figure
+11). Greedy outputs are compared with plain decoding's. Results: ``results.json``
+(``summary.throughput_ratio_vs_plain`` and ``summary.per_category`` per batch size,
+``summary.ablation``, ``summary.targets``), ``results.md`` and PNG plots.
 """
 
 from __future__ import annotations
@@ -30,8 +35,9 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from coinfer.bench.broad_suite import broad_suite, split_suite
 from coinfer.bench.report import environment, write_json, write_markdown
-from coinfer.bench.workloads import build_suite, load_prompts
+from coinfer.bench.workloads import CATEGORIES, build_suite, load_prompts
 from coinfer.decoding import Drafter, Response, open_drafter
 from coinfer.engines import collective
 from coinfer.engines.collective import CollectiveConfig
@@ -41,6 +47,10 @@ from coinfer.models import SteerableModel, load_model
 __all__ = ["CollectiveBenchConfig", "run_collective_bench"]
 
 FIXED_S = 4  # the paper's Default speculation length
+SUITES = ("committed", "broad")
+SPLITS = ("all", "tune", "held-out")
+ENGINE_CONFIGS = ("+majority", "+selector", "+pipeline")  # what `coinfer generate --engine collective` runs
+COPY_CATEGORIES = ("edit", "quote", "grounded")  # the categories with text to copy (both suites)
 
 
 @dataclass(frozen=True)
@@ -54,18 +64,28 @@ class CollectiveBenchConfig:
     prompts: str | None = None
     sweep_batch: int = 4
     n_ctx: int = 2048  # per running request
+    suite: str = "committed"  # committed: three categories; broad: seven (bench.broad_suite)
+    split: str = "all"  # all, or per category the held-out fourth or the tune rest
+    sweep: bool = True
 
     def __post_init__(self) -> None:
         if not self.drafts:
             raise ConfigError("bench collective needs at least one draft")
+        if self.suite not in SUITES or self.split not in SPLITS:
+            raise ConfigError(
+                f"unknown suite {self.suite!r} or split {self.split!r}",
+                hint=f"suites: {', '.join(SUITES)}; splits: {', '.join(SPLITS)}",
+            )
         if min(self.batch_sizes, default=0) < 1 or self.max_tokens < 2:
             raise ConfigError("batch sizes must be >= 1 and max_tokens >= 2")
 
 
 def _workload(config: CollectiveBenchConfig) -> list[dict[str, Any]]:
     if config.prompts:
-        return load_prompts(config.prompts)
-    return build_suite(per_category=2 if config.quick else 4)
+        return split_suite(load_prompts(config.prompts), config.split)
+    if config.suite == "broad":
+        return split_suite(broad_suite(2 if config.quick else 8), config.split)
+    return split_suite(build_suite(per_category=2 if config.quick else 4), config.split)
 
 
 def _drafters(
@@ -104,15 +124,25 @@ def _measure(
 
 
 def _row(
-    name: str, batch: int, responses: list[Response], wall_s: float, plain: list[list[int]] | None
+    name: str,
+    batch: int,
+    responses: list[Response],
+    wall_s: float,
+    plain: list[list[int]] | None,
+    categories: list[str],
 ) -> dict[str, Any]:
     record = responses[0].extras
     output = sum(len(r.tokens) for r in responses)
     latency = [wall_s / max(1, len(r.tokens)) for r in responses]
+    prefill_s = float(record.get("prefill_s", 0.0))
+    after_first = output - sum(1 for r in responses if r.tokens)
     return {
         "config": name,
         "batch": batch,
         "tokens_per_s": round(output / wall_s if wall_s else 0.0, 3),
+        "decode_tokens_per_s": round(after_first / (wall_s - prefill_s), 3) if wall_s > prefill_s else 0.0,
+        "prefill_s": round(prefill_s, 3),
+        "by_category": _by_category(responses, categories),
         "normalized_latency_s": round(sum(latency) / len(latency), 4),
         "output_tokens": output,
         "wall_s": round(wall_s, 2),
@@ -122,6 +152,7 @@ def _row(
         "rounds": record.get("verifications", 0),
         "rounds_drafting": list(record.get("rounds_drafting", {}).values()),  # per draft, gated
         "rounds_exploring": list(record.get("rounds_exploring", {}).values()),
+        "pipelined_rounds": record.get("pipelined_rounds"),
         "predrafts_used": record.get("predrafts_used", 0),
         "identical": None
         if plain is None
@@ -129,15 +160,27 @@ def _row(
     }
 
 
+def _by_category(responses: list[Response], categories: list[str]) -> dict[str, list[float]]:
+    """Per category: [tokens after each request's first, seconds from its first token to
+    its last], summed over the category's requests."""
+    out: dict[str, list[float]] = {}
+    for r, category in zip(responses, categories, strict=True):
+        first, last = r.stats.first_token_at, r.stats.last_token_at
+        tokens, seconds = out.setdefault(category, [0, 0.0])
+        if first is not None and last is not None:
+            out[category] = [tokens + max(0, len(r.tokens) - 1), round(seconds + last - first, 4)]
+    return out
+
+
 def _configs(config: CollectiveBenchConfig) -> list[tuple[str, Sequence[str], CollectiveConfig]]:
-    """(name, drafts, engine config) for every configuration at one batch size. Classic
-    speculative decoding drafts every round (no gate); ``default`` is the first single."""
+    """(name, drafts, engine config) for every configuration at one batch size: each
+    draft alone and every draft voted, gated (as the CLI runs them), and the vote with
+    every draft drafting every round (``--every-draft``); ``default`` is the first single."""
     base = CollectiveConfig(max_tokens=config.max_tokens, draft_tokens=FIXED_S)
-    classic = _with(base, gate=None)
     out: list[tuple[str, Sequence[str], CollectiveConfig]] = [("plain", (), _with(base, draft_tokens=0))]
-    out += [(f"single:{d}", (d,), classic) for d in config.drafts]
+    out += [(f"single:{d}", (d,), base) for d in config.drafts]
     out += [
-        ("majority-every-draft", config.drafts, classic),
+        ("majority-every-draft", config.drafts, _with(base, gate=None)),
         ("+majority", config.drafts, base),
         ("+selector", config.drafts, _with(base, draft_tokens="auto")),
         ("+pipeline", config.drafts, _with(base, draft_tokens="auto", pipeline=True)),
@@ -166,6 +209,7 @@ def run_collective_bench(config: CollectiveBenchConfig, log: Callable[[str], Non
 
     suite = _workload(config)
     messages = [p["messages"] for p in suite]
+    categories = [str(p.get("category", "all")) for p in suite]
     for name in {config.target, *config.drafts} - {"ngram"}:
         if name in catalog.CATALOG:
             catalog.prepare(name)
@@ -182,17 +226,17 @@ def run_collective_bench(config: CollectiveBenchConfig, log: Callable[[str], Non
                 responses, wall_s = _measure(target, models, messages, specs, _with(engine, max_batch=batch))
                 plain = [r.tokens for r in responses] if name == "plain" else plain
                 report["rows"].append(
-                    _row(name, batch, responses, wall_s, None if name == "plain" else plain)
+                    _row(name, batch, responses, wall_s, None if name == "plain" else plain, categories)
                 )
                 if name == f"single:{config.drafts[0]}":  # the ablation's Default: the same run
                     report["rows"].append({**report["rows"][-1], "config": "default"})
                 log(f"batch {batch} {name}: {report['rows'][-1]['tokens_per_s']:.2f} tok/s")
                 _write(out, report)
         sweep_batch = _sweep_batch(config)
-        for s in range(1, 13):
+        for s in range(1, 13) if config.sweep else ():
             engine = CollectiveConfig(max_tokens=config.max_tokens, draft_tokens=s, max_batch=sweep_batch)
             responses, wall_s = _measure(target, models, messages, config.drafts, engine)
-            report["rows"].append(_row(f"sweep:s={s}", sweep_batch, responses, wall_s, None))
+            report["rows"].append(_row(f"sweep:s={s}", sweep_batch, responses, wall_s, None, categories))
             log(f"sweep s={s} at batch {sweep_batch}: {report['rows'][-1]['tokens_per_s']:.2f} tok/s")
             _write(out, report)
     finally:
@@ -217,7 +261,8 @@ def _sweep_batch(config: CollectiveBenchConfig) -> int:
 
 
 def summarize(rows: list[dict[str, Any]], config: CollectiveBenchConfig) -> dict[str, Any]:
-    """Ratios to plain per batch size, the ablation, the sweep against the selector."""
+    """Ratios to plain per batch size (overall and per category), the ablation, the sweep
+    against the selector, the issue's targets."""
     by = {(r["config"], r["batch"]): r for r in rows}
     ratio: dict[str, dict[str, float]] = {}
     for batch in config.batch_sizes:
@@ -245,8 +290,10 @@ def summarize(rows: list[dict[str, Any]], config: CollectiveBenchConfig) -> dict
         }
         for b in config.batch_sizes
     }
+    per_category = {str(b): _category_ratios(by, b) for b in config.batch_sizes}
     return {
         "throughput_ratio_vs_plain": ratio,
+        "per_category": per_category,
         "ablation": ablation,
         "sweep": {
             "batch": sweep_batch,
@@ -255,22 +302,44 @@ def summarize(rows: list[dict[str, Any]], config: CollectiveBenchConfig) -> dict
             "selector_vs_best_fixed": round(selector / best_fixed, 3) if selector and best_fixed else None,
         },
         "acceptance": acceptance,
-        "targets": _targets(by, config, acceptance),
+        "targets": _targets(by, config, acceptance, per_category),
     }
 
 
+def _category_ratios(by: dict[tuple[str, int], dict[str, Any]], batch: int) -> dict[str, dict[str, float]]:
+    """Per configuration and category: its requests' decode rate over plain decoding's."""
+    plain = by.get(("plain", batch), {}).get("by_category") or {}
+    base = {c: t / s for c, (t, s) in plain.items() if t and s}
+    out: dict[str, dict[str, float]] = {}
+    for (name, b), r in by.items():
+        if b != batch or name in ("plain", "default") or name.startswith("sweep"):
+            continue
+        mine = r.get("by_category") or {}
+        out[name] = {c: round(t / s / base[c], 3) for c, (t, s) in mine.items() if c in base and t and s}
+    return out
+
+
 def _targets(
-    by: dict[tuple[str, int], dict[str, Any]], config: CollectiveBenchConfig, acceptance: dict[str, Any]
+    by: dict[tuple[str, int], dict[str, Any]],
+    config: CollectiveBenchConfig,
+    acceptance: dict[str, Any],
+    per_category: dict[str, dict[str, dict[str, float]]],
 ) -> dict[str, Any]:
-    """The issue's targets, as measured: per batch size the voted engine (``+majority``)
-    against the best single draft and plain decoding, and the pipeline's gain."""
+    """The issue's targets, as measured, per batch size: the voted engine (``+majority``)
+    against the best single draft; the worst ratio to plain of any configuration a user
+    can run (each single draft and the engine's stages; not ``--every-draft``), overall
+    and per category; the pipeline's gain; and the copy categories' ratios."""
     out: dict[str, Any] = {}
     for b in config.batch_sizes:
         tps = {name: r["tokens_per_s"] for (name, bb), r in by.items() if bb == b}
         singles = {n: v for n, v in tps.items() if n.startswith("single:")}
         best_single = max(singles.values(), default=None)
         single_acc = [a for d, a in acceptance[str(b)].items() if d != "voted" and a is not None]
-        engine = [tps[n] for n in ("+majority", "+selector", "+pipeline") if n in tps]
+        cats = per_category.get(str(b), {})
+        runnable = [n for n in tps if n.startswith("single:") or n in ENGINE_CONFIGS]
+        worst = [(_ratio(tps[n], tps.get("plain")), n, "all") for n in runnable]
+        worst += [(v, n, c) for n in runnable for c, v in cats.get(n, {}).items()]
+        low = min(((v, n, c) for v, n, c in worst if v is not None), default=None)
         out[str(b)] = {
             "majority_vs_best_single": _ratio(tps.get("+majority"), best_single),
             "voted_acceptance_minus_best_single": (
@@ -278,8 +347,11 @@ def _targets(
                 if acceptance[str(b)]["voted"] is not None and single_acc
                 else None
             ),
-            "worst_engine_stage_vs_plain": _ratio(min(engine, default=None), tps.get("plain")),
+            "worst_vs_plain": None if low is None else {"ratio": low[0], "config": low[1], "where": low[2]},
             "pipeline_vs_selector": _ratio(tps.get("+pipeline"), tps.get("+selector")),
+            "copy_categories": {
+                n: {c: v for c, v in cats.get(n, {}).items() if c in COPY_CATEGORIES} for n in ENGINE_CONFIGS
+            },
         }
     return out
 
@@ -294,17 +366,34 @@ def _write(out: Path, report: dict[str, Any]) -> None:
 
 
 def markdown(report: dict[str, Any]) -> str:
+    """Per batch size, every configuration's throughput (prefill included and apart) and
+    its decode rate per category against plain decoding's."""
+    rows = report["rows"]
+    cats = [c for c in CATEGORIES if any(c in (r.get("by_category") or {}) for r in rows)]
+    cats += [c for r in rows for c in (r.get("by_category") or {}) if c not in cats]
+    cats = list(dict.fromkeys(cats))
+    per_cat = (report.get("summary") or {}).get("per_category", {})
     lines = [
         "# coinfer bench collective",
         "",
-        "| batch | config | tok/s | s per token | identical to plain | acceptance (voted) |",
-        "|---|---|---|---|---|---|",
+        "tok/s: output over wall time; decode tok/s: without the prefills (prefill s). "
+        "Per category: decode rate against plain decoding's at the same batch size.",
+        "",
+        "| batch | config | tok/s | decode tok/s | prefill s | s per token | "
+        + " | ".join(cats)
+        + (" | " if cats else "")
+        + "identical to plain | acceptance (voted) | pipelined rounds |",
+        "|---|---|---|---|---|---|" + "---|" * len(cats) + "---|---|---|",
     ]
-    for r in report["rows"]:
+    for r in rows:
         voted = r["acceptance"].get("voted")
         same = "–" if r["identical"] is None else r["identical"]
+        mine = per_cat.get(str(r["batch"]), {}).get(r["config"], {})
+        cells = "".join(f"{mine[c]:.2f}x | " if c in mine else "– | " for c in cats)
+        piped = r.get("pipelined_rounds")
         lines.append(
-            f"| {r['batch']} | {r['config']} | {r['tokens_per_s']} | {r['normalized_latency_s']} "
-            f"| {same} | {'–' if voted is None else f'{voted:.0%}'} |"
+            f"| {r['batch']} | {r['config']} | {r['tokens_per_s']} | {r.get('decode_tokens_per_s', '–')} "
+            f"| {r.get('prefill_s', '–')} | {r['normalized_latency_s']} | {cells}{same} "
+            f"| {'–' if voted is None else f'{voted:.0%}'} | {'–' if piped is None else piped} |"
         )
     return "\n".join(lines) + "\n"

@@ -82,6 +82,9 @@ def cmd_collective(args: argparse.Namespace) -> int:
         max_tokens=args.max_tokens,
         quick=args.quick,
         prompts=args.prompts,
+        suite=args.prompt_suite,
+        split=args.split,
+        sweep=not args.no_sweep,
     )
     report = run_collective_bench(config, log=err)
     lines = [
@@ -128,6 +131,18 @@ def _suite_flags(
     p.add_argument("--quick", action="store_true", help=quick)
     p.add_argument("--prompts", default=None, help='JSON lines {"id", "category", "messages"}')
     add_output_flags(p)
+
+
+def _split_flags(p: argparse.ArgumentParser) -> None:
+    """Which public suite, and which part of it."""
+    p.add_argument(
+        "--suite", dest="prompt_suite", default="committed", choices=["committed", "broad"],
+        help="committed: 3 categories; broad: 7 categories of everyday use (default: %(default)s)",
+    )  # fmt: skip
+    p.add_argument(
+        "--split", default="all", choices=["all", "tune", "held-out"],
+        help="per category, the held-out fourth of the prompts or the tune rest (default: all)",
+    )  # fmt: skip
 
 
 def cmd_llmcad(args: argparse.Namespace) -> int:
@@ -351,6 +366,8 @@ def add_parser(sub: Any) -> None:
     _suite_flags(p, out="bench-results/collective", max_tokens=128)
     p.add_argument("--drafts", default="qwen2.5-coder-0.5b,ngram,smollm2-135m")
     p.add_argument("--batch-sizes", nargs="*", type=int, default=[1, 4, 8])
+    _split_flags(p)
+    p.add_argument("--no-sweep", action="store_true", help="skip the sweep over fixed speculation lengths")
     p.set_defaults(func=cmd_collective)
 
     _add_llmcad(bench)
@@ -387,14 +404,7 @@ def _add_speculative(bench: Any) -> None:
         default=None,
         help="draft heads trained for --target (coinfer edge train-heads): adds 'heads'",
     )
-    p.add_argument(
-        "--suite", dest="prompt_suite", default="committed", choices=["committed", "broad"],
-        help="committed: 3 categories; broad: 7 categories of everyday use (default: %(default)s)",
-    )  # fmt: skip
-    p.add_argument(
-        "--split", default="all", choices=["all", "tune", "held-out"],
-        help="per category, the held-out fourth of the prompts or the tune rest (default: all)",
-    )  # fmt: skip
+    _split_flags(p)
     p.add_argument(
         "--repeats", type=int, default=1,
         help="runs of each system per prompt, taken in turn; the fastest counts (default: 1)",

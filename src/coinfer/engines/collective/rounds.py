@@ -47,6 +47,7 @@ class RunRecord:
     draft_s: float = 0.0  # drafting and voting (overlapped with verifying when pipelined)
     verify_s: float = 0.0
     verifications: int = 0  # batched target forwards after the prefills
+    prefill_s: float = 0.0  # the target reading prompts (batched, as requests join)
     longest_draft: list[int] = field(default_factory=list)  # per verification: its longest voted draft
     source_rates: list[list[float]] = field(default_factory=list)  # per draft, per draft it made
     voted_rates: list[float] = field(default_factory=list)  # per verified non-empty voted draft
@@ -88,6 +89,7 @@ class RunRecord:
             "predrafts_wasted": self.predrafts_wasted,
             "draft_s": round(self.draft_s, 4),
             "verify_s": round(self.verify_s, 4),
+            "prefill_s": round(self.prefill_s, 4),
             "longest_draft": list(self.longest_draft),
             "voted_from": list(self.voted_from),
         }
@@ -150,12 +152,16 @@ def prefill(
     sampling: SamplingParams,
     max_tokens: int,
     gate: SourceGate | None = None,
+    run: RunRecord | None = None,
 ) -> None:
     """Read the new prompts in one batch and sample each one's first token."""
     t0 = time.perf_counter()
     rows = target.extend_many([(r.seq, r.prompt) for r in joining], last_only=True)
+    seconds = time.perf_counter() - t0
     if gate is not None:
-        gate.prefilled(len(joining), time.perf_counter() - t0)
+        gate.prefilled(len(joining), seconds)
+    if run is not None:
+        run.prefill_s += seconds
     for r, logits in zip(joining, rows, strict=True):
         first = sample_at(probs_from_logits(logits[-1], sampling), r.draws.uniform(len(r.prompt)))
         r.context = [*r.prompt]
@@ -366,7 +372,8 @@ class Session:
                 joining[-1].budget = self.budgets.pop(key)
                 joining[-1].draws = PositionDraws(self.config.sampling.seed)
         if joining:
-            prefill(self.target, joining, self.config.sampling, self.config.max_tokens, self.learner.gate)
+            config = self.config
+            prefill(self.target, joining, config.sampling, config.max_tokens, self.learner.gate, self.record)
         return joining
 
     def draft(
