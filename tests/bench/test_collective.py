@@ -48,7 +48,11 @@ def test_the_summary_holds_ratios_to_plain_the_ablation_and_the_sweep() -> None:
         # a stage faster overall can still be slower than plain on one category
         "worst_vs_plain": {"ratio": 0.909, "config": "+selector", "where": "edit"},
         "pipeline_vs_selector": 1.2,
-        "copy_categories": {"+majority": {"edit": 2.0}, "+selector": {"edit": 0.909}, "+pipeline": {"edit": 1.0}},
+        "copy_categories": {
+            "+majority": {"edit": 2.0},
+            "+selector": {"edit": 0.909},
+            "+pipeline": {"edit": 1.0},
+        },
     }
     table = markdown({"rows": rows, "summary": s})
     assert "| 1 | +majority | 14.0 |" in table and "| 2.00x | 1.00x |" in table

@@ -156,7 +156,9 @@ def test_the_pipeline_gives_the_target_alones_text(
     out = generate(target, prompts, drafts=[ModelDrafter(draft), NgramDrafter()], config=config)
     assert [r.tokens for r in out] == _alone(target, prompts, 24)
     record = out[0].extras
-    assert record["verifications"] > 0 and record["predrafts_used"] + record["predrafts_wasted"] > 0
+    assert 0 < record["pipelined_rounds"] <= record["verifications"]  # the pipeline's first window at least
+    if n_prompts == 1:  # nothing else to draft while the target verifies: it drafts ahead
+        assert record["predrafts_used"] + record["predrafts_wasted"] > 0
 
 
 @needs_torch
@@ -199,11 +201,38 @@ def test_the_gate_stops_a_drafter_whose_drafts_never_hold(
     assert _drafted(out) < 3 * record["verifications"]  # never a draft for every request
 
 
-def test_the_target_keeps_every_core_while_no_draft_model_drafts() -> None:
-    target = ScriptedModel(lambda prefix: 0)
-    cores = CoreSplit(target, [0, 1], draft_threads=1)
-    cores.fit(drafts_compute=False)
-    cores.fit(drafts_compute=True)
-    cores.fit(drafts_compute=True)
-    cores.fit(drafts_compute=False)
-    assert target.threads == [1, 2]  # the drafter's core only while a draft model drafts
+def test_each_model_has_every_core_unless_pipelined() -> None:
+    target, draft = ScriptedModel(lambda prefix: 0), ScriptedModel(lambda prefix: 0)
+    cores = CoreSplit(target, [draft], [0, 1], draft_threads=1)
+    cores.fit(pipelined=False)
+    cores.fit(pipelined=True)
+    cores.fit(pipelined=True)
+    cores.fit(pipelined=False)
+    assert target.threads == [2, 1, 2]  # the drafter's core only while pipelined
+    assert draft.threads == [2, 1, 2]  # drafting on the critical path gets every core
+
+
+def test_with_only_cheap_drafts_the_pipeline_starts_no_drafter_thread(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """``--pipeline`` with n-gram lookup alone: nothing to overlap, so sequential rounds,
+    no thread, and the record says the pipeline ran for no round."""
+    import coinfer.engines.collective.pipeline as pipeline
+
+    started: list[str] = []
+
+    class Thread(pipeline.threading.Thread):
+        def start(self) -> None:
+            started.append(self.name)
+            super().start()
+
+    monkeypatch.setattr(pipeline.threading, "Thread", Thread)
+    target = ScriptedModel(lambda prefix: (len(prefix) * 7) % 5 + 3)
+    config = CollectiveConfig(max_tokens=16, max_batch=2, pipeline=True)
+    prompts = [[3, 4, 5, 6], [4, 5, 6, 7], [5, 6, 7, 3]]
+    out = generate(target, prompts, drafts=[NgramDrafter()], config=config)
+    sequential = CollectiveConfig(max_tokens=16, max_batch=2)
+    alone = generate(target, prompts, drafts=[NgramDrafter()], config=sequential)
+    assert [r.tokens for r in out] == [r.tokens for r in alone] and all(len(r.tokens) == 16 for r in out)
+    assert started == [] and out[0].extras["pipelined_rounds"] == 0
+    assert alone[0].extras["pipelined_rounds"] is None  # not allowed, not run

@@ -43,6 +43,7 @@ from coinfer.decoding.draft_length import AdaptiveDraftLength, DraftSizer
 from coinfer.decoding.drafters import Drafter
 from coinfer.decoding.prompting import as_prompt, check_prompt
 from coinfer.decoding.response import Response
+from coinfer.decoding.speculative import target_costs
 from coinfer.engines.collective.config import CollectiveConfig
 from coinfer.engines.collective.gate import SourceGate
 from coinfer.engines.collective.pipeline import run_pipelined
@@ -90,7 +91,7 @@ def stream(
     for prompt in ids:
         check_prompt(target, prompt)
     record, started = RunRecord(_unique_names(drafts)), time.perf_counter()
-    session = Session(target, drafts, config, _learner(drafts, config), record, started)
+    session = Session(target, drafts, config, _learner(target, drafts, config), record, started)
     detoks: dict[int, IncrementalDetokenizer] = {}
     if config.pipeline and drafts:
         steps = run_pipelined(session, ids)
@@ -161,7 +162,7 @@ def _unique_names(drafts: Sequence[Drafter]) -> list[str]:
     return names
 
 
-def _learner(drafts: Sequence[Drafter], config: CollectiveConfig) -> Learner:
+def _learner(target: SteerableModel, drafts: Sequence[Drafter], config: CollectiveConfig) -> Learner:
     n = len(drafts)
     weights = VoteWeights(max(1, n), config.vote)
     if config.draft_tokens == "auto":
@@ -169,12 +170,20 @@ def _learner(drafts: Sequence[Drafter], config: CollectiveConfig) -> Learner:
     else:
         selector, fixed = None, int(config.draft_tokens)
     cut = [config.cut_cheap_drafts and d.model is None for d in drafts]
-    sizers = [DraftSizer(AdaptiveDraftLength()) if c else None for c in cut]
+    sizers = [DraftSizer(AdaptiveDraftLength(costs=_costs(target, config))) if c else None for c in cut]
     gate = None
     if config.gate is not None:
         with_model = [d.model is not None for d in drafts] or [False]
         gate = SourceGate(max(1, n), config.gate, with_model, cut or [False])
     return Learner(weights, selector, fixed, config.sampling, config.max_tokens, gate, drafts, sizers)
+
+
+def _costs(target: SteerableModel, config: CollectiveConfig) -> dict[int, float]:
+    """The verification cost curve a cheap draft's sizer starts from: one request at a time
+    on every core verifies as the speculative engine does, so it shares that engine's curve
+    for the target (``target_costs``); batches and the pipeline's split cores cost
+    otherwise, so they measure their own."""
+    return target_costs(target) if config.max_batch == 1 and not config.pipeline else {}
 
 
 def _response(session: Session, r: Request, detoks: dict[int, IncrementalDetokenizer]) -> Response | None:
@@ -214,13 +223,7 @@ def _run_sequential(
                 yield joining
             live = [r for r in running if not r.done]
             if live:
-                t0 = time.perf_counter()
-                votes = session.draft([(r.key, r.context) for r in live])
-                draft_s = time.perf_counter() - t0
-                session.record.draft_s += draft_s
-                learner.feed(
-                    learner.verify(target, list(zip(live, votes, strict=True)), session.record, draft_s)
-                )
+                session.round(live)
                 yield live
             for r in [r for r in running if r.done]:
                 target.release(r.seq)

@@ -1,12 +1,12 @@
-"""The speculative generation pipeline (paper 001, §3.4): drafting and verifying at once.
+"""The speculative generation pipeline (paper 001, §3.4): drafting and verifying at once,
+where that pays.
 
 The drafters run on a drafter thread, the target on the calling thread; they meet
 in the *intermediate result pool* of drafted requests. The target takes up to ``b``
 requests from the pool per verification (``b``: half the running requests, so that two
-groups alternate, one drafted while the other is verified; 1 for a single request; all
-of them while the source gate has every draft model off). The drafter pauses while the
-pool holds ``b`` requests and resumes as it drains, so drafts never pile up ahead of the
-target.
+groups alternate, one drafted while the other is verified; 1 for a single request). The
+drafter pauses while the pool holds ``b`` requests and resumes as it drains, so drafts
+never pile up ahead of the target.
 
 With few requests there is nothing to draft while the target verifies them all. Then
 the drafter *pre-drafts*: for a request under verification it drafts the next round as if
@@ -15,13 +15,15 @@ the target does exactly that, the pre-draft goes to the pool the moment verifica
 ends; if not, it is thrown away and the request drafted afresh. Pre-drafts cost only the
 drafter's otherwise idle time.
 
-On llama.cpp each model computes with its own thread count (``set_threads``): the drafts
-with ``draft_threads``, on the drafter thread pinned to their own cores where the system
-allows, and the target with the rest of the machine's cores while a draft model drafts
-for every request, or with all of them while the source gate has every draft model off:
-then only cheap drafts (n-gram lookup) run beside it and there is nothing to overlap. A
-draft model must not be the target itself (one llama.cpp context cannot run on two
-threads).
+On a CPU the overlap costs cores: each model computes with its own thread count
+(``set_threads``), and while pipelined the drafts get ``draft_threads``, on the drafter
+thread pinned to their own cores where the system allows, and the target the rest.
+Whether that pays is measured (``switch.PipelineSwitch``): the run alternates *phases*,
+pipelined ones (a drafter thread for the phase) and sequential ones (no drafter thread;
+drafting, then verifying, each with every core), and runs the pipeline only while a
+draft model drafts (the gate has one on) and its measured throughput beats sequential
+rounds'. A draft model must not be the target itself (one llama.cpp context cannot run
+on two threads).
 """
 
 from __future__ import annotations
@@ -36,6 +38,7 @@ from contextlib import contextmanager
 from coinfer.decoding.drafters import Drafter
 from coinfer.engines.collective.gate import SourceGate
 from coinfer.engines.collective.rounds import Feedback, Request, Session, Voted
+from coinfer.engines.collective.switch import PipelineSwitch
 from coinfer.errors import ConfigError
 from coinfer.models.base import SteerableModel
 
@@ -61,63 +64,148 @@ class _Pool:
 
 
 def run_pipelined(session: Session, prompts: Sequence[list[int]]) -> Iterator[list[Request]]:
-    """Generate for every prompt with drafting and verifying overlapped; yield the
-    requests each step advanced."""
+    """Generate for every prompt, pipelined where that pays and in sequential rounds
+    elsewhere; yield the requests each step advanced."""
     target, learner = session.target, session.learner
     if any(d.model is target for d in session.drafts):
         raise ConfigError(
             "a pipelined draft cannot be the target model itself",
             hint="load the draft separately, or run without the pipeline",
         )
-    pool = _Pool()
-    drafter = threading.Thread(target=_draft_loop, args=(pool, session), name="coinfer-drafter", daemon=True)
     pending = deque(enumerate(prompts))
     active: dict[int, Request] = {}
+    switch = PipelineSwitch()
+    session.record.pipelined_rounds = 0
     with _cores(target, session.drafts, session.config.draft_threads) as cores:
-        pool.pin = cores.pin_drafter
-        drafter_started = False
         try:
-            drafter.start()
-            drafter_started = True
+            switch.decide(_drafts_compute(learner.gate))
             while pending or active:
-                joined = _admit(pool, session, pending, active)
-                if joined:
-                    yield joined
-                batch = _take_batch(pool)
-                if batch:
-                    cores.fit(_drafts_compute(learner.gate))
-                    events = learner.verify(target, batch, session.record)
-                    _settle(pool, session, batch, active, events)
-                    yield [r for r, _ in batch]
+                cores.fit(switch.pipelined)
+                phase = _pipelined_phase if switch.pipelined else _sequential_phase
+                yield from phase(session, pending, active, switch, cores)
         finally:
-            with pool.cv:
-                pool.stop = True
-                pool.cv.notify_all()
-            if drafter_started:
-                drafter.join()
             for r in active.values():
                 target.release(r.seq)
             for key in list(active):
                 learner.forget(key)
+
+
+def _observe(session: Session, switch: PipelineSwitch, produced: int) -> bool:
+    """A verification produced ``produced`` tokens: the switch and the run's record hear it;
+    whether the switch's window is complete."""
+    complete = switch.observe(produced)
+    session.record.pipelined_rounds = switch.rounds[True]
+    session.record.pipeline_probes = switch.probes
+    return complete
+
+
+def _join(
+    session: Session,
+    pending: deque[tuple[int, list[int]]],
+    active: dict[int, Request],
+    switch: PipelineSwitch,
+) -> list[Request]:
+    """Prefill pending requests while there is room (the time is not the window's); the
+    requests prefilled, the running ones among them added to ``active``."""
+    t0 = time.perf_counter()
+    joining = session.admit(pending, len(active))
+    switch.paused(time.perf_counter() - t0)
+    for r in joining:
+        if r.done:
+            session.target.release(r.seq)
+            session.learner.forget(r.key)
+        else:
+            active[r.key] = r
+    return joining
+
+
+def _sequential_phase(
+    session: Session,
+    pending: deque[tuple[int, list[int]]],
+    active: dict[int, Request],
+    switch: PipelineSwitch,
+    cores: CoreSplit,
+) -> Iterator[list[Request]]:
+    """Sequential rounds (no drafter thread) until the switch chooses the pipeline."""
+    while pending or active:
+        joined = _join(session, pending, active, switch)
+        if joined:
+            yield joined
+        live = list(active.values())
+        if not live:
+            continue
+        before = sum(len(r.tokens) for r in live)
+        session.round(live)
+        produced = sum(len(r.tokens) for r in live) - before
+        for r in [r for r in live if r.done]:
+            del active[r.key]
+            session.target.release(r.seq)
+            session.learner.forget(r.key)
+        yield live
+        if _observe(session, switch, produced) and switch.decide(_drafts_compute(session.learner.gate)):
+            return
+
+
+def _pipelined_phase(
+    session: Session,
+    pending: deque[tuple[int, list[int]]],
+    active: dict[int, Request],
+    switch: PipelineSwitch,
+    cores: CoreSplit,
+) -> Iterator[list[Request]]:
+    """Drafting on a drafter thread while the target verifies, until the switch chooses
+    sequential rounds; then the thread is stopped and what it holds for the drafters is
+    delivered (drafts it made ahead are dropped)."""
+    target, learner = session.target, session.learner
+    pool = _Pool()
+    pool.pin = cores.pin_drafter
+    pool.todo.extend(active.values())
+    pool.batch = _verify_batch(len(active), learner.gate)
+    drafter = threading.Thread(target=_draft_loop, args=(pool, session), name="coinfer-drafter", daemon=True)
+    drafter.start()
+    try:
+        while pending or active:
+            joined = _admit(pool, session, pending, active, switch)
+            if joined:
+                yield joined
+            batch = _take_batch(pool)
+            if not batch:
+                continue
+            before = sum(len(r.tokens) for r, _ in batch)
+            events = learner.verify(target, batch, session.record)
+            produced = sum(len(r.tokens) for r, _ in batch) - before
+            _settle(pool, session, batch, active, events)
+            yield [r for r, _ in batch]
+            can = _drafts_compute(learner.gate)
+            if (_observe(session, switch, produced) or not can) and not switch.decide(can):
+                break
+    finally:
+        with pool.cv:
+            pool.stop = True
+            pool.cv.notify_all()
+        drafter.join()
+        learner.feed(pool.feedback)
+        for key in pool.forget:
+            learner.forget(key)
+        session.record.predrafts_wasted += len(pool.predrafts)
     if pool.error is not None:
         raise pool.error
 
 
 def _admit(
-    pool: _Pool, session: Session, pending: deque[tuple[int, list[int]]], active: dict[int, Request]
+    pool: _Pool,
+    session: Session,
+    pending: deque[tuple[int, list[int]]],
+    active: dict[int, Request],
+    switch: PipelineSwitch,
 ) -> list[Request]:
     """Prefill pending requests while there is room, and hand them to the drafter (one
     that ends at its first token is done at once); the requests prefilled."""
-    joining = session.admit(pending, len(active))
+    joining = _join(session, pending, active, switch)
     if not joining:
         return joining
     with pool.cv:
-        for r in joining:
-            if r.done:
-                session.target.release(r.seq)
-            else:
-                active[r.key] = r
-                pool.todo.append(r)
+        pool.todo.extend(r for r in joining if not r.done)
         pool.batch = _verify_batch(len(active), session.learner.gate)
         pool.cv.notify_all()
     return joining
@@ -269,40 +357,47 @@ def _remove(todo: deque[Request], key: int) -> bool:
 
 
 class CoreSplit:
-    """The split of the machine's cores between the target and the drafts."""
+    """The split of the machine's cores between the target and the draft models: while
+    pipelined, the drafts' ``draft_threads`` cores and the rest; otherwise every core to
+    whichever model computes."""
 
-    def __init__(self, target: SteerableModel, cpus: list[int], draft_threads: int) -> None:
+    def __init__(
+        self, target: SteerableModel, draft_models: list[SteerableModel], cpus: list[int], draft_threads: int
+    ) -> None:
         self.target = target
+        self.draft_models = draft_models
         self.cpus = cpus
         self.draft_cpus = cpus[len(cpus) - draft_threads :] if len(cpus) > draft_threads else []
-        self.split = False
+        self.split: bool | None = None  # unknown until the first fit
 
     def pin_drafter(self) -> None:
         """Pin the calling (drafter) thread to the drafts' cores."""
         if self.draft_cpus:
             os.sched_setaffinity(0, self.draft_cpus)
 
-    def fit(self, drafts_compute: bool) -> None:
-        """Give the target every core while no draft model drafts (an n-gram drafter costs
-        next to nothing), and the cores the drafts leave while one does."""
-        split = drafts_compute and bool(self.draft_cpus)
-        if split != self.split:
-            self.split = split
-            self.target.set_threads(len(self.cpus) - len(self.draft_cpus) if split else len(self.cpus))
+    def fit(self, pipelined: bool) -> None:
+        """Split the cores while pipelined; give each model every core otherwise."""
+        split = pipelined and bool(self.draft_cpus)
+        if split == self.split or not self.draft_cpus:
+            return
+        self.split = split
+        every = len(self.cpus)
+        self.target.set_threads(every - len(self.draft_cpus) if split else every)
+        for model in self.draft_models:
+            model.set_threads(len(self.draft_cpus) if split else every)
 
 
 @contextmanager
 def _cores(target: SteerableModel, drafts: Sequence[Drafter], draft_threads: int) -> Iterator[CoreSplit]:
-    """Give the drafts ``draft_threads`` threads, pinned to their own cores, for the run;
-    the target's thread count follows ``CoreSplit.fit``. Thread counts are restored after."""
+    """The run's ``CoreSplit``; every model's thread count is restored after."""
     cpus = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else []
-    cores = CoreSplit(target, cpus, draft_threads)
+    draft_models = [d.model for d in drafts if d.model is not None]
+    cores = CoreSplit(target, draft_models, cpus, draft_threads)
     if not cores.draft_cpus:
         yield cores
         return
-    draft_models = [d.model for d in drafts if d.model is not None]
-    before = [(m, m.set_threads(draft_threads)) for m in draft_models]
-    before.append((target, target.set_threads(len(cpus))))
+    before = [(m, m.set_threads(len(cpus))) for m in [target, *draft_models]]
+    cores.split = False
     try:
         yield cores
     finally:

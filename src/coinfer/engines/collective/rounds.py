@@ -54,6 +54,8 @@ class RunRecord:
     voted_from: list[int] = field(default_factory=list)  # per verified voted draft: its drafter
     predrafts_used: int = 0  # pipelined: drafts made during the verification they assumed
     predrafts_wasted: int = 0
+    pipelined_rounds: int | None = None  # verifications run pipelined (None: the pipeline not allowed)
+    pipeline_probes: int = 0  # windows run to measure the mode not chosen (``switch``)
 
     def __post_init__(self) -> None:
         self.source_rates = self.source_rates or [[] for _ in self.drafts]
@@ -87,6 +89,8 @@ class RunRecord:
             "rounds_exploring": by_draft(gate.rounds_explored if gate is not None else []),
             "predrafts_used": self.predrafts_used,
             "predrafts_wasted": self.predrafts_wasted,
+            "pipelined_rounds": self.pipelined_rounds,
+            "pipeline_probes": self.pipeline_probes,
             "draft_s": round(self.draft_s, 4),
             "verify_s": round(self.verify_s, 4),
             "prefill_s": round(self.prefill_s, 4),
@@ -179,27 +183,37 @@ def draft_and_vote(
     *,
     guess: bool = False,
     gate: SourceGate | None = None,
+    own_lengths: bool = True,
 ) -> list[Voted]:
     """The drafters' drafts after every (key, context): at most ``s`` tokens, fewer near
-    the end of the window; the vote among them per request. With a ``gate``, each drafter
-    drafts only for the requests the gate plans for it (the others get none). With
-    ``guess``, drafters draft one token more, kept as the voted draft's guess of the
-    target's next token."""
-    room = [min(s, window_room(len(c), target.n_ctx)) for _, c in contexts]
+    the end of the window; the vote among them per request. A drafter with a sizer (one
+    that calls no model) drafts, with ``own_lengths``, as far as its sizer asks, and is
+    cut to what its kind of draft has earned: a copy that holds is not stopped at ``s``
+    (the speculative engine's policy). With a ``gate``, each drafter drafts only for the
+    requests the gate plans for it (the others get none). With ``guess``, drafters draft
+    one token more, kept as the voted draft's guess of the target's next token."""
+    window = [window_room(len(c), target.n_ctx) for _, c in contexts]
+    room = [min(s, w) for w in window]
     k = max(room, default=0)
-    if k == 0:
+    own_k = [sizer.next_k() if sizer is not None and own_lengths else 0 for sizer in sizers]
+    if k == 0 and not any(own_k):
         return [NO_DRAFT for _ in contexts]
+    caps = [[min(n, w) for w in window] if n else room for n in own_k]
     keys = [key for key, _ in contexts]
     plans = gate.plan(keys, k) if gate is not None else [list(range(len(contexts)))] * len(drafts)
     drafted = [
-        _propose(d, sizer, i, contexts, plan, k + guess, gate)
+        _propose(d, sizer, i, contexts, plan, max(caps[i], default=0) + guess, gate)
         for i, (d, sizer, plan) in enumerate(zip(drafts, sizers, plans, strict=True))
     ]
     out = []
     for j in range(len(contexts)):
-        own = [d[j][: room[j]] for d in drafted]
+        own = [d[j][: cap[j]] for d, cap in zip(drafted, caps, strict=True)]
         vote = majority_vote(own, weights)
-        after = drafted[vote.voter][j][room[j] : room[j] + 1] if guess and vote.voter >= 0 else []
+        if guess and vote.voter >= 0:
+            at = caps[vote.voter][j]
+            after = drafted[vote.voter][j][at : at + 1]
+        else:
+            after = []
         out.append(Voted(own, vote.tokens, vote.voter, after[0] if after else None))
     return out
 
@@ -376,6 +390,16 @@ class Session:
             prefill(self.target, joining, config.sampling, config.max_tokens, self.learner.gate, self.record)
         return joining
 
+    def round(self, live: list[Request]) -> None:
+        """One sequential round for the ``live`` requests: draft and vote, then verify with
+        the drafting on the round's critical path, and tell the drafters what was kept."""
+        t0 = time.perf_counter()
+        votes = self.draft([(r.key, r.context) for r in live])
+        draft_s = time.perf_counter() - t0
+        self.record.draft_s += draft_s
+        batch = list(zip(live, votes, strict=True))
+        self.learner.feed(self.learner.verify(self.target, batch, self.record, draft_s))
+
     def draft(
         self,
         contexts: list[tuple[int, list[int]]],
@@ -396,4 +420,5 @@ class Session:
             learner.weights.weights if weights is None else weights,
             guess=guess,
             gate=learner.gate,
+            own_lengths=self.config.draft_tokens != 0,
         )
