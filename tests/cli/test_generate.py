@@ -252,6 +252,11 @@ def test_collective_generate_is_the_plain_greedy_text_with_each_drafts_acceptanc
     # gated (the default), a draft as big as the target costs more than it saves: unused
     gated = json.loads(coinfer(*collective).stdout)
     assert gated["text"] == plain["text"] and gated["extras"]["rounds_drafting"]["smollm2-135m"] == 0
+    assert gated["extras"]["pipelined_rounds"] is None  # the pipeline not allowed
+    # allowed, the pipeline runs only where a draft model drafts and it measures faster
+    piped = json.loads(coinfer(*collective, "--pipeline").stdout)
+    assert piped["text"] == plain["text"]
+    assert 0 <= piped["extras"]["pipelined_rounds"] <= piped["extras"]["verifications"]
 
 
 @pytest.mark.parametrize(

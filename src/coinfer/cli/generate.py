@@ -283,6 +283,9 @@ def summary_lines(last: Response | None, finish: str, *, drafted: bool) -> list[
     if "tree_sizes" in extras and extras["tree_sizes"]:
         sizes = extras["tree_sizes"]
         line += f", {len(sizes)} verifications of trees of {sum(sizes) / len(sizes):.1f} tokens on average"
+    piped = extras.get("pipelined_rounds")
+    if piped is not None:
+        line += f", pipelined {piped} of {extras.get('verifications', 0)} rounds"
     lines = [f"{line}, {finish}]"]
     idle = [name for name, rounds in extras.get("rounds_drafting", {}).items() if not rounds]
     if idle and extras.get("verifications"):

@@ -8,6 +8,7 @@ from tests.conftest import needs_torch, plain
 
 from coinfer.decoding import ModelDrafter, NgramDrafter, Response, SamplingParams
 from coinfer.engines.collective import CollectiveConfig, LengthSelectorConfig, generate, stream
+from coinfer.engines.collective.gate import gate_memory
 from coinfer.engines.collective.pipeline import CoreSplit
 from coinfer.errors import ConfigError
 from coinfer.models.base import SteerableModel
@@ -46,6 +47,7 @@ def test_greedy_output_is_the_target_alone_whatever_the_batch(
     selector: tuple[int, int] | None,
 ) -> None:
     target, draft = tiny_pair
+    gate_memory(target).sources.clear()  # each case measures its drafts afresh
     prompts = _prompts(target)
     drafts = [NgramDrafter(), ModelDrafter(draft)]
     config = CollectiveConfig(

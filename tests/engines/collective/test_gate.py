@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from coinfer.engines.collective import gate as gate_module
-from coinfer.engines.collective.gate import GateConfig, SourceGate
+from coinfer.engines.collective.gate import GateConfig, GateMemory, SourceGate
 from coinfer.errors import ConfigError
 
 
@@ -80,3 +80,36 @@ def test_a_source_that_sizes_its_own_drafts_is_always_on(clock: Clock) -> None:
     gate.prefilled(1, 0.1)
     plans = [_round(gate, clock, [0, 1], 4, holds=[0, 0], cost=0.0) for _ in range(20)]
     assert all(p[1] == [0, 1] for p in plans) and gate.on == [False, True]
+
+
+def test_a_source_that_could_not_pay_even_if_every_draft_held_is_not_set_up_for_new_requests(
+    clock: Clock,
+) -> None:
+    """At 240 ms a draft, source 0 is slower than plain decoding at every length even when
+    every token holds: once measured on the first request it explores none of the next
+    (a draft model's set-up would be a prefill of each whole prompt)."""
+    gate = SourceGate(2, GateConfig(explore_share=0.03), with_model=[True, False])
+    gate.prefilled(1, 0.1)
+    explored = []
+    for request in range(3):
+        before = gate.rounds_explored[0]
+        for _ in range(400):
+            _round(gate, clock, [request], 4, holds=[4, 0], cost=0.24)
+        explored.append(gate.rounds_explored[0] - before)
+    assert explored[0] >= 3 and explored[1:] == [0, 0]
+
+
+def test_a_later_run_on_the_same_target_starts_from_what_the_last_one_measured(clock: Clock) -> None:
+    memory = GateMemory()
+    first = SourceGate(2, names=["model", "cheap"], memory=memory)
+    first.prefilled(2, 0.2)
+    for _ in range(12):
+        _round(first, clock, [0, 1], 4, holds=[0, 4], cost=0.05)
+    fresh = SourceGate(2)
+    fresh.prefilled(2, 0.2)
+    again = SourceGate(2, names=["model", "cheap"], memory=memory)
+    again.prefilled(2, 0.2)
+    assert _round(fresh, clock, [5, 6], 4, holds=[0, 4], cost=0.05)[1] != [0, 1]  # measures first
+    assert _round(again, clock, [5, 6], 4, holds=[0, 4], cost=0.05)[1] == [0, 1]  # known to pay
+    with pytest.raises(ConfigError, match="source names"):
+        SourceGate(2, memory=memory)

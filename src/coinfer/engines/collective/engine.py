@@ -45,7 +45,7 @@ from coinfer.decoding.prompting import as_prompt, check_prompt
 from coinfer.decoding.response import Response
 from coinfer.decoding.speculative import target_costs
 from coinfer.engines.collective.config import CollectiveConfig
-from coinfer.engines.collective.gate import SourceGate
+from coinfer.engines.collective.gate import SourceGate, gate_memory
 from coinfer.engines.collective.pipeline import run_pipelined
 from coinfer.engines.collective.rounds import Learner, Request, RunRecord, Session
 from coinfer.engines.collective.selector import SpeculationLengthSelector
@@ -174,7 +174,10 @@ def _learner(target: SteerableModel, drafts: Sequence[Drafter], config: Collecti
     gate = None
     if config.gate is not None:
         with_model = [d.model is not None for d in drafts] or [False]
-        gate = SourceGate(max(1, n), config.gate, with_model, cut or [False])
+        names = _unique_names(drafts) or ["none"]
+        gate = SourceGate(
+            max(1, n), config.gate, with_model, cut or [False], names=names, memory=gate_memory(target)
+        )
     return Learner(weights, selector, fixed, config.sampling, config.max_tokens, gate, drafts, sizers)
 
 

@@ -31,6 +31,15 @@ if it drafts with a model (``with_model``), what the target's prefill of a promp
 draft model reads the same prompt and is not meant to be bigger than the target).
 Exploring keeps a source's record fresh, so it comes back when the text turns its way.
 
+What a gate measures outlives its run: the verification times and each source's record
+(its cost, how often and how long it drafts, how often its drafts hold) are kept per
+target (``gate_memory``) and a later run on it starts from them, by source name, so a
+server's next batch or a benchmark's next configuration does not pay to learn again what
+the last one measured. A source whose drafts could not pay even if every one held (its
+drafting and the longer verification cost more than the tokens they could give) is not
+explored on requests it has not set up: a draft model's set-up is a prefill of the whole
+prompt, which no later draft of it repays.
+
 A source that sizes its own drafts (``sizes_own``: the n-gram source cuts each draft to
 what its match depth has earned, down to nothing) is always on: it already weighs each
 draft's cost per request, more finely than one decision for all requests can.
@@ -40,13 +49,15 @@ from __future__ import annotations
 
 import threading
 import time
+import weakref
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Any
 
 from coinfer.decoding.draft_length import within_measured
 from coinfer.errors import ConfigError
 
-__all__ = ["GateConfig", "SourceGate"]
+__all__ = ["GateConfig", "GateMemory", "SourceGate", "gate_memory"]
 
 
 @dataclass(frozen=True)
@@ -83,6 +94,23 @@ class _Record:
         return self.held / seen if seen else 0.0
 
 
+@dataclass
+class GateMemory:
+    """What the gates on one target have measured: the verification time per number of
+    tokens in the batch, and each source's record by name."""
+
+    verify: dict[int, float] = field(default_factory=dict)
+    sources: dict[str, _Record] = field(default_factory=dict)
+
+
+_MEMORY: weakref.WeakKeyDictionary[Any, GateMemory] = weakref.WeakKeyDictionary()
+
+
+def gate_memory(target: Any) -> GateMemory:
+    """The gates' memory for ``target`` (one per model object, gone with it)."""
+    return _MEMORY.setdefault(target, GateMemory())
+
+
 class SourceGate:
     """Decides, per round, which requests each source drafts for (see the module)."""
 
@@ -92,17 +120,25 @@ class SourceGate:
         config: GateConfig = GateConfig(),  # noqa: B008 (frozen)
         with_model: Sequence[bool] | None = None,
         sizes_own: Sequence[bool] | None = None,
+        *,
+        names: Sequence[str] | None = None,
+        memory: GateMemory | None = None,
     ) -> None:
         self.config = config
-        self._records = [_Record() for _ in range(n_sources)]
         self._with_model = list(with_model) if with_model is not None else [False] * n_sources
         self._sizes_own = list(sizes_own) if sizes_own is not None else [False] * n_sources
         if len(self._with_model) != n_sources or len(self._sizes_own) != n_sources:
             raise ConfigError(f"need {n_sources} with_model and sizes_own flags, one per source")
+        if memory is not None and (names is None or len(names) != n_sources):
+            raise ConfigError(f"a gate's memory needs {n_sources} source names")
+        if memory is None or names is None:
+            self._records = [_Record() for _ in range(n_sources)]
+        else:  # a run starts from what the last one on this target measured, with nothing on
+            self._records = [memory.sources.setdefault(name, _Record()) for name in names]
         for rec, own in zip(self._records, self._sizes_own, strict=True):
-            rec.on = own
+            rec.on, rec.explore_s = own, 0.0
         self._seen: list[set[int]] = [set() for _ in range(n_sources)]
-        self._verify: dict[int, float] = {}  # tokens in the batch -> seconds
+        self._verify: dict[int, float] = memory.verify if memory is not None else {}  # batch tokens -> s
         self._lock = threading.Lock()
         self._started = 0.0  # the first plan's time
         self._prefill_s = 0.0  # the target's prefill per request: a draft's set-up until measured
@@ -137,6 +173,8 @@ class SourceGate:
                 if rec.on or not keys:
                     continue
                 known = [j for j, key in enumerate(keys) if key in self._seen[i]]
+                if not known and self._hopeless(rec, len(keys), s):
+                    continue  # a set-up that no draft of it would repay
                 prior = self._prefill_s if self._with_model[i] else 0.0
                 price = rec.cost if known else (rec.setup_s or prior)
                 if rec.explore_s + price <= budget:
@@ -153,6 +191,18 @@ class SourceGate:
         if plain is None or drafted is None:
             return True  # the target's cost is not measured yet: measure it with drafts
         return b * (1.0 + rec.proposes * gain) / (b * rec.cost + drafted) > b / plain
+
+    def _hopeless(self, rec: _Record, b: int, s: int) -> bool:
+        """Whether the source, measured, would be slower than plain decoding at every
+        length up to ``s`` even if every draft it made held."""
+        plain = self._verify_cost(b)
+        if rec.calls < self.config.warmup or plain is None:
+            return False
+        for length in range(1, max(1, s) + 1):
+            drafted = self._verify_cost(b + b * length)
+            if drafted is None or b * (1 + length) / (b * rec.cost + drafted) > b / plain:
+                return False
+        return True
 
     def _verify_cost(self, n: int) -> float | None:
         """V(n): measured, interpolated between measured sizes, or proportional beyond."""
