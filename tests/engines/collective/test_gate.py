@@ -113,3 +113,17 @@ def test_a_later_run_on_the_same_target_starts_from_what_the_last_one_measured(c
     assert _round(again, clock, [5, 6], 4, holds=[0, 4], cost=0.05)[1] == [0, 1]  # known to pay
     with pytest.raises(ConfigError, match="source names"):
         SourceGate(2, memory=memory)
+
+
+def test_a_source_whose_record_says_it_would_not_pay_is_not_set_up_either(clock: Clock) -> None:
+    """At 100 ms a draft source 0 would pay if every token held, but half of them fail,
+    and even two standard errors above that it would not: not set up for new requests."""
+    gate = SourceGate(2, GateConfig(explore_share=0.03), with_model=[True, False])
+    gate.prefilled(1, 0.1)
+    explored = []
+    for request, rounds in enumerate([1500, 400, 400]):  # the first long enough to gather a record
+        before = gate.rounds_explored[0]
+        for _ in range(rounds):
+            _round(gate, clock, [request], 4, holds=[1, 0], cost=0.1)
+        explored.append(gate.rounds_explored[0] - before)
+    assert explored[0] >= 3 and explored[1:] == [0, 0]

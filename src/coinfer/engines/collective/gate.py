@@ -35,10 +35,10 @@ What a gate measures outlives its run: the verification times and each source's 
 (its cost, how often and how long it drafts, how often its drafts hold) are kept per
 target (``gate_memory``) and a later run on it starts from them, by source name, so a
 server's next batch or a benchmark's next configuration does not pay to learn again what
-the last one measured. A source whose drafts could not pay even if every one held (its
-drafting and the longer verification cost more than the tokens they could give) is not
-explored on requests it has not set up: a draft model's set-up is a prefill of the whole
-prompt, which no later draft of it repays.
+the last one measured. A source whose drafts could not pay even at the best acceptance
+its record allows (two standard errors above what held; every token with no record) is
+not explored on requests it has not set up: a draft model's set-up is a prefill of the
+whole prompt, which no later draft of it would repay.
 
 A source that sizes its own drafts (``sizes_own``: the n-gram source cuts each draft to
 what its match depth has earned, down to nothing) is always on: it already weighs each
@@ -109,6 +109,16 @@ _MEMORY: weakref.WeakKeyDictionary[Any, GateMemory] = weakref.WeakKeyDictionary(
 def gate_memory(target: Any) -> GateMemory:
     """The gates' memory for ``target`` (one per model object, gone with it)."""
     return _MEMORY.setdefault(target, GateMemory())
+
+
+def _optimistic(rec: _Record) -> float:
+    """The source's per-token acceptance two standard errors above its record (1 with no
+    record): what its drafts might still hold if the text turned their way."""
+    seen = rec.held + rec.failed
+    if seen <= 0:
+        return 1.0
+    a = rec.held / seen
+    return min(1.0, a + 2.0 * (a * (1.0 - a) / seen) ** 0.5 + 1.0 / seen)
 
 
 class SourceGate:
@@ -194,13 +204,15 @@ class SourceGate:
 
     def _hopeless(self, rec: _Record, b: int, s: int) -> bool:
         """Whether the source, measured, would be slower than plain decoding at every
-        length up to ``s`` even if every draft it made held."""
+        length up to ``s`` even at the best acceptance its record allows (``_optimistic``)."""
         plain = self._verify_cost(b)
         if rec.calls < self.config.warmup or plain is None:
             return False
+        a = _optimistic(rec)
         for length in range(1, max(1, s) + 1):
             drafted = self._verify_cost(b + b * length)
-            if drafted is None or b * (1 + length) / (b * rec.cost + drafted) > b / plain:
+            gain = sum(a**j for j in range(1, length + 1))
+            if drafted is None or b * (1 + gain) / (b * rec.cost + drafted) > b / plain:
                 return False
         return True
 

@@ -189,7 +189,9 @@ def draft_and_vote(
     the end of the window; the vote among them per request. A drafter with a sizer (one
     that calls no model) drafts, with ``own_lengths``, as far as its sizer asks, and is
     cut to what its kind of draft has earned: a copy that holds is not stopped at ``s``
-    (the speculative engine's policy). With a ``gate``, each drafter drafts only for the
+    (the speculative engine's policy). The engine allows that one request at a time: in
+    a batch, one request's long draft makes every request's verification dearer, which
+    the sizer's per-request share of the cost does not see. With a ``gate``, each drafter drafts only for the
     requests the gate plans for it (the others get none). With ``guess``, drafters draft
     one token more, kept as the voted draft's guess of the target's next token."""
     window = [window_room(len(c), target.n_ctx) for _, c in contexts]
@@ -420,5 +422,5 @@ class Session:
             learner.weights.weights if weights is None else weights,
             guess=guess,
             gate=learner.gate,
-            own_lengths=self.config.draft_tokens != 0,
+            own_lengths=self.config.draft_tokens != 0 and self.config.max_batch == 1,
         )
