@@ -175,8 +175,11 @@ def _learner(target: SteerableModel, drafts: Sequence[Drafter], config: Collecti
     if config.gate is not None:
         with_model = [d.model is not None for d in drafts] or [False]
         names = _unique_names(drafts) or ["none"]
+        # one request at a time a cheap draft's sizer weighs each draft's whole cost; in a
+        # batch it sees only its request's share, so the gate decides for the batch
+        own = cut if config.max_batch == 1 else [False] * n
         gate = SourceGate(
-            max(1, n), config.gate, with_model, cut or [False], names=names, memory=gate_memory(target)
+            max(1, n), config.gate, with_model, own or [False], names=names, memory=gate_memory(target)
         )
     return Learner(weights, selector, fixed, config.sampling, config.max_tokens, gate, drafts, sizers)
 
