@@ -171,17 +171,29 @@ def _learner(target: SteerableModel, drafts: Sequence[Drafter], config: Collecti
         selector, fixed = None, int(config.draft_tokens)
     cut = [config.cut_cheap_drafts and d.model is None for d in drafts]
     sizers = [DraftSizer(AdaptiveDraftLength(costs=_costs(target, config))) if c else None for c in cut]
+    # one request at a time a cheap draft's sizer weighs each draft's whole cost, so it
+    # drafts as far as the sizer asks and sizes its own drafts; in a batch it sees only its
+    # request's share, so its drafts stop at s and the gate decides for the batch
+    own_lengths = config.max_batch == 1 and config.draft_tokens != 0
     gate = None
     if config.gate is not None:
         with_model = [d.model is not None for d in drafts] or [False]
         names = _unique_names(drafts) or ["none"]
-        # one request at a time a cheap draft's sizer weighs each draft's whole cost; in a
-        # batch it sees only its request's share, so the gate decides for the batch
-        own = cut if config.max_batch == 1 else [False] * n
+        own = cut if own_lengths else [False] * n
         gate = SourceGate(
             max(1, n), config.gate, with_model, own or [False], names=names, memory=gate_memory(target)
         )
-    return Learner(weights, selector, fixed, config.sampling, config.max_tokens, gate, drafts, sizers)
+    return Learner(
+        weights,
+        selector,
+        fixed,
+        config.sampling,
+        config.max_tokens,
+        gate,
+        drafts,
+        sizers,
+        own_lengths=own_lengths,
+    )
 
 
 def _costs(target: SteerableModel, config: CollectiveConfig) -> dict[int, float]:

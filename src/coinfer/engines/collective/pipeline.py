@@ -34,6 +34,7 @@ import time
 from collections import deque
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
+from dataclasses import dataclass, field
 
 from coinfer.decoding.drafters import Drafter
 from coinfer.engines.collective.gate import SourceGate
@@ -72,63 +73,54 @@ def run_pipelined(session: Session, prompts: Sequence[list[int]]) -> Iterator[li
             "a pipelined draft cannot be the target model itself",
             hint="load the draft separately, or run without the pipeline",
         )
-    pending = deque(enumerate(prompts))
-    active: dict[int, Request] = {}
-    switch = PipelineSwitch()
-    session.record.pipelined_rounds = 0
+    switch = session.record.pipeline = PipelineSwitch()
     with _cores(target, session.drafts, session.config.draft_threads) as cores:
+        run = _Run(session, switch, cores, deque(enumerate(prompts)))
         try:
             switch.decide(_drafts_compute(learner.gate))
-            while pending or active:
+            while run.pending or run.active:
                 cores.fit(switch.pipelined)
-                phase = _pipelined_phase if switch.pipelined else _sequential_phase
-                yield from phase(session, pending, active, switch, cores)
+                yield from (_pipelined_phase if switch.pipelined else _sequential_phase)(run)
         finally:
-            for r in active.values():
+            for r in run.active.values():
                 target.release(r.seq)
-            for key in list(active):
+            for key in list(run.active):
                 learner.forget(key)
 
 
-def _observe(session: Session, switch: PipelineSwitch, produced: int) -> bool:
-    """A verification produced ``produced`` tokens: the switch and the run's record hear it;
-    whether the switch's window is complete."""
-    complete = switch.observe(produced)
-    session.record.pipelined_rounds = switch.rounds[True]
-    session.record.pipeline_probes = switch.probes
-    return complete
+@dataclass
+class _Run:
+    """What the phases of one run share: the requests waiting and running, the switch
+    that chooses each phase, and the split of the cores."""
+
+    session: Session
+    switch: PipelineSwitch
+    cores: CoreSplit
+    pending: deque[tuple[int, list[int]]]
+    active: dict[int, Request] = field(default_factory=dict)
 
 
-def _join(
-    session: Session,
-    pending: deque[tuple[int, list[int]]],
-    active: dict[int, Request],
-    switch: PipelineSwitch,
-) -> list[Request]:
+def _join(run: _Run) -> list[Request]:
     """Prefill pending requests while there is room (the time is not the window's); the
-    requests prefilled, the running ones among them added to ``active``."""
+    requests prefilled, the running ones among them added to ``run.active``."""
+    session = run.session
     t0 = time.perf_counter()
-    joining = session.admit(pending, len(active))
-    switch.paused(time.perf_counter() - t0)
+    joining = session.admit(run.pending, len(run.active))
+    run.switch.paused(time.perf_counter() - t0)
     for r in joining:
         if r.done:
             session.target.release(r.seq)
             session.learner.forget(r.key)
         else:
-            active[r.key] = r
+            run.active[r.key] = r
     return joining
 
 
-def _sequential_phase(
-    session: Session,
-    pending: deque[tuple[int, list[int]]],
-    active: dict[int, Request],
-    switch: PipelineSwitch,
-    cores: CoreSplit,
-) -> Iterator[list[Request]]:
+def _sequential_phase(run: _Run) -> Iterator[list[Request]]:
     """Sequential rounds (no drafter thread) until the switch chooses the pipeline."""
-    while pending or active:
-        joined = _join(session, pending, active, switch)
+    session, active = run.session, run.active
+    while run.pending or active:
+        joined = _join(run)
         if joined:
             yield joined
         live = list(active.values())
@@ -142,30 +134,25 @@ def _sequential_phase(
             session.target.release(r.seq)
             session.learner.forget(r.key)
         yield live
-        if _observe(session, switch, produced) and switch.decide(_drafts_compute(session.learner.gate)):
+        if run.switch.observe(produced) and run.switch.decide(_drafts_compute(session.learner.gate)):
             return
 
 
-def _pipelined_phase(
-    session: Session,
-    pending: deque[tuple[int, list[int]]],
-    active: dict[int, Request],
-    switch: PipelineSwitch,
-    cores: CoreSplit,
-) -> Iterator[list[Request]]:
+def _pipelined_phase(run: _Run) -> Iterator[list[Request]]:
     """Drafting on a drafter thread while the target verifies, until the switch chooses
     sequential rounds; then the thread is stopped and what it holds for the drafters is
     delivered (drafts it made ahead are dropped)."""
+    session, switch = run.session, run.switch
     target, learner = session.target, session.learner
     pool = _Pool()
-    pool.pin = cores.pin_drafter
-    pool.todo.extend(active.values())
-    pool.batch = _verify_batch(len(active), learner.gate)
+    pool.pin = run.cores.pin_drafter
+    pool.todo.extend(run.active.values())
+    pool.batch = _verify_batch(len(run.active), learner.gate)
     drafter = threading.Thread(target=_draft_loop, args=(pool, session), name="coinfer-drafter", daemon=True)
     drafter.start()
     try:
-        while pending or active:
-            joined = _admit(pool, session, pending, active, switch)
+        while run.pending or run.active:
+            joined = _admit(pool, run)
             if joined:
                 yield joined
             batch = _take_batch(pool)
@@ -174,10 +161,10 @@ def _pipelined_phase(
             before = sum(len(r.tokens) for r, _ in batch)
             events = learner.verify(target, batch, session.record)
             produced = sum(len(r.tokens) for r, _ in batch) - before
-            _settle(pool, session, batch, active, events)
+            _settle(pool, session, batch, run.active, events)
             yield [r for r, _ in batch]
             can = _drafts_compute(learner.gate)
-            if (_observe(session, switch, produced) or not can) and not switch.decide(can):
+            if (switch.observe(produced) or not can) and not switch.decide(can):
                 break
     finally:
         with pool.cv:
@@ -192,21 +179,15 @@ def _pipelined_phase(
         raise pool.error
 
 
-def _admit(
-    pool: _Pool,
-    session: Session,
-    pending: deque[tuple[int, list[int]]],
-    active: dict[int, Request],
-    switch: PipelineSwitch,
-) -> list[Request]:
+def _admit(pool: _Pool, run: _Run) -> list[Request]:
     """Prefill pending requests while there is room, and hand them to the drafter (one
     that ends at its first token is done at once); the requests prefilled."""
-    joining = _join(session, pending, active, switch)
+    joining = _join(run)
     if not joining:
         return joining
     with pool.cv:
         pool.todo.extend(r for r in joining if not r.done)
-        pool.batch = _verify_batch(len(active), session.learner.gate)
+        pool.batch = _verify_batch(len(run.active), run.session.learner.gate)
         pool.cv.notify_all()
     return joining
 

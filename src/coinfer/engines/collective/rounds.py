@@ -23,6 +23,7 @@ from coinfer.decoding.verify import accept_deterministic
 from coinfer.engines.collective.config import CollectiveConfig
 from coinfer.engines.collective.gate import SourceGate
 from coinfer.engines.collective.selector import SpeculationLengthSelector
+from coinfer.engines.collective.switch import PipelineSwitch
 from coinfer.engines.collective.voting import VoteWeights, held_prefix, majority_vote
 from coinfer.models.base import Seq, SteerableModel
 
@@ -54,8 +55,7 @@ class RunRecord:
     voted_from: list[int] = field(default_factory=list)  # per verified voted draft: its drafter
     predrafts_used: int = 0  # pipelined: drafts made during the verification they assumed
     predrafts_wasted: int = 0
-    pipelined_rounds: int | None = None  # verifications run pipelined (None: the pipeline not allowed)
-    pipeline_probes: int = 0  # windows run to measure the mode not chosen (``switch``)
+    pipeline: PipelineSwitch | None = None  # with the pipeline allowed: the switch, its counts
 
     def __post_init__(self) -> None:
         self.source_rates = self.source_rates or [[] for _ in self.drafts]
@@ -89,8 +89,8 @@ class RunRecord:
             "rounds_exploring": by_draft(gate.rounds_explored if gate is not None else []),
             "predrafts_used": self.predrafts_used,
             "predrafts_wasted": self.predrafts_wasted,
-            "pipelined_rounds": self.pipelined_rounds,
-            "pipeline_probes": self.pipeline_probes,
+            "pipelined_rounds": None if self.pipeline is None else self.pipeline.rounds[True],
+            "pipeline_probes": 0 if self.pipeline is None else self.pipeline.probes,
             "draft_s": round(self.draft_s, 4),
             "verify_s": round(self.verify_s, 4),
             "prefill_s": round(self.prefill_s, 4),
@@ -191,9 +191,10 @@ def draft_and_vote(
     cut to what its kind of draft has earned: a copy that holds is not stopped at ``s``
     (the speculative engine's policy). The engine allows that one request at a time: in
     a batch, one request's long draft makes every request's verification dearer, which
-    the sizer's per-request share of the cost does not see. With a ``gate``, each drafter drafts only for the
-    requests the gate plans for it (the others get none). With ``guess``, drafters draft
-    one token more, kept as the voted draft's guess of the target's next token."""
+    the sizer's per-request share of the cost does not see. With a ``gate``, each drafter
+    drafts only for the requests the gate plans for it (the others get none). With
+    ``guess``, drafters draft one token more, kept as the voted draft's guess of the
+    target's next token."""
     window = [window_room(len(c), target.n_ctx) for _, c in contexts]
     room = [min(s, w) for w in window]
     k = max(room, default=0)
@@ -267,6 +268,8 @@ class Learner:
         gate: SourceGate | None,
         drafts: Sequence[Drafter],
         sizers: Sequence[DraftSizer | None],
+        *,
+        own_lengths: bool = False,
     ) -> None:
         self.weights = weights
         self.selector = selector
@@ -276,6 +279,7 @@ class Learner:
         self.gate = gate
         self.drafts = drafts
         self.sizers = sizers
+        self.own_lengths = own_lengths  # sized drafters draft past s (``draft_and_vote``)
 
     @property
     def s(self) -> int:
@@ -422,5 +426,5 @@ class Session:
             learner.weights.weights if weights is None else weights,
             guess=guess,
             gate=learner.gate,
-            own_lengths=self.config.draft_tokens != 0 and self.config.max_batch == 1,
+            own_lengths=learner.own_lengths,
         )

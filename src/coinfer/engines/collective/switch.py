@@ -67,11 +67,9 @@ class PipelineSwitch:
 
     def decide(self, can_pipeline: bool) -> bool:
         """The mode for the next window (True: pipelined); starts a new window."""
-        mode = self._choose(can_pipeline)
-        if mode != self.pipelined:
-            self.pipelined = mode
+        self.pipelined = self._choose(can_pipeline)
         self._restart()
-        return mode
+        return self.pipelined
 
     def _choose(self, can_pipeline: bool) -> bool:
         if not can_pipeline:
