@@ -47,7 +47,7 @@ def test_greedy_output_is_the_target_alone_whatever_the_batch(
     selector: tuple[int, int] | None,
 ) -> None:
     target, draft = tiny_pair
-    gate_memory(target).sources.clear()  # each case measures its drafts afresh
+    gate_memory(target).clear()  # each case measures its drafts and costs afresh
     prompts = _prompts(target)
     drafts = [NgramDrafter(), ModelDrafter(draft)]
     config = CollectiveConfig(
@@ -193,6 +193,7 @@ def test_the_gate_stops_a_drafter_whose_drafts_never_hold(
     """A junk drafter is measured on one request, then never drafts for all of them; the
     text is still the target's."""
     target, _ = tiny_pair
+    gate_memory(target).clear()  # the junk drafter and the target's costs are measured afresh
     prompts = _prompts(target)
     config = CollectiveConfig(max_tokens=24, draft_tokens=3, max_batch=3, cut_cheap_drafts=False)
     out = generate(target, prompts, drafts=[junk()], config=config)

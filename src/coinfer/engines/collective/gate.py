@@ -102,6 +102,11 @@ class GateMemory:
     verify: dict[int, float] = field(default_factory=dict)
     sources: dict[str, _Record] = field(default_factory=dict)
 
+    def clear(self) -> None:
+        """Forget everything: the next run measures afresh."""
+        self.verify.clear()
+        self.sources.clear()
+
 
 _MEMORY: weakref.WeakKeyDictionary[Any, GateMemory] = weakref.WeakKeyDictionary()
 
