@@ -39,10 +39,10 @@ def _softmax(x: np.ndarray) -> np.ndarray:
     return e / e.sum(-1, keepdims=True)
 
 
-def _hf_subject(path: Any) -> Subject:
+def _hf_subject(path: Any, kv: str | None = None) -> Subject:
     import torch
 
-    model = load_model(str(path), backend="transformers")
+    model = load_model(str(path), backend="transformers", kv=kv)
 
     def reference(prompt: list[int], n: int) -> list[int]:
         out = model.model.generate(  # type: ignore[attr-defined]
@@ -87,6 +87,8 @@ def _llama_subject(model: SteerableModel) -> Subject:
 PARAMS = [
     pytest.param("hf-llama", marks=pytest.mark.skipif(not HAS_TORCH, reason="needs torch")),
     pytest.param("hf-qwen2", marks=pytest.mark.skipif(not HAS_TORCH, reason="needs torch")),
+    pytest.param("hf-static-llama", marks=pytest.mark.skipif(not HAS_TORCH, reason="needs torch")),
+    pytest.param("hf-static-qwen2", marks=pytest.mark.skipif(not HAS_TORCH, reason="needs torch")),
     pytest.param("llama.cpp", marks=pytest.mark.skipif(not HAS_LLAMA, reason="needs llama-cpp-python")),
 ]
 
@@ -96,6 +98,8 @@ def subject(request: pytest.FixtureRequest) -> Subject:
     if request.param == "llama.cpp":
         return _llama_subject(request.getfixturevalue("smollm_llama"))
     dirs = request.getfixturevalue("tiny_dirs")
+    if request.param.startswith("hf-static-"):  # static caches, the CUDA path's logic run on the CPU
+        return _hf_subject(dirs[request.param.removeprefix("hf-static-")], kv="static")
     return _hf_subject(dirs[request.param.removeprefix("hf-")])
 
 

@@ -25,19 +25,40 @@ def _done(args: argparse.Namespace, summary: Any, lines: list[str]) -> int:
 
 
 def cmd_decode(args: argparse.Namespace) -> int:
+    if args.device == "cuda":
+        return _cuda_decode(args)
     from coinfer.bench.decode import DecodeBenchConfig, run_decode_bench
 
     config = DecodeBenchConfig(
         out=args.out,
         models=tuple(args.models or catalog.CATALOG),
         backends=tuple(args.backends),
-        ks=tuple(args.ks),
+        ks=tuple(args.ks or [1, 2, 4, 8, 16, 32]),
         decode_tokens=args.decode_tokens,
         repeats=args.repeats,
         n_threads=args.threads,
         transformers_models=tuple(args.transformers_models) if args.transformers_models else None,
     )
     report = run_decode_bench(config, log=err)
+    return _done(
+        args, report["results"], [f"wrote {report['files']['json']} and {report['files']['markdown']}"]
+    )
+
+
+def _cuda_decode(args: argparse.Namespace) -> int:
+    from coinfer.bench.decode_cuda import CudaDecodeConfig, run_cuda_decode_bench
+
+    given = {
+        "models": tuple(args.models) if args.models else None,
+        "ks": tuple(args.ks) if args.ks else None,
+        "batches": tuple(args.batches) if args.batches else None,
+        "identity_models": tuple(args.identity_models) if args.identity_models is not None else None,
+        "identity_prompts": args.identity_prompts,
+    }
+    config = CudaDecodeConfig(
+        out=args.out, repeats=args.repeats, **{k: v for k, v in given.items() if v is not None}
+    )
+    report = run_cuda_decode_bench(config, log=err)
     return _done(
         args, report["results"], [f"wrote {report['files']['json']} and {report['files']['markdown']}"]
     )
@@ -345,15 +366,27 @@ def add_parser(sub: Any) -> None:
     bench = sub.add_parser("bench", help="benchmarks").add_subparsers(dest="suite", required=True)
     p = bench.add_parser("decode", help="tokens/s and forward cost over k tokens, per model and backend")
     p.add_argument("--out", default="bench-results/decode")
-    p.add_argument("--models", nargs="*", help="catalogue names (default: all)")
+    p.add_argument(
+        "--models", nargs="*", help="catalogue names (default: all); with --device cuda, architectures"
+    )
     p.add_argument("--backends", nargs="*", default=["llama.cpp", "transformers"])
+    p.add_argument(
+        "--device",
+        default="cpu",
+        choices=["cpu", "cuda"],
+        help="cuda: static caches and CUDA graphs against the bandwidth limit (published architectures, "
+        "random weights)",
+    )
+    p.add_argument("--batches", nargs="*", type=int, default=None, help="with --device cuda: batch sizes")
+    p.add_argument("--identity-models", nargs="*", default=None, help="with --device cuda: identity checks")
+    p.add_argument("--identity-prompts", type=int, default=None, help="with --device cuda: suite prompts")
     p.add_argument(
         "--transformers-models",
         nargs="*",
         default=None,
         help="limit the transformers backend to these models (it is slow on a CPU)",
     )
-    p.add_argument("--ks", nargs="*", type=int, default=[1, 2, 4, 8, 16, 32])
+    p.add_argument("--ks", nargs="*", type=int, default=None, help="(default: 1 2 4 8 16 32; cuda: to 64)")
     p.add_argument("--decode-tokens", type=int, default=64)
     p.add_argument("--repeats", type=int, default=5)
     p.add_argument("--threads", type=int, default=None)

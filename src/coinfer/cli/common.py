@@ -59,7 +59,7 @@ def add_model_flags(
     required: bool | None = None,
 ) -> None:  # fmt: skip
     """--model/-m (``required``: by default when it has no default), --backend/-b, --ctx,
-    --threads, --device."""
+    --threads, --device, --kv."""
     p.add_argument(
         "--model",
         "-m",
@@ -74,6 +74,13 @@ def add_model_flags(
     )
     p.add_argument("--threads", type=int, default=None, help="CPU threads (default: all cores)")
     p.add_argument("--device", default=None, help="transformers device: cpu or cuda (default: auto)")
+    p.add_argument(
+        "--kv",
+        default=None,
+        choices=["static", "dynamic"],
+        help="transformers KV caches: static ones replay each forward as a CUDA graph "
+        "(default: static on a GPU)",
+    )
 
 
 def add_sampling_flags(p: argparse.ArgumentParser) -> None:
@@ -209,7 +216,13 @@ def load_from_args(
     if not quiet:
         err(f"loading {spec} on {args.backend}…")
     return load_model(
-        spec, backend=args.backend, n_ctx=args.ctx, n_threads=args.threads, device=args.device, **options
+        spec,
+        backend=args.backend,
+        n_ctx=args.ctx,
+        n_threads=args.threads,
+        device=args.device,
+        kv=args.kv,
+        **options,
     )
 
 

@@ -19,7 +19,7 @@ from coinfer.errors import ConfigError, MissingDependencyError, ModelError
 from coinfer.models.base import SteerableModel
 from coinfer.models.resolve import ModelSource, resolve
 
-__all__ = ["BACKENDS", "gguf_path", "hf_cache_key", "load_model", "transformers_folder"]
+__all__ = ["BACKENDS", "gguf_path", "hf_cache_key", "load_model", "transformers_folder", "wrap_transformers"]
 
 Backend = Literal["llama.cpp", "transformers"]
 BACKENDS: tuple[str, ...] = ("llama.cpp", "transformers")
@@ -33,9 +33,14 @@ def load_model(
     n_threads: int | None = None,
     device: str | None = None,
     dtype: str | None = None,
+    kv: str | None = None,
     **options: Any,
 ) -> SteerableModel:
-    """Load ``spec`` (catalogue name, .gguf path, model directory or Hub id) on ``backend``."""
+    """Load ``spec`` (catalogue name, .gguf path, model directory or Hub id) on ``backend``.
+
+    ``kv`` (transformers): "static" caches with CUDA graphs (``HFStaticModel``), "dynamic"
+    ones, or None for static on a GPU where the architecture allows; ``n_seq_max`` among
+    ``options`` is how many sequences may be live (static slots; llama.cpp's own)."""
     if backend not in BACKENDS:
         raise ConfigError(f"unknown backend {backend!r}", hint=f"choose one of {', '.join(BACKENDS)}")
     source = resolve(spec)
@@ -43,7 +48,25 @@ def load_model(
         from coinfer.models.llamacpp import LlamaCppModel
 
         return LlamaCppModel(gguf_path(source), name=source.name, n_ctx=n_ctx, n_threads=n_threads, **options)
-    return _load_transformers(source, n_ctx=n_ctx, n_threads=n_threads, device=device, dtype=dtype)
+    slots = int(options.get("n_seq_max") or 16)
+    model, tok = _load_transformers(source, n_threads=n_threads, device=device, dtype=dtype)
+    return wrap_transformers(model, tok, name=source.name, n_ctx=n_ctx, kv=kv, slots=slots)
+
+
+def wrap_transformers(
+    model: Any, tokenizer: Any, *, name: str, n_ctx: int | None, kv: str | None = None, slots: int = 16
+) -> SteerableModel:
+    """A loaded transformers model and tokenizer behind the steerable contract, on static
+    or dynamic KV caches (``load_model``'s ``kv``)."""
+    from coinfer.models.hf import HFModel
+    from coinfer.models.hf_static import HFStaticModel, static_unsupported
+
+    if kv not in (None, "static", "dynamic"):
+        raise ConfigError(f"unknown KV cache kind {kv!r}", hint="use static or dynamic")
+    on_gpu = next(model.parameters()).device.type == "cuda"
+    if kv == "static" or (kv is None and on_gpu and static_unsupported(model) is None):
+        return HFStaticModel(model, tokenizer, name=name, n_ctx=n_ctx, slots=slots)
+    return HFModel(model, tokenizer, name=name, n_ctx=n_ctx)
 
 
 def budget_load_options(role: str) -> dict[str, Any]:
@@ -108,14 +131,9 @@ def hub_snapshot(repo_id: str, *, allow_patterns: list[str] | None = None) -> Pa
 
 
 def _load_transformers(
-    source: ModelSource,
-    *,
-    n_ctx: int,
-    n_threads: int | None,
-    device: str | None,
-    dtype: str | None,
-) -> SteerableModel:
-    from coinfer.models.hf import HFModel, import_torch
+    source: ModelSource, *, n_threads: int | None, device: str | None, dtype: str | None
+) -> tuple[Any, Any]:
+    from coinfer.models.hf import import_torch
 
     torch = import_torch()
     if n_threads:
@@ -123,8 +141,7 @@ def _load_transformers(
     dev = device or ("cuda" if torch.cuda.is_available() else "cpu")
     torch_dtype = _torch_dtype(torch, dtype, dev)
     folder = transformers_folder(source.spec)
-    model, tok = _from_pretrained(folder, torch_dtype, dev)
-    return HFModel(model, tok, name=source.name, n_ctx=n_ctx)
+    return _from_pretrained(folder, torch_dtype, dev)
 
 
 def transformers_folder(spec: str) -> Path:

@@ -1,0 +1,345 @@
+"""transformers on preallocated KV caches, each forward shape replayed as a CUDA graph.
+
+On a GPU a small model's forward is launch-bound: hundreds of kernels of microseconds
+each, queued one by one from Python. This backend removes the queueing, as gpt-fast and
+vLLM do: the caches never change shape, so a forward of ``b`` sequences by ``w`` new
+tokens is one fixed sequence of kernels, captured once as a CUDA graph and replayed.
+
+- **Static caches.** Every layer has key and value buffers (slots, kv_heads, n_ctx + 1,
+  head_dim), allocated at load. A sequence owns one slot; its tokens sit in columns
+  0..len-1. Column n_ctx is scratch, where padding tokens of a batch write.
+- **One forward for chains, trees and batches.** Its inputs are data: the token ids,
+  their rope positions (``start + depth``), the column each one is written to
+  (``start + i``), each row's ``start`` and a (w, w) block saying which new tokens each
+  new token sees (its ancestors and itself; a chain is the causal block). The additive
+  attention mask is built from those on the device, over the first ``span`` columns, a
+  power of two that covers every row. So one graph serves every call of the same
+  (b, w, span).
+- **Only the cache is ours.** The model's own embedding, decoder layers, norm and head
+  run unchanged; they update a ``_SlotCache`` that writes the new keys into the slots
+  and hands back each row's first ``span`` columns.
+- **Rows read back as needed.** Greedy verification reads back the argmax of each row
+  (taken on the device); ``extend`` reads the logits; a prefill only its last row.
+
+Truncating is free (the mask reads only columns below ``len``); keeping a tree path
+moves its columns down; ``fork`` copies a slot. On CPU (tests, CI) the same forward runs
+without graphs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from coinfer.errors import ModelError, SequenceError
+from coinfer.models.base import Seq, backend_seq
+from coinfer.models.hf import HFModel
+from coinfer.models.static_layers import StaticDecoder, fused_layers_unsupported, top_choice
+from coinfer.models.tree import TokenTree
+
+__all__ = ["ForwardRow", "HFStaticModel", "static_unsupported"]
+
+_Key = tuple[int, int, int, "int | None"]  # batch, width, span, first slot when the slots are consecutive
+
+_ARCHITECTURES = {"llama", "qwen2", "qwen3", "mistral"}  # decoders whose layers take position_embeddings
+_PREFILL_CHUNK = 512  # the longest chain one forward takes; longer ones go in pieces
+_MIN_SPAN = 256
+_GRAPH_WIDTH = 80  # the widest forward captured as a graph (drafts, trees); wider ones (prompts) run directly
+
+
+def static_unsupported(model: Any) -> str | None:
+    """Why ``model`` cannot run on static caches, or None when it can."""
+    config = model.config
+    if config.model_type not in _ARCHITECTURES:
+        return f"architecture {config.model_type!r} (static caches cover {sorted(_ARCHITECTURES)})"
+    kinds = set(getattr(config, "layer_types", None) or ["full_attention"])
+    if kinds != {"full_attention"}:
+        return f"layer types {sorted(kinds)} (static caches need full attention in every layer)"
+    rope = (getattr(config, "rope_parameters", None) or getattr(config, "rope_scaling", None) or {}).get(
+        "rope_type", "default"
+    )
+    if "dynamic" in str(rope) or "longrope" in str(rope):
+        return f"rope type {rope!r} (its tables change with the length)"
+    return fused_layers_unsupported(config)
+
+
+@dataclass(eq=False)
+class StaticSeq(Seq):
+    """A sequence and the slot of the static caches it owns."""
+
+    slot: int = -1
+
+
+@dataclass(frozen=True)
+class ForwardRow:
+    """One sequence's part of a forward: its slot, the tokens it holds before (``start``),
+    the new ids, their depths (a chain's are 0..w-1) and which new tokens each new token
+    sees (w, w) bool."""
+
+    slot: int
+    start: int
+    ids: Sequence[int]
+    depths: Sequence[int]
+    sees: np.ndarray
+
+    @classmethod
+    def chain(cls, slot: int, start: int, ids: Sequence[int]) -> ForwardRow:
+        n = len(ids)
+        return cls(slot, start, ids, range(n), np.tril(np.ones((n, n), dtype=bool)))
+
+    @classmethod
+    def tree(cls, slot: int, start: int, tree: TokenTree) -> ForwardRow:
+        return cls(slot, start, tree.tokens, tree.depths(), tree.attention_mask())
+
+
+class _Inputs:
+    """The packed int64 inputs of one (b, w) forward, on the host and on the device: one
+    copy moves them all."""
+
+    def __init__(self, torch: Any, b: int, w: int, device: Any) -> None:
+        self.b, self.w = b, w
+        size = 3 * b * w + 2 * b + b * w * w
+        pinned = device.type == "cuda"
+        self.host = torch.zeros(size, dtype=torch.long, pin_memory=pinned)
+        self.device = torch.zeros(size, dtype=torch.long, device=device)
+
+    def fill(self, rows: Sequence[ForwardRow], n_ctx: int, pad: int) -> None:
+        b, w = self.b, self.w
+        ids = np.full((b, w), pad, dtype=np.int64)
+        positions = np.zeros((b, w), dtype=np.int64)
+        columns = np.full((b, w), n_ctx, dtype=np.int64)
+        sees = np.zeros((b, w, w), dtype=np.int64)
+        sees[:] = np.tril(np.ones((w, w), dtype=np.int64))  # padding sees what a chain would
+        for i, row in enumerate(rows):
+            n = len(row.ids)
+            ids[i, :n] = row.ids
+            positions[i, :n] = [row.start + d for d in row.depths]
+            positions[i, n:] = row.start + n
+            columns[i] = np.minimum(row.start + np.arange(w), n_ctx)
+            sees[i, :n, :n] = row.sees
+            sees[i, :n, n:] = 0
+        meta = np.array([r.start for r in rows] + [r.slot for r in rows], dtype=np.int64)
+        packed = np.concatenate([ids.ravel(), positions.ravel(), columns.ravel(), meta, sees.ravel()])
+        self.host.numpy()[:] = packed
+        self.device.copy_(self.host, non_blocking=True)
+
+    def views(self) -> tuple[Any, Any, Any, Any, Any, Any]:
+        b, w, d = self.b, self.w, self.device
+        bw = b * w
+        ids, positions, columns = d[:bw].view(b, w), d[bw : 2 * bw].view(b, w), d[2 * bw : 3 * bw].view(b, w)
+        starts, slots = d[3 * bw : 3 * bw + b], d[3 * bw + b : 3 * bw + 2 * b]
+        sees = d[3 * bw + 2 * b :].view(b, w, w).bool()
+        return ids, positions, columns, starts, slots, sees
+
+
+class HFStaticModel(HFModel):
+    """An ``HFModel`` whose sequences live in static caches, its forwards CUDA graphs on a GPU."""
+
+    def __init__(
+        self,
+        model: Any,
+        tokenizer: Any,
+        *,
+        name: str,
+        n_ctx: int | None = None,
+        slots: int = 16,
+        graphs: bool | None = None,
+    ) -> None:
+        super().__init__(model, tokenizer, name=name, n_ctx=n_ctx)
+        reason = static_unsupported(model)
+        if reason is not None:
+            raise ModelError(
+                f"{name} cannot use static KV caches: {reason}", hint="load it with kv='dynamic'"
+            )
+        self.max_sequences = slots
+        self.graphs_enabled = self.device.type == "cuda" if graphs is None else graphs
+        self._free = list(range(slots))
+        self._keys, self._values = self._allocate(slots)
+        self._graphs: dict[_Key, tuple[Any, _Inputs, tuple[Any, Any]]] = {}
+        self._pool: Any = None
+        self._decoder = StaticDecoder(self._torch, self.model, fuse=self.graphs_enabled)
+        self._pad = 0 if tokenizer.pad_token_id is None else int(tokenizer.pad_token_id)
+
+    def _allocate(self, slots: int) -> tuple[list[Any], list[Any]]:
+        torch, config = self._torch, self.model.config
+        heads = config.num_key_value_heads
+        head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
+        shape = (slots, heads, self.n_ctx + 1, head_dim)
+        with torch.inference_mode():
+            keys = [
+                torch.zeros(shape, dtype=self.model.dtype, device=self.device)
+                for _ in self.model.model.layers
+            ]
+            values = [torch.zeros_like(k) for k in keys]
+        return keys, values
+
+    @property
+    def graph_count(self) -> int:
+        """How many forward shapes have been captured as CUDA graphs so far."""
+        return len(self._graphs)
+
+    # ---- sequences --------------------------------------------------------------------
+    def _new_seq(self, seq_id: int) -> Seq:
+        if not self._free:
+            raise SequenceError(
+                f"{self.name}'s {self.max_sequences} KV cache slots are all in use: release a sequence first"
+            )
+        self._free.sort()
+        return StaticSeq(seq_id, slot=self._free.pop(0))
+
+    def _release(self, seq: Seq) -> None:
+        self._free.append(_sseq(seq).slot)
+
+    def _truncate(self, seq: Seq, length: int) -> None:
+        """Nothing to free: a row's mask reads only the columns below its length."""
+
+    def _fork(self, source: Seq, new: Seq) -> None:
+        src, dst, n = _sseq(source).slot, _sseq(new).slot, len(source.tokens)
+        with self._torch.inference_mode():
+            for buffer in (*self._keys, *self._values):
+                buffer[dst, :, :n] = buffer[src, :, :n]
+
+    def _commit_path(self, seq: Seq, path: list[int]) -> None:
+        """Move the kept nodes' columns down to follow the prefix, in path order."""
+        start, slot = len(seq.tokens), _sseq(seq).slot
+        if path == list(range(len(path))):
+            return
+        torch = self._torch
+        index = torch.tensor([start + n for n in path], dtype=torch.long, device=self.device)
+        with torch.inference_mode():
+            for buffer in (*self._keys, *self._values):
+                buffer[slot, :, start : start + len(path)] = buffer[slot].index_select(1, index)
+
+    # ---- forward ----------------------------------------------------------------------
+    def _extend(self, seq: Seq, ids: list[int], tree: TokenTree | None, last_only: bool) -> np.ndarray:
+        slot, start = _sseq(seq).slot, len(seq.tokens)
+        row = ForwardRow.chain(slot, start, ids) if tree is None else ForwardRow.tree(slot, start, tree)
+        return self.forward_rows([row], "last" if last_only else "logits")[0]
+
+    def _extend_greedy(self, seq: Seq, ids: list[int]) -> np.ndarray:
+        return self.forward_rows([ForwardRow.chain(_sseq(seq).slot, len(seq.tokens), ids)], "argmax")[0]
+
+    def _extend_many(self, items: list[tuple[Seq, list[int]]], last_only: bool) -> list[np.ndarray]:
+        rows = [ForwardRow.chain(_sseq(seq).slot, len(seq.tokens), ids) for seq, ids in items]
+        return self.forward_rows(rows, "last" if last_only else "logits")
+
+    def forward_rows(self, rows: Sequence[ForwardRow], read: str) -> list[np.ndarray]:
+        """One forward over ``rows``, chains longer than a prefill chunk in pieces.
+        ``read``: "logits" (every new token's), "last" (each row's last) or "argmax"."""
+        if len(rows) > 1 and max(len(r.ids) for r in rows) > _PREFILL_CHUNK:  # long prompts: one by one
+            return [self.forward_rows([row], read)[0] for row in rows]
+        row = rows[0]
+        if len(rows) > 1 or len(row.ids) <= _PREFILL_CHUNK or not _is_chain(row):
+            return self._forward_once(rows, read)
+        parts = []
+        for at in range(0, len(row.ids), _PREFILL_CHUNK):
+            piece = ForwardRow.chain(row.slot, row.start + at, row.ids[at : at + _PREFILL_CHUNK])
+            parts.append(self._forward_once([piece], read)[0])
+        return [parts[-1] if read == "last" else np.concatenate(parts)]
+
+    def _forward_once(self, rows: Sequence[ForwardRow], read: str) -> list[np.ndarray]:
+        torch = self._torch
+        b, w = len(rows), max(len(r.ids) for r in rows)
+        span = _span(max(r.start + len(r.ids) for r in rows), self.n_ctx)
+        first = (
+            rows[0].slot if [r.slot for r in rows] == list(range(rows[0].slot, rows[0].slot + b)) else None
+        )
+        try:
+            with torch.inference_mode():
+                logits, choices = self._run((b, w, span, first), rows)
+                return self._read_back(rows, logits, choices, read)
+        except RuntimeError as exc:
+            raise ModelError(f"{self.name} forward failed: {exc}") from exc
+
+    def _run(self, key: _Key, rows: Sequence[ForwardRow]) -> tuple[Any, Any]:
+        """The forward of shape ``key`` on ``rows``: a graph replay where graphs are on."""
+        if not self.graphs_enabled or key[1] > _GRAPH_WIDTH:
+            inputs = _Inputs(self._torch, key[0], key[1], self.device)
+            inputs.fill(rows, self.n_ctx, self._pad)
+            return self._forward(inputs, key)
+        entry = self._graphs.get(key)
+        if entry is None:
+            return self._capture(key, rows)
+        graph, inputs, outputs = entry
+        inputs.fill(rows, self.n_ctx, self._pad)
+        graph.replay()
+        return outputs
+
+    def _capture(self, key: _Key, rows: Sequence[ForwardRow]) -> tuple[Any, Any]:
+        """Warm the shape up on a side stream with the real inputs (a forward only rewrites
+        the same columns with the same values, so running it again changes nothing), then
+        capture it into the pool that every graph of this model shares."""
+        torch = self._torch
+        inputs = _Inputs(torch, key[0], key[1], self.device)
+        inputs.fill(rows, self.n_ctx, self._pad)
+        if self._pool is None:
+            self._pool = torch.cuda.graph_pool_handle()
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):
+            self._forward(inputs, key)
+        torch.cuda.current_stream().wait_stream(side)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph, pool=self._pool):
+            outputs = self._forward(inputs, key)
+        self._graphs[key] = (graph, inputs, outputs)
+        graph.replay()
+        return outputs
+
+    def _forward(self, inputs: _Inputs, key: _Key) -> tuple[Any, Any]:
+        """The forward over the packed inputs: logits (b, w, vocab) and their argmax (b, w)."""
+        ids, positions, columns, starts, slots, sees = inputs.views()
+        span, first = key[2], key[3]
+        mask = self._mask(starts, sees, span, self.model.dtype)
+        rows = None if first is None else slice(first, first + key[0])
+        logits = self._decoder.forward(ids, positions, columns, slots, mask, self._keys, self._values, rows)
+        return logits, top_choice(logits)
+
+    def _mask(self, starts: Any, sees: Any, span: int, dtype: Any) -> Any:
+        """Additive mask (b, 1, w, span): row i's token q sees every column below its start,
+        and column ``start + c`` where ``sees[i, q, c]``."""
+        torch = self._torch
+        b, w = sees.shape[0], sees.shape[1]
+        rel = torch.arange(span, device=self.device)[None, :] - starts[:, None]  # (b, span)
+        block = sees.gather(2, rel.clamp(0, w - 1)[:, None, :].expand(b, w, span))
+        allowed = (rel < 0)[:, None, :] | (((rel >= 0) & (rel < w))[:, None, :] & block)
+        mask = torch.zeros((b, 1, w, span), dtype=dtype, device=self.device)
+        return mask.masked_fill(~allowed[:, None], torch.finfo(dtype).min)
+
+    def _read_back(
+        self, rows: Sequence[ForwardRow], logits: Any, choices: Any, read: str
+    ) -> list[np.ndarray]:
+        counts = [len(r.ids) for r in rows]
+        if read == "argmax":
+            picked = choices.cpu().numpy()
+            return [picked[i, :n] for i, n in enumerate(counts)]
+        if read == "last":
+            index = self._torch.tensor([n - 1 for n in counts], device=self.device)
+            last = logits[self._torch.arange(len(rows), device=self.device), index]
+            return list(last.float().cpu().numpy()[:, None, :])
+        return [logits[i, :n].float().cpu().numpy() for i, n in enumerate(counts)]
+
+    def close(self) -> None:
+        super().close()
+        self._graphs.clear()
+        self._keys, self._values = [], []
+
+
+def _sseq(seq: Seq) -> StaticSeq:
+    return backend_seq(seq, StaticSeq)
+
+
+def _is_chain(row: ForwardRow) -> bool:
+    return list(row.depths) == list(range(len(row.ids)))
+
+
+def _span(needed: int, n_ctx: int) -> int:
+    """The columns a forward attends over: the power of two (at least 256) that covers
+    ``needed``, at most the context."""
+    span = _MIN_SPAN
+    while span < needed:
+        span *= 2
+    return min(span, n_ctx)

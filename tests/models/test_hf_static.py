@@ -1,0 +1,122 @@
+"""Static KV caches (``HFStaticModel``): the CUDA path's cache logic, run on the CPU.
+
+The contract suite (test_contract.py) runs the static model as one more subject; these
+tests cover what only static caches have: a fixed number of slots, prompts longer than
+one forward, batches whose rows attend over other spans, and refusals.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from coinfer.errors import ConfigError, ModelError, SequenceError
+from tests.conftest import needs_torch
+
+pytestmark = needs_torch
+
+
+@pytest.fixture(scope="module")
+def long_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    from coinfer.testing import tiny_hf_model_dir
+
+    return tiny_hf_model_dir(tmp_path_factory.mktemp("long"), arch="qwen2", seed=3, context=2048)
+
+
+@pytest.fixture(scope="module")
+def pair(long_dir: Path):  # type: ignore[no-untyped-def]
+    """The same tiny model on static (3 slots) and on dynamic caches."""
+    from coinfer.models import load_model
+
+    static = load_model(str(long_dir), backend="transformers", kv="static", n_ctx=2048, n_seq_max=3)
+    dynamic = load_model(str(long_dir), backend="transformers", kv="dynamic", n_ctx=2048)
+    return static, dynamic
+
+
+def _ids(n: int, seed: int = 0) -> list[int]:
+    return np.random.default_rng(seed).integers(0, 300, n).tolist()
+
+
+def _logits(model, ids: list[int], **kw) -> np.ndarray:  # type: ignore[no-untyped-def]
+    seq = model.new_sequence()
+    try:
+        return model.extend(seq, ids, **kw)
+    finally:
+        model.release(seq)
+
+
+def test_a_prompt_longer_than_one_forward_is_read_in_pieces_with_the_same_logits(pair) -> None:  # type: ignore[no-untyped-def]
+    static, dynamic = pair
+    prompt = _ids(1300)
+    np.testing.assert_allclose(_logits(static, prompt), _logits(dynamic, prompt), atol=1e-4)
+    last = _logits(static, prompt, last_only=True)
+    assert last.shape == (1, static.vocab_size)
+    np.testing.assert_allclose(last[0], _logits(dynamic, prompt, last_only=True)[0], atol=1e-4)
+
+
+def test_rows_of_a_batch_past_different_spans_match_dynamic_caches(pair) -> None:  # type: ignore[no-untyped-def]
+    """One row 250 tokens in (its next tokens cross the first 256-column span), one at 10,
+    one at 700: the batch attends over the widest span, each row over its own prefix."""
+    static, dynamic = pair
+    outs = []
+    for model in pair:
+        seqs = [model.new_sequence() for _ in range(3)]
+        for seq, n in zip(seqs, (250, 10, 700), strict=True):
+            model.extend(seq, _ids(n, n), last_only=True)
+        outs.append(
+            model.extend_many(list(zip(seqs, ([1, 2, 3, 4, 5, 6, 7, 8, 9], [4], [5, 6]), strict=True)))
+        )
+        for seq in seqs:
+            model.release(seq)
+    for got, want in zip(*outs, strict=True):
+        np.testing.assert_allclose(got, want, atol=1e-4)
+
+
+def test_slots_are_a_fixed_budget_and_come_back_on_release(pair) -> None:  # type: ignore[no-untyped-def]
+    static, _ = pair
+    assert static.max_sequences == 3
+    seqs = [static.new_sequence() for _ in range(3)]
+    with pytest.raises(SequenceError, match="3 KV cache slots are all in use"):
+        static.new_sequence()
+    static.release(seqs[1])
+    again = static.new_sequence()
+    assert again.slot == seqs[1].slot  # type: ignore[attr-defined]
+    for seq in (seqs[0], seqs[2], again):
+        static.release(seq)
+
+
+def test_a_released_slot_reused_by_a_new_sequence_starts_empty(pair) -> None:  # type: ignore[no-untyped-def]
+    static, dynamic = pair
+    old = static.new_sequence()
+    static.extend(old, _ids(40, 1))
+    static.release(old)
+    fresh = _logits(static, [7, 8, 9])
+    np.testing.assert_allclose(fresh, _logits(dynamic, [7, 8, 9]), atol=1e-4)
+
+
+def test_unsupported_architectures_and_kinds_are_refused_with_a_hint(long_dir: Path) -> None:
+    from transformers import AutoModelForCausalLM, GPT2Config
+
+    from coinfer.models import load_model
+    from coinfer.models.architectures import byte_tokenizer
+    from coinfer.models.hf_static import static_unsupported
+    from coinfer.models.load import wrap_transformers
+
+    gpt2 = AutoModelForCausalLM.from_config(GPT2Config(n_layer=1, n_embd=32, n_head=2, vocab_size=300))
+    assert "architecture 'gpt2'" in (static_unsupported(gpt2) or "")
+    with pytest.raises(ModelError, match="cannot use static KV caches") as err:
+        wrap_transformers(gpt2, byte_tokenizer(), name="gpt2", n_ctx=64, kv="static")
+    assert "dynamic" in (err.value.hint or "")
+    with pytest.raises(ConfigError, match="unknown KV cache kind"):
+        load_model(str(long_dir), backend="transformers", kv="paged")
+
+
+def test_on_a_cpu_the_default_stays_on_dynamic_caches(long_dir: Path) -> None:
+    from coinfer.models import load_model
+    from coinfer.models.hf_static import HFStaticModel
+
+    model = load_model(str(long_dir), backend="transformers")
+    assert not isinstance(model, HFStaticModel)
+    model.close()
