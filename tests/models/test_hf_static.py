@@ -87,6 +87,24 @@ def test_slots_are_a_fixed_budget_and_come_back_on_release(pair) -> None:  # typ
         static.release(seq)
 
 
+def test_without_a_fixed_number_the_slots_grow_and_keep_what_they_held(long_dir: Path, pair) -> None:  # type: ignore[no-untyped-def]
+    from coinfer.models import load_model
+
+    _, dynamic = pair
+    model = load_model(str(long_dir), backend="transformers", kv="static", n_ctx=2048)
+    assert model.max_sequences is None
+    first = model.new_sequence()
+    model.extend(first, _ids(30, 2))
+    more = [model.new_sequence() for _ in range(12)]  # past the first 8 slots: the caches double
+    for i, seq in enumerate(more):
+        model.extend(seq, _ids(5, 10 + i))
+    reference = dynamic.new_sequence()
+    dynamic.extend(reference, _ids(30, 2))
+    np.testing.assert_allclose(model.extend(first, [3, 4]), dynamic.extend(reference, [3, 4]), atol=1e-4)
+    dynamic.release(reference)
+    model.close()
+
+
 def test_a_released_slot_reused_by_a_new_sequence_starts_empty(pair) -> None:  # type: ignore[no-untyped-def]
     static, dynamic = pair
     old = static.new_sequence()

@@ -276,6 +276,8 @@ def _markdown(report: dict[str, Any], config: CudaDecodeConfig) -> str:
                 else ["", ""]
             )
             lines.append("| " + " | ".join(cells + tail) + " |")
+    if not report["identity"]:
+        return "\n".join(lines) + "\n"
     lines += [
         "",
         "| model (float32) | prompts | plain identical | speculative identical |",

@@ -47,6 +47,7 @@ _Key = tuple[int, int, int, "int | None"]  # batch, width, span, first slot when
 _ARCHITECTURES = {"llama", "qwen2", "qwen3", "mistral"}  # decoders whose layers take position_embeddings
 _PREFILL_CHUNK = 512  # the longest chain one forward takes; longer ones go in pieces
 _MIN_SPAN = 256
+_FIRST_SLOTS = 8  # sequences a model's caches hold at first, unless it is loaded with a fixed number
 _GRAPH_WIDTH = 80  # the widest forward captured as a graph (drafts, trees); wider ones (prompts) run directly
 
 
@@ -145,7 +146,7 @@ class HFStaticModel(HFModel):
         *,
         name: str,
         n_ctx: int | None = None,
-        slots: int = 16,
+        slots: int | None = None,
         graphs: bool | None = None,
     ) -> None:
         super().__init__(model, tokenizer, name=name, n_ctx=n_ctx)
@@ -154,10 +155,11 @@ class HFStaticModel(HFModel):
             raise ModelError(
                 f"{name} cannot use static KV caches: {reason}", hint="load it with kv='dynamic'"
             )
-        self.max_sequences = slots
+        self.max_sequences = slots  # None: the slots double when they run out
         self.graphs_enabled = self.device.type == "cuda" if graphs is None else graphs
-        self._free = list(range(slots))
-        self._keys, self._values = self._allocate(slots)
+        self._slots = slots or _FIRST_SLOTS
+        self._free = list(range(self._slots))
+        self._keys, self._values = self._allocate(self._slots)
         self._graphs: dict[_Key, tuple[Any, _Inputs, tuple[Any, Any]]] = {}
         self._pool: Any = None
         self._decoder = StaticDecoder(self._torch, self.model, fuse=self.graphs_enabled)
@@ -183,12 +185,26 @@ class HFStaticModel(HFModel):
 
     # ---- sequences --------------------------------------------------------------------
     def _new_seq(self, seq_id: int) -> Seq:
+        if not self._free and self.max_sequences is None:
+            self._grow()
         if not self._free:
             raise SequenceError(
                 f"{self.name}'s {self.max_sequences} KV cache slots are all in use: release a sequence first"
             )
         self._free.sort()
         return StaticSeq(seq_id, slot=self._free.pop(0))
+
+    def _grow(self) -> None:
+        """Twice the slots: new buffers that start with the old ones' contents. The graphs
+        captured the old buffers' addresses, so each shape is captured again on next use."""
+        old = self._slots
+        keys, values = self._allocate(2 * old)
+        with self._torch.inference_mode():
+            for new, previous in zip((*keys, *values), (*self._keys, *self._values), strict=True):
+                new[:old] = previous
+        self._keys, self._values, self._slots = keys, values, 2 * old
+        self._graphs.clear()
+        self._free.extend(range(old, 2 * old))
 
     def _release(self, seq: Seq) -> None:
         self._free.append(_sseq(seq).slot)

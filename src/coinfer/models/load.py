@@ -40,7 +40,8 @@ def load_model(
 
     ``kv`` (transformers): "static" caches with CUDA graphs (``HFStaticModel``), "dynamic"
     ones, or None for static on a GPU where the architecture allows; ``n_seq_max`` among
-    ``options`` is how many sequences may be live (static slots; llama.cpp's own)."""
+    ``options`` is how many sequences may be live (llama.cpp's own; static caches hold
+    that many, or else grow as sequences are made)."""
     if backend not in BACKENDS:
         raise ConfigError(f"unknown backend {backend!r}", hint=f"choose one of {', '.join(BACKENDS)}")
     source = resolve(spec)
@@ -48,13 +49,19 @@ def load_model(
         from coinfer.models.llamacpp import LlamaCppModel
 
         return LlamaCppModel(gguf_path(source), name=source.name, n_ctx=n_ctx, n_threads=n_threads, **options)
-    slots = int(options.get("n_seq_max") or 16)
+    slots = int(options["n_seq_max"]) if options.get("n_seq_max") else None
     model, tok = _load_transformers(source, n_threads=n_threads, device=device, dtype=dtype)
     return wrap_transformers(model, tok, name=source.name, n_ctx=n_ctx, kv=kv, slots=slots)
 
 
 def wrap_transformers(
-    model: Any, tokenizer: Any, *, name: str, n_ctx: int | None, kv: str | None = None, slots: int = 16
+    model: Any,
+    tokenizer: Any,
+    *,
+    name: str,
+    n_ctx: int | None,
+    kv: str | None = None,
+    slots: int | None = None,
 ) -> SteerableModel:
     """A loaded transformers model and tokenizer behind the steerable contract, on static
     or dynamic KV caches (``load_model``'s ``kv``)."""
