@@ -138,3 +138,37 @@ def test_on_a_cpu_the_default_stays_on_dynamic_caches(long_dir: Path) -> None:
     model = load_model(str(long_dir), backend="transformers")
     assert not isinstance(model, HFStaticModel)
     model.close()
+
+
+def test_forwards_padded_to_a_few_widths_give_each_real_token_its_logits(long_dir: Path, pair) -> None:  # type: ignore[no-untyped-def]
+    """On a GPU a chain of 5 runs as 8 (one captured shape serves several widths); the
+    padding tokens must change nothing the caller sees, in chains, trees and batches."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from coinfer.models.hf_static import HFStaticModel
+
+    _, dynamic = pair
+    padded = HFStaticModel(
+        AutoModelForCausalLM.from_pretrained(long_dir),
+        AutoTokenizer.from_pretrained(long_dir),
+        name="padded",
+        n_ctx=2048,
+        pad_widths=True,
+    )
+    models = (padded, dynamic)
+    seqs = [m.new_sequence() for m in models]
+    for m, seq in zip(models, seqs, strict=True):
+        m.extend(seq, _ids(60, 4))
+
+    def both(ids: list[int], **kw) -> None:  # type: ignore[no-untyped-def]
+        got, want = (m.extend(seq, ids, **kw) for m, seq in zip(models, seqs, strict=True))
+        np.testing.assert_allclose(got, want, atol=1e-4)
+
+    for chain in ([5], [6, 7, 8], [1, 2, 3, 4, 5], list(range(9, 22))):
+        both(chain)
+    both([3, 4, 5], parents=[-1, 0, 0])
+    for m, seq in zip(models, seqs, strict=True):
+        m.commit_path(seq, [0, 2])
+    both([7])
+    dynamic.release(seqs[1])
+    padded.close()

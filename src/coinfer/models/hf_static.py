@@ -14,10 +14,12 @@ tokens is one fixed sequence of kernels, captured once as a CUDA graph and repla
   new token sees (its ancestors and itself; a chain is the causal block). The additive
   attention mask is built from those on the device, over the first ``span`` columns, a
   power of two that covers every row. So one graph serves every call of the same
-  (b, w, span).
-- **Only the cache is ours.** The model's own embedding, decoder layers, norm and head
-  run unchanged; they update a ``_SlotCache`` that writes the new keys into the slots
-  and hands back each row's first ``span`` columns.
+  batch, width, span and first slot (rows in consecutive slots read the cache in place),
+  and on a GPU the widths are padded up to 1, 2, 4, 8, 16, 32, 64 or 80, so that a
+  model captures few shapes.
+- **A decoder written for it** (``static_layers.StaticDecoder``): the model's own weights
+  with its projections fused and, on a GPU, its elementwise steps compiled, so that a
+  layer is about fifteen kernels.
 - **Rows read back as needed.** Greedy verification reads back the argmax of each row
   (taken on the device); ``extend`` reads the logits; a prefill only its last row.
 
@@ -48,7 +50,10 @@ _ARCHITECTURES = {"llama", "qwen2", "qwen3", "mistral"}  # decoders whose layers
 _PREFILL_CHUNK = 512  # the longest chain one forward takes; longer ones go in pieces
 _MIN_SPAN = 256
 _FIRST_SLOTS = 8  # sequences a model's caches hold at first, unless it is loaded with a fixed number
-_GRAPH_WIDTH = 80  # the widest forward captured as a graph (drafts, trees); wider ones (prompts) run directly
+_WIDTHS = (1, 2, 4, 8, 16, 32, 64, 80)  # the widths forwards are padded to (see _padded_width)
+_GRAPH_WIDTH = _WIDTHS[
+    -1
+]  # the widest forward captured as a graph (drafts, trees); wider ones (prompts) run directly
 
 
 def static_unsupported(model: Any) -> str | None:
@@ -148,6 +153,7 @@ class HFStaticModel(HFModel):
         n_ctx: int | None = None,
         slots: int | None = None,
         graphs: bool | None = None,
+        pad_widths: bool | None = None,
     ) -> None:
         super().__init__(model, tokenizer, name=name, n_ctx=n_ctx)
         reason = static_unsupported(model)
@@ -157,6 +163,8 @@ class HFStaticModel(HFModel):
             )
         self.max_sequences = slots  # None: the slots double when they run out
         self.graphs_enabled = self.device.type == "cuda" if graphs is None else graphs
+        # forwards padded to a few widths, so that few shapes are captured (default: with graphs)
+        self.pad_widths = self.graphs_enabled if pad_widths is None else pad_widths
         self._slots = slots or _FIRST_SLOTS
         self._free = list(range(self._slots))
         self._keys, self._values = self._allocate(self._slots)
@@ -259,6 +267,7 @@ class HFStaticModel(HFModel):
     def _forward_once(self, rows: Sequence[ForwardRow], read: str) -> list[np.ndarray]:
         torch = self._torch
         b, w = len(rows), max(len(r.ids) for r in rows)
+        w = _padded_width(w) if self.pad_widths else w
         span = _span(max(r.start + len(r.ids) for r in rows), self.n_ctx)
         first = (
             rows[0].slot if [r.slot for r in rows] == list(range(rows[0].slot, rows[0].slot + b)) else None
@@ -350,6 +359,13 @@ def _sseq(seq: Seq) -> StaticSeq:
 
 def _is_chain(row: ForwardRow) -> bool:
     return list(row.depths) == list(range(len(row.ids)))
+
+
+def _padded_width(w: int) -> int:
+    """The width a forward of ``w`` tokens runs at when widths are padded: the next of a
+    few (the cost of a forward is nearly flat from 2 to 64 tokens on a GPU, and each new
+    width costs a compile and a capture, about 0.1 s on a 1.5B). Wider ones stay as they are."""
+    return next((x for x in _WIDTHS if x >= w), w)
 
 
 def _span(needed: int, n_ctx: int) -> int:
