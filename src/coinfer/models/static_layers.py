@@ -164,6 +164,16 @@ def top_choice(logits: Any) -> Any:
     return (chunk * (vocab // 64) + where.gather(-1, chunk)).squeeze(-1)
 
 
+def _can_compile() -> bool:
+    """Whether ``torch.compile`` can generate GPU kernels here (it needs Triton); without
+    it the steps run unfused, slower but the same."""
+    try:
+        from torch.utils._triton import has_triton
+    except ImportError:
+        return False
+    return bool(has_triton())
+
+
 def _allow_recompiles(torch: Any) -> None:
     """Each model (a draft and its target in one process) compiles the steps again for its
     sizes, and batch 1 and width 1 get their own versions: more than dynamo's default
@@ -194,7 +204,8 @@ class StaticDecoder:
         self.norms = [(layer.norm_in.weight, _eps(layer.norm_in)) for layer in self.layers[1:]]
         self.norms.append((self.core.norm.weight, _eps(self.core.norm)))
         steps = (add_norm, rope_split, silu_mul, attend)
-        if fuse:
+        self.fused = fuse and _can_compile()
+        if self.fused:
             _allow_recompiles(torch)
             steps = tuple(torch.compile(step, dynamic=True) for step in steps)
         self.add_norm, self.rope_split, self.silu_mul, self.attend = steps
