@@ -15,7 +15,8 @@ from __future__ import annotations
 
 import statistics
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -128,22 +129,25 @@ def eager_forward_ms(model: HFModel, prefill: int, k: int, repeats: int) -> floa
         model.release(seq)
 
 
-def _pair(name: str, dtype: str, n_ctx: int, slots: int) -> tuple[HFStaticModel, HFModel]:
-    """One random-weights model behind both paths (the weights shared)."""
+@contextmanager
+def _pair(name: str, dtype: str, n_ctx: int, slots: int) -> Iterator[tuple[HFStaticModel, HFModel]]:
+    """One random-weights model behind both paths (the weights shared), freed after."""
     model = random_weights_model(name, device="cuda", dtype=dtype)
     tok = byte_tokenizer()
-    return (
-        HFStaticModel(model, tok, name=name, n_ctx=n_ctx, slots=slots),
-        HFModel(model, tok, name=name, n_ctx=n_ctx),
-    )
+    static = HFStaticModel(model, tok, name=name, n_ctx=n_ctx, slots=slots)
+    eager = HFModel(model, tok, name=name, n_ctx=n_ctx)
+    try:
+        yield static, eager
+    finally:
+        static.close()
+        eager.close()
+        import_torch().cuda.empty_cache()
 
 
 def measure_speed(name: str, config: CudaDecodeConfig, bandwidth: float) -> dict[str, Any]:
-    static, eager = _pair(name, "bfloat16", config.n_ctx, max(config.batches))
-    torch = import_torch()
-    try:
+    with _pair(name, "bfloat16", config.n_ctx, max(config.batches)) as (static, eager):
         nbytes = weight_bytes(static.model)
-        row: dict[str, Any] = {
+        return {
             "model": name,
             "weights": "random (the published architecture)",
             "weight_gb": round(nbytes / 1e9, 3),
@@ -161,11 +165,6 @@ def measure_speed(name: str, config: CudaDecodeConfig, bandwidth: float) -> dict
             },
             "graphs": static.graph_count,
         }
-    finally:
-        static.close()
-        eager.close()
-        torch.cuda.empty_cache()
-    return row
 
 
 def suite_ids(tokenizer: Any, n: int, limit: int) -> list[list[int]]:
@@ -200,15 +199,9 @@ def identity_counts(
 
 def check_identity(name: str, config: CudaDecodeConfig) -> dict[str, Any]:
     """``identity_counts`` of the architecture ``name`` in float32 on every fitting prompt."""
-    static, eager = _pair(name, "float32", config.n_ctx, 4)
-    torch = import_torch()
     prompts = suite_ids(byte_tokenizer(), config.identity_prompts, config.n_ctx - config.identity_tokens - 8)
-    try:
+    with _pair(name, "float32", config.n_ctx, 4) as (static, eager):
         plain, spec = identity_counts(static, eager, prompts, config.identity_tokens)
-    finally:
-        static.close()
-        eager.close()
-        torch.cuda.empty_cache()
     return {"model": name, "prompts": len(prompts), "plain_identical": plain, "spec_identical": spec}
 
 

@@ -105,10 +105,11 @@ class _Inputs:
     """The packed int64 inputs of one (b, w) forward, on the host and on the device: one
     copy moves them all."""
 
-    def __init__(self, torch: Any, b: int, w: int, device: Any) -> None:
+    def __init__(self, torch: Any, b: int, w: int, device: Any, *, pinned: bool = False) -> None:
+        """``pinned``: a graph's inputs, filled on every replay, sit in page-locked host
+        memory (an asynchronous copy); a forward run once does not pay for allocating it."""
         self.b, self.w = b, w
         size = 3 * b * w + 2 * b + b * w * w
-        pinned = device.type == "cuda"
         self.host = torch.zeros(size, dtype=torch.long, pin_memory=pinned)
         self.device = torch.zeros(size, dtype=torch.long, device=device)
 
@@ -298,7 +299,7 @@ class HFStaticModel(HFModel):
         the same columns with the same values, so running it again changes nothing), then
         capture it into the pool that every graph of this model shares."""
         torch = self._torch
-        inputs = _Inputs(torch, key[0], key[1], self.device)
+        inputs = _Inputs(torch, key[0], key[1], self.device, pinned=True)
         inputs.fill(rows, self.n_ctx, self._pad)
         if self._pool is None:
             self._pool = torch.cuda.graph_pool_handle()

@@ -46,16 +46,15 @@ def fused_layers_unsupported(config: Any) -> str | None:
 
 @dataclass
 class _Layer:
-    """One decoder layer's weights, the projections fused."""
+    """One decoder layer's weights, the projections fused; each RMS norm as (weight, eps)."""
 
-    norm_in: Any
+    norm_in: tuple[Any, float]
     qkv: Any
     qkv_bias: Any
-    q_norm: Any
-    k_norm: Any
+    qk_norms: tuple[Any, Any, float]  # Qwen3's per-head query and key norms: (None, None, 0) if none
     out: Any
     out_bias: Any
-    norm_post: Any
+    norm_post: tuple[Any, float]
     gate_up: Any
     down: Any
 
@@ -80,23 +79,23 @@ def _layer(torch: Any, layer: Any) -> _Layer:
     attn, mlp = layer.self_attn, layer.mlp
     qkv, qkv_bias = _fuse(torch, [attn.q_proj, attn.k_proj, attn.v_proj])
     gate_up, _ = _fuse(torch, [mlp.gate_proj, mlp.up_proj])
-    q_norm, k_norm = getattr(attn, "q_norm", None), getattr(attn, "k_norm", None)
+    q_norm = getattr(attn, "q_norm", None)  # Qwen3 normalizes each head's queries and keys
+    qk_norms = (None, None, 0.0) if q_norm is None else (q_norm.weight, attn.k_norm.weight, _eps(q_norm))
     return _Layer(
-        norm_in=layer.input_layernorm,
+        norm_in=_norm(layer.input_layernorm),
         qkv=qkv,
         qkv_bias=qkv_bias,
-        q_norm=q_norm,
-        k_norm=k_norm,
+        qk_norms=qk_norms,
         out=attn.o_proj.weight,
         out_bias=attn.o_proj.bias,
-        norm_post=layer.post_attention_layernorm,
+        norm_post=_norm(layer.post_attention_layernorm),
         gate_up=gate_up,
         down=mlp.down_proj.weight,
     )
 
 
-def _rms(torch: Any, x: Any, norm: Any) -> Any:
-    return torch.nn.functional.rms_norm(x, (x.shape[-1],), norm.weight, _eps(norm))
+def _norm(module: Any) -> tuple[Any, float]:
+    return module.weight, _eps(module)
 
 
 def _eps(norm: Any) -> float:
@@ -201,8 +200,8 @@ class StaticDecoder:
         self.scale = self.core.layers[0].self_attn.scaling
         with torch.no_grad():
             self.layers = [_layer(torch, layer) for layer in self.core.layers]
-        self.norms = [(layer.norm_in.weight, _eps(layer.norm_in)) for layer in self.layers[1:]]
-        self.norms.append((self.core.norm.weight, _eps(self.core.norm)))
+        # the norm each layer's output goes through next: the next layer's, then the final one
+        self.next_norms = [layer.norm_in for layer in self.layers[1:]] + [_norm(self.core.norm)]
         steps = (add_norm, rope_split, silu_mul, attend)
         self.fused = fuse and _can_compile()
         if self.fused:
@@ -230,14 +229,15 @@ class StaticDecoder:
         group = self.heads // self.kv_heads
         b, w, span = ids.shape[0], ids.shape[1], mask.shape[-1]
         packed_mask = mask[:, :, None].expand(b, 1, group, w, span).reshape(b, 1, group * w, span)
-        normed = _rms(torch, hidden, self.layers[0].norm_in)
+        weight, eps = self.layers[0].norm_in
+        normed = torch.nn.functional.rms_norm(hidden, (hidden.shape[-1],), weight, eps)
         for i, (layer, k_cache, v_cache) in enumerate(zip(self.layers, keys, values, strict=True)):
             attended = self._attention(
                 layer, normed, cos, sin, packed_mask, (k_cache, v_cache), (slots, columns, rows)
             )
-            hidden, normed = self.add_norm(hidden, attended, layer.norm_post.weight, _eps(layer.norm_post))
+            hidden, normed = self.add_norm(hidden, attended, *layer.norm_post)
             mixed = linear(self.silu_mul(linear(normed, layer.gate_up)), layer.down)
-            hidden, normed = self.add_norm(hidden, mixed, *self.norms[i])
+            hidden, normed = self.add_norm(hidden, mixed, *self.next_norms[i])
         return self.head(normed)
 
     def _attention(
@@ -253,10 +253,7 @@ class StaticDecoder:
         torch, nq, nkv, d = self.torch, self.heads, self.kv_heads, self.head_dim
         b, w = x.shape[0], x.shape[1]
         qkv = torch.nn.functional.linear(x, layer.qkv, layer.qkv_bias).view(b, w, nq + 2 * nkv, d)
-        q_norm = None if layer.q_norm is None else layer.q_norm.weight
-        k_norm = None if layer.k_norm is None else layer.k_norm.weight
-        eps = 1e-6 if layer.q_norm is None else _eps(layer.q_norm)
-        queries, k, v = self.rope_split(qkv, cos, sin, nq, nkv, q_norm, k_norm, eps)
+        queries, k, v = self.rope_split(qkv, cos, sin, nq, nkv, *layer.qk_norms)
         slots, columns, rows = where
         k_cache, v_cache = cache
         k_cache[slots[:, None], :, columns] = k
