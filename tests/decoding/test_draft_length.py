@@ -2,10 +2,19 @@
 
 from __future__ import annotations
 
+import itertools
+
 import numpy as np
 import pytest
 
-from coinfer.decoding.draft_length import AdaptiveDraftLength, FixedDraftLength
+from coinfer.decoding.draft_length import (
+    AdaptiveDraftLength,
+    CopyBucket,
+    DraftSizer,
+    FixedDraftLength,
+    batch_lengths,
+)
+from coinfer.decoding.drafters import Draft
 from coinfer.errors import ConfigError
 
 # Measured shape on this CPU for qwen2.5-coder-1.5b (ms of one forward over n tokens, n = k + 1)
@@ -257,3 +266,55 @@ def test_a_cheap_drafter_is_not_probed_where_drafts_never_pay() -> None:
             policy.learn(bucket=0, position=position, kept=position <= matched)
     assert policy.drafter_is_cheap()
     assert sum(k > 0 for k in verified[20:]) == 0
+
+
+# Ms of one forward over n tokens on this CPU, whatever its requests (4 rows cost 3.2 one-row
+# forwards, 8 rows 7.0: the tiled matmul's dear sizes, ``docs/bench/collective``)
+BATCH_CURVE = {1: 32, 2: 61, 4: 104, 5: 118, 8: 225, 12: 276, 16: 276, 24: 408, 32: 457}
+
+
+def _batch_cost(n: int) -> float:
+    return _cost(BATCH_CURVE, n)
+
+
+def test_a_batch_verifies_one_requests_long_confident_copy_and_no_ones_guesses() -> None:
+    copy = [0.99] * 20  # a function being rewritten: each token holds, once the ones before it did
+    guesses = [0.5, 0.2, 0.05]  # a shallow match in prose
+    assert batch_lengths([copy, guesses, guesses, []], _batch_cost)[0] == 20
+    # one request's guesses alone do not pay for a dearer forward of four either
+    assert batch_lengths([guesses, guesses, guesses, guesses], _batch_cost) == [0, 0, 0, 0]
+
+
+def test_a_batch_choice_is_the_best_rate_over_every_cut() -> None:
+    survivals = [[0.9, 0.8, 0.6, 0.3], [0.95, 0.9], [0.4], [0.99, 0.98, 0.97, 0.96, 0.9, 0.8]]
+    k = batch_lengths(survivals, _batch_cost)
+
+    def rate(cut: tuple[int, ...]) -> float:
+        gained = 4 + sum(sum(s[:n]) for s, n in zip(survivals, cut, strict=True))
+        return gained / _batch_cost(4 + sum(cut))
+
+    every = itertools.product(*(range(len(s) + 1) for s in survivals))
+    assert rate(tuple(k)) == pytest.approx(max(rate(c) for c in every))
+
+
+def test_a_batch_drafts_only_for_the_promised_gain_and_only_once_costs_are_measured() -> None:
+    # 4 + 0.9 tokens for 118 ms against 4 for 104: 8% more, over a 5% threshold but not 10%
+    assert batch_lengths([[0.9], [], [], []], _batch_cost, required_gain=1.05) == [1, 0, 0, 0]
+    assert batch_lengths([[0.9], [], [], []], _batch_cost, required_gain=1.1) == [0, 0, 0, 0]
+    assert AdaptiveDraftLength().trim_together([(8, 0), (3, 0)]) == [0, 0]  # no cost measured yet
+
+
+def test_drafts_cut_together_are_scored_whole_and_a_fixed_policy_keeps_them() -> None:
+    policy = AdaptiveDraftLength(costs={n: float(c) for n, c in BATCH_CURVE.items()})
+    for _ in range(6):  # this run's deep copies have held
+        for position in range(1, 21):
+            policy.learn(bucket=CopyBucket(12, True), position=position, kept=True)
+    sizer = DraftSizer(policy)
+    long = Draft(list(range(10, 30)), bucket=CopyBucket(12, True))
+    short = Draft([7, 8], bucket=CopyBucket(1, False))
+    cut = sizer.cut_together([(0, 5, long), (1, 5, short)], others=2)
+    assert len(cut[0].tokens) > 8 and cut[1].tokens == []
+    sizer.learn(1, [0] * 5 + [7, 8])  # the trimmed short draft held: its record learns so all the same
+    assert policy.survival(CopyBucket(1, False))[2] > AdaptiveDraftLength().survival(CopyBucket(1, False))[2]
+    fixed = DraftSizer(FixedDraftLength(3)).cut_together([(0, 5, long), (1, 5, short)])
+    assert [d.tokens for d in fixed] == [long.tokens, short.tokens]

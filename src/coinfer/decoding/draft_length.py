@@ -49,13 +49,18 @@ tried every ``probe_every`` rounds regardless: at k = 0 it proposes nothing, so 
 never hear that its drafts have come to pay. A cheap one needs no such probe: its
 proposals are scored whether or not they are verified, and a probe in text where
 drafts never pay cost about one token in 32.
+
+Requests verified together in one forward (the collective engine's batches) are cut
+together (``trim_together``, ``batch_lengths``): the curve is then per forward, whatever
+its requests, and the forward's draft tokens are those with the best chances across every
+request, as many as pay for the forward they make dearer.
 """
 
 from __future__ import annotations
 
 import math
 import threading
-from collections.abc import Hashable, Mapping, Sequence
+from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, NamedTuple, Protocol
 
@@ -71,6 +76,7 @@ __all__ = [
     "DraftSizer",
     "FixedDraftLength",
     "ProposalLedger",
+    "batch_lengths",
     "copy_prior",
     "within_measured",
 ]
@@ -110,6 +116,47 @@ def within_measured(curve: Mapping[int, float], n: int) -> float | None:
     return (1 - w) * curve[lo] + w * curve[hi]
 
 
+def batch_lengths(
+    survivals: Sequence[Sequence[float]],
+    cost: Callable[[int], float],
+    *,
+    required_gain: float = 1.0,
+    explore: bool = False,
+) -> list[int]:
+    """How many tokens of each request's draft to verify in one batched forward.
+
+    ``survivals[j][i - 1]`` is the chance that the first i tokens of request j's draft all
+    hold (never rising with i); ``cost(n)`` the seconds of a forward over n tokens. With b
+    requests, verifying t draft tokens yields b plus the sum of their survivals, for
+    ``cost(b + t)``. For each t the best tokens are the t highest survivals, which are
+    prefixes of the drafts (ties go to the earlier position), so the choice is the t that
+    maximises ``(b + top-t sum) / cost(b + t)``: one request's long confident copy is
+    worth a dearer forward, where every request's short guess is not. t = 0 (plain
+    decoding) unless the best promises ``required_gain`` more. ``explore``: one token more
+    than the choice when that is predicted within 10% of it, so the curve past the choice
+    stays measured. With one request it is ``AdaptiveDraftLength``'s rate, maximised over
+    the tokens actually proposed."""
+    b = len(survivals)
+    if not b:
+        return []
+    ranked = sorted(
+        ((p, i, j) for j, s in enumerate(survivals) for i, p in enumerate(s)), key=lambda x: (-x[0], x[1])
+    )
+    rates, gained = [b / cost(b)], float(b)
+    for p, _, _ in ranked:
+        gained += p
+        rates.append(gained / cost(b + len(rates)))
+    best = max(range(len(rates)), key=lambda t: (rates[t], -t))
+    if rates[best] < required_gain * rates[0]:
+        best = 0
+    elif explore and best + 1 < len(rates) and rates[best + 1] >= 0.9 * rates[best]:
+        best += 1
+    out = [0] * b
+    for _, _, j in ranked[:best]:
+        out[j] += 1
+    return out
+
+
 class DraftLength(Protocol):
     """Chooses k before a round and learns from what rounds cost and what drafts would keep."""
 
@@ -119,6 +166,10 @@ class DraftLength(Protocol):
 
     def trim(self, proposed: int, bucket: Hashable) -> int:
         """How many of the ``proposed`` tokens, drafted with confidence ``bucket``, to verify."""
+        ...
+
+    def trim_together(self, proposals: Sequence[tuple[int, Hashable]]) -> list[int]:
+        """``trim`` for drafts verified in one forward: (tokens proposed, bucket) per request."""
         ...
 
     def observe(self, *, drafted: int, draft_s: float, verify_s: float, proposed: int = 0) -> None:
@@ -146,6 +197,9 @@ class FixedDraftLength:
 
     def trim(self, proposed: int, bucket: Hashable) -> int:
         return proposed
+
+    def trim_together(self, proposals: Sequence[tuple[int, Hashable]]) -> list[int]:
+        return [n for n, _ in proposals]
 
     def observe(self, *, drafted: int, draft_s: float, verify_s: float, proposed: int = 0) -> None:
         return None
@@ -338,7 +392,7 @@ class AdaptiveDraftLength:
 
     def drafter_is_cheap(self) -> bool:
         """Whether proposing ``k_max`` tokens costs next to nothing next to one target forward."""
-        t1 = self.costs.get(1)
+        t1 = self.verify_cost(1)  # a batch's forwards are over several tokens: the least measured
         d = self._draft_per_token
         return t1 is not None and d is not None and d * self.k_max <= self.cheap_fraction * t1
 
@@ -351,6 +405,17 @@ class AdaptiveDraftLength:
 
     def trim(self, proposed: int, bucket: Hashable) -> int:
         return min(proposed, self._choose(bucket))  # drafting is paid for by now; verifying is not
+
+    def trim_together(self, proposals: Sequence[tuple[int, Hashable]]) -> list[int]:
+        """How many of each request's proposed tokens to verify when every request is
+        verified in one forward, from (tokens proposed, bucket) per request (``batch_lengths``
+        over this policy's cost curve, which is then per forward, whatever its requests).
+        Drafting is paid for by now; nothing is verified before the curve has a measurement."""
+        if not self.costs:
+            return [0] * len(proposals)
+        survivals = [self.survival(bucket)[1 : n + 1] if n else [] for n, bucket in proposals]
+        explore = bool(self._rounds) and self._rounds % self.explore_every == 0
+        return batch_lengths(survivals, self._cost, required_gain=self.required_gain, explore=explore)
 
     def _choose(self, bucket: Hashable | None) -> int:
         if 1 not in self.costs:  # plain decoding is measured first: every gain is against it
@@ -464,6 +529,17 @@ class DraftSizer:
             return draft
         with self._lock:
             return draft.head(self.policy.trim(len(draft.tokens), draft.bucket))
+
+    def cut_together(self, proposals: Sequence[tuple[int, int, Draft]], others: int = 0) -> list[Draft]:
+        """Drafts (key, context length, draft) verified in one forward, each cut so that the
+        forward's tokens are the ones worth their cost together (``trim_together``);
+        ``others``: the forward's requests with no draft from this drafter."""
+        for key, at, draft in proposals:
+            self._ledgers.setdefault(key, ProposalLedger()).add(at, draft.tokens, draft.bucket)
+        rows: list[tuple[int, Hashable]] = [(len(d.tokens), d.bucket) for _, _, d in proposals]
+        with self._lock:
+            keep = self.policy.trim_together(rows + [(0, None)] * others)
+        return [d.head(k) for (_, _, d), k in zip(proposals, keep[: len(proposals)], strict=True)]
 
     def next_k(self) -> int:
         with self._lock:

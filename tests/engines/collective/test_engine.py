@@ -7,9 +7,11 @@ import pytest
 from tests.conftest import needs_torch, plain
 
 from coinfer.decoding import ModelDrafter, NgramDrafter, Response, SamplingParams
+from coinfer.decoding.speculative import target_costs
 from coinfer.engines.collective import CollectiveConfig, LengthSelectorConfig, generate, stream
 from coinfer.engines.collective.gate import gate_memory
 from coinfer.engines.collective.pipeline import CoreSplit
+from coinfer.engines.collective.rounds import split_forward
 from coinfer.errors import ConfigError
 from coinfer.models.base import SteerableModel
 from coinfer.testing import FixedDrafter, ScriptedModel
@@ -57,6 +59,7 @@ def test_greedy_output_is_the_target_alone_whatever_the_batch(
         if selector
         else LengthSelectorConfig(),
         max_batch=2,
+        gate=None,  # the model drafts every round, whatever the machine's timings say of it
     )
     out = generate(target, prompts, drafts=drafts if draft_tokens else [], config=config)
     assert [r.tokens for r in out] == _alone(target, prompts, 24)  # three requests through two running slots
@@ -239,3 +242,56 @@ def test_with_only_cheap_drafts_the_pipeline_starts_no_drafter_thread(
     assert [r.tokens for r in out] == [r.tokens for r in alone] and all(len(r.tokens) == 16 for r in out)
     assert started == [] and out[0].extras["pipelined_rounds"] == 0
     assert alone[0].extras["pipelined_rounds"] is None  # not allowed, not run
+
+
+def test_a_batch_of_copies_verifies_the_ngram_drafts_past_s() -> None:
+    """In a batch the n-gram source's drafts are cut together, to what the forward's cost
+    repays, not stopped at ``s``: where the text repeats the prompt, they run long."""
+
+    def cycle(prefix: list[int]) -> int:  # the alphabet over and over, by position
+        return ord("a") + (len(prefix) - 1) % 26
+
+    target = ScriptedModel(cycle, n_ctx=256)
+    prompts = [[ord("z")] + [cycle([0] * i) for i in range(1, n)] for n in (60, 47)]
+    config = CollectiveConfig(max_tokens=120, draft_tokens=4, max_batch=2)
+    out = generate(target, prompts, drafts=[NgramDrafter()], config=config)
+    assert [r.tokens for r in out] == _alone(target, prompts, 120)
+    assert max(out[0].extras["longest_draft"]) > 4
+    assert sum(r.stats.accepted for r in out) > 120
+
+
+def test_split_forward_cuts_only_where_the_measured_curve_says_two_cost_less() -> None:
+    tiled = {1: 32.0, 4: 104.0, 8: 225.0, 16: 276.0}  # ms on this CPU: 8 rows dearer than two 4s
+    assert split_forward([1] * 8, tiled) == 4
+    assert split_forward([1] * 16, tiled) == 0  # 276 against 450
+    assert split_forward([2] + [1] * 8, {**tiled, 5: 118.0, 10: 250.0}) == 4  # 5 + 5 rows
+    assert split_forward([1] * 8, {4: 104.0, 9: 239.0}) == 0  # 8 itself never measured: run it whole
+    assert split_forward([1] * 8, {4: 104.0, 8: 210.0}) == 0  # under the margin
+    assert split_forward([8], tiled) == 0  # one request: nothing to cut
+
+
+def test_a_batch_whose_one_forward_costs_more_than_two_is_verified_in_two() -> None:
+    def cycle(prefix: list[int]) -> int:
+        return ord("a") + (len(prefix) * 7) % 26
+
+    target = ScriptedModel(cycle, n_ctx=64)
+    target_costs(target).update({1: 1.0, 4: 4.0, 8: 10.0})  # as if measured: 8 rows dearer than two 4s
+    calls: list[int] = []
+    extend_many = target.extend_many
+
+    def counted(items, **kwargs):  # type: ignore[no-untyped-def]
+        calls.append(len(items))
+        return extend_many(items, **kwargs)
+
+    target.extend_many = counted  # type: ignore[method-assign]
+    prompts = [[ord("a") + i, ord("b")] for i in range(8)]
+    out = generate(target, prompts, config=CollectiveConfig(max_tokens=12, draft_tokens=0, max_batch=8))
+    assert [r.tokens for r in out] == _alone(target, prompts, 12)
+    assert calls.count(4) >= 20 and calls.count(8) <= 2  # the prefill, and a probe of the whole
+
+
+def test_split_forward_explores_a_cut_whose_halves_are_not_measured() -> None:
+    assert split_forward([1] * 8, {8: 225.0}) == 0
+    assert split_forward([1] * 8, {8: 225.0}, explore=True) == 4
+    assert split_forward([1] * 8, {1: 32.0, 8: 225.0}, explore=True) == 0  # measured around: no gain
+    assert split_forward([3, 1], {4: 104.0}, explore=True) == 1

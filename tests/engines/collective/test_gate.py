@@ -127,3 +127,21 @@ def test_a_source_whose_record_says_it_would_not_pay_is_not_set_up_either(clock:
             _round(gate, clock, [request], 4, holds=[1, 0], cost=0.1)
         explored.append(gate.rounds_explored[0] - before)
     assert explored[0] >= 3 and explored[1:] == [0, 0]
+
+
+def test_a_source_that_holds_most_tokens_but_too_few_to_pay_is_not_set_up_once_its_record_is_long(
+    clock: Clock,
+) -> None:
+    """At 120 ms a draft source 0 would pay if every token held. Three of its four hold, and
+    no length pays at that, nor two standard errors above it over its whole record. Its
+    recent record alone (decayed, worth about ten drafts) would still allow a 0.91 rate:
+    that is not what rules on a set-up."""
+    gate = SourceGate(2, GateConfig(explore_share=0.03), with_model=[True, False])
+    gate.prefilled(1, 0.1)
+    explored = []
+    for request, rounds in enumerate([1500, 400, 400]):
+        before = gate.rounds_explored[0]
+        for _ in range(rounds):
+            _round(gate, clock, [request], 4, holds=[3, 0], cost=0.12)
+        explored.append(gate.rounds_explored[0] - before)
+    assert explored[0] >= 3 and explored[1:] == [0, 0]

@@ -170,11 +170,11 @@ def _learner(target: SteerableModel, drafts: Sequence[Drafter], config: Collecti
     else:
         selector, fixed = None, int(config.draft_tokens)
     cut = [config.cut_cheap_drafts and d.model is None for d in drafts]
-    sizers = [DraftSizer(AdaptiveDraftLength(costs=_costs(target, config))) if c else None for c in cut]
-    # one request at a time a cheap draft's sizer weighs each draft's whole cost, so it
-    # drafts as far as the sizer asks and sizes its own drafts; in a batch it sees only its
-    # request's share, so its drafts stop at s and the gate decides for the batch
-    own_lengths = config.max_batch == 1 and config.draft_tokens != 0
+    costs = _costs(target, config)
+    sizers = [DraftSizer(AdaptiveDraftLength(costs=costs)) if c else None for c in cut]
+    # a cheap draft's sizer weighs what its drafts add to the whole forward (one request's,
+    # or a batch's together), so it drafts as far as the sizer asks and sizes its own drafts
+    own_lengths = config.draft_tokens != 0
     gate = None
     if config.gate is not None:
         with_model = [d.model is not None for d in drafts] or [False]
@@ -193,15 +193,17 @@ def _learner(target: SteerableModel, drafts: Sequence[Drafter], config: Collecti
         drafts,
         sizers,
         own_lengths=own_lengths,
+        costs=costs,
     )
 
 
 def _costs(target: SteerableModel, config: CollectiveConfig) -> dict[int, float]:
-    """The verification cost curve a cheap draft's sizer starts from: one request at a time
-    on every core verifies as the speculative engine does, so it shares that engine's curve
-    for the target (``target_costs``); batches and the pipeline's split cores cost
-    otherwise, so they measure their own."""
-    return target_costs(target) if config.max_batch == 1 and not config.pipeline else {}
+    """The verification cost curve, per forward over n tokens, that the learner splits
+    forwards by and cheap drafts' sizers cut them by: on every core a forward costs about
+    the same whether its tokens are one request's or a batch's, so the sequential engine
+    shares the speculative engine's curve for the target (``target_costs``); the
+    pipeline's split cores cost otherwise, so it measures its own."""
+    return {} if config.pipeline else target_costs(target)
 
 
 def _response(session: Session, r: Request, detoks: dict[int, IncrementalDetokenizer]) -> Response | None:

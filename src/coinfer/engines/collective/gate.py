@@ -36,13 +36,14 @@ What a gate measures outlives its run: the verification times and each source's 
 target (``gate_memory``) and a later run on it starts from them, by source name, so a
 server's next batch or a benchmark's next configuration does not pay to learn again what
 the last one measured. A source whose drafts could not pay even at the best acceptance
-its record allows (two standard errors above what held; every token with no record) is
+its whole record allows (two standard errors above what held; every token with no record) is
 not explored on requests it has not set up: a draft model's set-up is a prefill of the
 whole prompt, which no later draft of it would repay.
 
 A source that sizes its own drafts (``sizes_own``: the n-gram source cuts each draft to
-what its match depth has earned, down to nothing) is always on: it already weighs each
-draft's cost per request, more finely than one decision for all requests can.
+what its match depth has earned, down to nothing, and a batch's drafts together) is
+always on: it already weighs what each draft adds to the forward, more finely than one
+decision for all requests can.
 """
 
 from __future__ import annotations
@@ -85,6 +86,8 @@ class _Record:
     length: float = 0.0  # mean length of the non-empty drafts
     held: float = 0.0  # decayed count of draft tokens that held
     failed: float = 0.0  # decayed count of draft tokens that failed
+    held_all: float = 0.0  # every draft token that held, not decayed: the whole record
+    failed_all: float = 0.0
     on: bool = False
     explore_s: float = 0.0  # seconds spent drafting while off (measuring, exploring)
     setup_s: float = 0.0  # seconds of a call that set up a request (the latest)
@@ -117,12 +120,14 @@ def gate_memory(target: Any) -> GateMemory:
 
 
 def _optimistic(rec: _Record) -> float:
-    """The source's per-token acceptance two standard errors above its record (1 with no
-    record): what its drafts might still hold if the text turned their way."""
-    seen = rec.held + rec.failed
+    """The source's per-token acceptance two standard errors above its whole record (1 with
+    no record): what its drafts might still hold if the text turned their way. Not the
+    decayed record the gate switches on, which follows the text but, worth about ten
+    drafts, never rules out a source that holds most of its tokens."""
+    seen = rec.held_all + rec.failed_all
     if seen <= 0:
         return 1.0
-    a = rec.held / seen
+    a = rec.held_all / seen
     return min(1.0, a + 2.0 * (a * (1.0 - a) / seen) ** 0.5 + 1.0 / seen)
 
 
@@ -266,6 +271,7 @@ class SourceGate:
             m = self.config.memory
             failed = 1.0 if held < min(draft_len, decided) else 0.0
             rec.held, rec.failed = m * rec.held + held, m * rec.failed + failed
+            rec.held_all, rec.failed_all = rec.held_all + held, rec.failed_all + failed
 
     def verified(self, n_tokens: int, seconds: float) -> None:
         """The target verified ``n_tokens`` tokens (all requests together) in ``seconds``."""

@@ -10,11 +10,11 @@ from __future__ import annotations
 
 import time
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from coinfer.decoding.draft_length import DraftSizer
+from coinfer.decoding.draft_length import DraftSizer, within_measured
 from coinfer.decoding.drafters import Drafter
 from coinfer.decoding.response import DecodeStats
 from coinfer.decoding.sampling import PositionDraws, SamplingParams, probs_from_logits, sample_at
@@ -37,7 +37,11 @@ __all__ = [
     "draft_and_vote",
     "new_request",
     "prefill",
+    "split_forward",
 ]
+
+SPLIT_PROBE = 32  # every this many split verifications, one runs whole
+SMOOTHING = 0.3  # weight of a new measurement in the cost curve (``AdaptiveDraftLength``'s)
 
 
 @dataclass
@@ -188,10 +192,10 @@ def draft_and_vote(
     """The drafters' drafts after every (key, context): at most ``s`` tokens, fewer near
     the end of the window; the vote among them per request. A drafter with a sizer (one
     that calls no model) drafts, with ``own_lengths``, as far as its sizer asks, and is
-    cut to what its kind of draft has earned: a copy that holds is not stopped at ``s``
-    (the speculative engine's policy). The engine allows that one request at a time: in
-    a batch, one request's long draft makes every request's verification dearer, which
-    the sizer's per-request share of the cost does not see. With a ``gate``, each drafter
+    cut to what its kind of draft has earned: a copy that holds is not stopped at ``s``.
+    One request alone is cut as the speculative engine cuts it; a batch's drafts are cut
+    together, since one request's long draft makes every request's verification dearer
+    (``DraftSizer.cut_together``). With a ``gate``, each drafter
     drafts only for the requests the gate plans for it (the others get none). With
     ``guess``, drafters draft one token more, kept as the voted draft's guess of the
     target's next token."""
@@ -239,8 +243,10 @@ def _propose(
     t0 = time.perf_counter()
     if sizer is None:
         drafts = [d.tokens for d in drafter.propose_many(chosen, k)]
-    else:
+    elif len(contexts) == 1:
         drafts = [_sized(drafter, sizer, key, context, k) for key, context in chosen]
+    else:
+        drafts = _sized_together(drafter, sizer, chosen, k, len(contexts) - len(chosen))
     if gate is not None:
         gate.drafted(index, [key for key, _ in chosen], time.perf_counter() - t0, drafts)
     for j, d in zip(plan, drafts, strict=True):
@@ -252,6 +258,19 @@ def _sized(drafter: Drafter, sizer: DraftSizer, key: int, context: list[int], k:
     """One request's draft, cut to the length its kind of draft has earned."""
     sizer.learn(key, context)
     return sizer.cut(key, len(context), drafter.propose_many([(key, context)], k)[0]).tokens
+
+
+def _sized_together(
+    drafter: Drafter, sizer: DraftSizer, chosen: list[tuple[int, list[int]]], k: int, others: int
+) -> list[list[int]]:
+    """Drafts for a batch's requests, cut together: the forward's draft tokens are the ones
+    worth their cost in it (``DraftSizer.cut_together``); ``others``: the batch's requests
+    this drafter drafts nothing for, each a row of the forward all the same."""
+    for key, context in chosen:
+        sizer.learn(key, context)
+    proposed = drafter.propose_many(chosen, k)
+    items = [(key, len(context), d) for (key, context), d in zip(chosen, proposed, strict=True)]
+    return [d.tokens for d in sizer.cut_together(items, others)]
 
 
 class Learner:
@@ -270,6 +289,7 @@ class Learner:
         sizers: Sequence[DraftSizer | None],
         *,
         own_lengths: bool = False,
+        costs: dict[int, float] | None = None,
     ) -> None:
         self.weights = weights
         self.selector = selector
@@ -280,6 +300,10 @@ class Learner:
         self.drafts = drafts
         self.sizers = sizers
         self.own_lengths = own_lengths  # sized drafters draft past s (``draft_and_vote``)
+        # seconds of a target forward over n tokens, whatever its requests: the sizers' curve
+        self.costs: dict[int, float] = costs if costs is not None else {}
+        self._verified = 0
+        self._splits = 0  # verifications run as two forwards
 
     @property
     def s(self) -> int:
@@ -311,11 +335,17 @@ class Learner:
         what each request gained, for the drafters (``feed``). ``draft_s``: the drafting
         time on the round's critical path (0 when drafting ran beside the target), which
         the selector counts with the verification's."""
-        t0 = time.perf_counter()
         items = [(r.seq, [r.context[-1], *v.draft]) for r, v in batch]
-        rows = target.extend_many(items)
-        verify_s = time.perf_counter() - t0
-        self._observe(batch, sum(len(ids) for _, ids in items), verify_s)
+        rows: list[Any] = []
+        verify_s = 0.0
+        for part in self._forwards(items):
+            t0 = time.perf_counter()
+            rows += target.extend_many(part)
+            seconds = time.perf_counter() - t0
+            verify_s += seconds
+            self._observe(sum(len(ids) for _, ids in part), seconds)
+        if self.gate is not None:
+            self.gate.verified(sum(len(ids) for _, ids in items), verify_s)
         events = []
         for (r, v), logits in zip(batch, rows, strict=True):
             n_acc, nxt = accept_deterministic(v.draft, logits, self.sampling, r.draws, len(r.context))
@@ -336,14 +366,60 @@ class Learner:
             self.selector.observe(draft_s + verify_s, gained)
         return events
 
-    def _observe(self, batch: list[tuple[Request, Voted]], n_tokens: int, verify_s: float) -> None:
-        """The verification's cost, for the gate (per batch) and the sizers (per request)."""
-        if self.gate is not None:
-            self.gate.verified(n_tokens, verify_s)
-        for sizer in self.sizers:
-            if sizer is not None:
-                for _, v in batch:
-                    sizer.observe(drafted=len(v.draft), draft_s=0.0, verify_s=verify_s / len(batch))
+    def _forwards(self, items: list[tuple[Seq, list[int]]]) -> list[list[tuple[Seq, list[int]]]]:
+        """The verification's items in one forward, or in two where the measured curve says
+        two cost less (``split_forward``). Every ``SPLIT_PROBE`` verifications it splits
+        one whose halves' cost is not measured yet, and every ``SPLIT_PROBE`` splits it
+        runs one whole again, so that both sides of the choice stay measured."""
+        self._verified += 1
+        explore = self._verified % SPLIT_PROBE == 0
+        at = split_forward([len(ids) for _, ids in items], self.costs, explore=explore)
+        if not at:
+            return [items]
+        self._splits += 1
+        if self._splits % SPLIT_PROBE == 0:
+            return [items]
+        return [items[:at], items[at:]]
+
+    def _observe(self, n_tokens: int, seconds: float) -> None:
+        """A target forward's cost, into the shared curve: through the sizers, whose
+        policies keep it (and count their rounds by it), or directly when there are none."""
+        sizers = [sizer for sizer in self.sizers if sizer is not None]
+        for sizer in sizers:
+            sizer.observe(drafted=n_tokens - 1, draft_s=0.0, verify_s=seconds)
+        if not sizers:
+            old = self.costs.get(n_tokens)
+            self.costs[n_tokens] = seconds if old is None else (1 - SMOOTHING) * old + SMOOTHING * seconds
+
+
+def split_forward(
+    sizes: Sequence[int], costs: Mapping[int, float], margin: float = 0.03, *, explore: bool = False
+) -> int:
+    """Where to cut a batched forward's items (their token counts, ``sizes``) into two
+    forwards, or 0 for one. On a CPU a forward's cost is not monotonic in its tokens: in
+    llama.cpp a kernel that pays from 8 rows on some machines costs more than the rows it
+    saves from 8 to about 15 on this one (``docs/bench/collective``), so two forwards of 4
+    cost less than one of 8. Only measured costs decide: the whole forward's own, and its
+    parts' within the measured range; the cut must save ``margin`` of the whole. With
+    ``explore``, a whole forward that is measured but whose halves are not is cut in the
+    middle, to measure them."""
+    n = sum(sizes)
+    whole = costs.get(n)
+    if whole is None or len(sizes) < 2:
+        return 0
+    best, at, head = whole * (1.0 - margin), 0, 0
+    middle, middle_head = 1, sizes[0]  # the most even cut
+    for i in range(1, len(sizes)):
+        head += sizes[i - 1]
+        first, second = within_measured(costs, head), within_measured(costs, n - head)
+        if first is not None and second is not None and first + second < best:
+            best, at = first + second, i
+        if abs(2 * head - n) < abs(2 * middle_head - n):
+            middle, middle_head = i, head
+    if at or not explore:
+        return at
+    halves = within_measured(costs, middle_head), within_measured(costs, n - middle_head)
+    return middle if None in halves else 0
 
 
 def _score(run: RunRecord, v: Voted, produced: list[int], n_acc: int, gate: SourceGate | None) -> None:
