@@ -70,3 +70,28 @@ def plain(model: SteerableModel, prompt: list[int], max_tokens: int, sampling: o
 
     config = SpecConfig(max_tokens=max_tokens, sampling=sampling or SamplingParams())  # type: ignore[arg-type]
     return generate(model, prompt, draft=None, config=config)
+
+
+NEAR_TIE = 0.5  # logits llama.cpp's batch rounding moves (the README's known gap)
+
+
+def same_up_to_a_near_tie(model: SteerableModel, prompt: list[int], got: list[int]) -> bool:
+    """``got`` is the target's own greedy tokens after ``prompt`` (as many), or departs
+    from them at a near-tie (``departs_at_a_near_tie``)."""
+    alone = plain(model, prompt, len(got)).tokens
+    return got == alone or departs_at_a_near_tie(model, prompt, alone, got)
+
+
+def departs_at_a_near_tie(model: SteerableModel, prompt: list[int], alone: list[int], got: list[int]) -> bool:
+    """``got`` departs from ``alone`` (the target's own greedy tokens) at a token that is
+    the runner-up to the target's own choice, within ``NEAR_TIE`` of it: what a batch's
+    rounding may flip, since a batch prefills and verifies several requests' tokens in
+    one forward."""
+    at = next((i for i, (a, b) in enumerate(zip(alone, got, strict=False)) if a != b), None)
+    if at is None:
+        return False  # one is cut short of the other: no token was chosen differently
+    seq = model.new_sequence()
+    logits = list(model.extend(seq, [*prompt, *alone[:at]])[-1])
+    model.release(seq)
+    first, second = sorted(range(len(logits)), key=logits.__getitem__)[-1:-3:-1]
+    return first == alone[at] and second == got[at] and logits[first] - logits[second] < NEAR_TIE

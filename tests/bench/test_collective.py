@@ -2,7 +2,16 @@ from pathlib import Path
 
 import pytest
 
-from coinfer.bench.collective import CollectiveBenchConfig, finish, markdown, summarize
+from coinfer.bench.collective import (
+    CollectiveBenchConfig,
+    configurations,
+    finish,
+    markdown,
+    measured_row,
+    summarize,
+)
+from coinfer.decoding import DecodeStats, Response
+from coinfer.errors import ConfigError
 
 
 def _row(config: str, batch: int, tps: float, voted: float | None = 0.5, edit_s: float = 10.0) -> dict:
@@ -66,3 +75,35 @@ def test_finish_writes_the_results_and_three_plots(tmp_path: Path) -> None:
     assert (tmp_path / "results.json").is_file() and (tmp_path / "results.md").is_file()
     for name in ("throughput", "sweep", "acceptance"):
         assert (tmp_path / f"{name}.png").read_bytes()[:4] == b"\x89PNG"
+
+
+def _response(tokens: list[int], seconds: float, prefill_s: float = 1.0) -> Response:
+    """A request's response whose tokens after the first took ``seconds``."""
+    stats = DecodeStats(n_tokens=len(tokens), start=0.0, first_token_at=1.0, last_token_at=1.0 + seconds)
+    return Response("", tokens, stats, "length", 0, {"prefill_s": prefill_s})
+
+
+def test_with_repeats_the_fastest_run_counts_and_identity_needs_every_run() -> None:
+    """Two runs of one configuration over two prompts (an edit, a prose): the row takes the
+    run with the best decode rate, each request's fastest run per category, and counts a
+    prompt identical to plain decoding only where both runs gave plain's tokens."""
+    plain = [[1, 2, 3, 4, 5], [6, 7, 8, 9, 10]]
+    slow = ([_response([1, 2, 3, 4, 5], 4.0), _response([6, 7, 8, 9, 10], 1.0)], 8.0)
+    fast = ([_response([1, 2, 3, 4, 5], 1.0), _response([6, 7, 0, 9, 10], 2.0)], 4.0)
+    row = measured_row("+majority", 1, [slow, fast], plain, ["edit", "prose"])
+    assert row["runs"] == 2 and row["wall_s"] == 4.0
+    assert row["decode_tokens_per_s"] == round(8 / 3, 3)  # 8 tokens after the first ones, 3 s
+    assert row["by_category"] == {"edit": [4, 1.0], "prose": [4, 1.0]}  # each request's best
+    assert row["identical"] == 1  # the prose prompt parted from plain in one run
+
+
+def test_repeats_below_one_are_refused() -> None:
+    with pytest.raises(ConfigError, match="repeats"):
+        CollectiveBenchConfig(out="x", repeats=0)
+
+
+def test_only_runs_plain_and_the_named_configurations() -> None:
+    config = CollectiveBenchConfig(out="x", drafts=("a", "ngram"), only=("single:ngram", "+majority"))
+    assert [name for name, _, _ in configurations(config)] == ["plain", "single:ngram", "+majority"]
+    with pytest.raises(ConfigError, match="single:b"):
+        CollectiveBenchConfig(out="x", drafts=("a",), only=("single:b",))

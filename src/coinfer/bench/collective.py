@@ -20,7 +20,11 @@ leaves the prefills out (the tokens after each request's first over the time not
 reading prompts), and ``prefill_s`` is that time. Per category (the suite's), each
 request's decode rate (its tokens after the first over the time from its first token to
 its last) is summed over the category's requests, against plain decoding's at the same
-batch size. Normalized latency is each request's time over its output tokens, averaged.
+batch size. Normalized latency is each request's time over its output tokens, averaged. With
+``repeats`` every configuration runs that many times at each batch size, taken in turn
+(plain, each single, …, then again), and the fastest counts: a row's run with the best
+decode rate, and per category each request's fastest run; a configuration is identical
+to plain decoding on a prompt only where every one of its runs was.
 Acceptance per draft and of the voted drafts comes from the ``+majority`` runs (Figure
 11). Greedy outputs are compared with plain decoding's. Results: ``results.json``
 (``summary.throughput_ratio_vs_plain`` and ``summary.per_category`` per batch size,
@@ -44,7 +48,7 @@ from coinfer.engines.collective import CollectiveConfig
 from coinfer.errors import ConfigError
 from coinfer.models import SteerableModel, load_model
 
-__all__ = ["CollectiveBenchConfig", "run_collective_bench"]
+__all__ = ["CollectiveBenchConfig", "configurations", "measured_row", "run_collective_bench"]
 
 FIXED_S = 4  # the paper's Default speculation length
 SUITES = ("committed", "broad")
@@ -67,8 +71,12 @@ class CollectiveBenchConfig:
     suite: str = "committed"  # committed: three categories; broad: seven (bench.broad_suite)
     split: str = "all"  # all, or per category the held-out fourth or the tune rest
     sweep: bool = True
+    repeats: int = 1  # runs of every configuration per batch size, in turn; the fastest counts
+    only: tuple[str, ...] = ()  # configurations to run beside plain (names as in the rows); () all
 
     def __post_init__(self) -> None:
+        if self.repeats < 1:
+            raise ConfigError(f"repeats must be at least 1, got {self.repeats}", hint="pass --repeats N >= 1")
         if not self.drafts:
             raise ConfigError("bench collective needs at least one draft")
         if self.suite not in SUITES or self.split not in SPLITS:
@@ -76,6 +84,11 @@ class CollectiveBenchConfig:
                 f"unknown suite {self.suite!r} or split {self.split!r}",
                 hint=f"suites: {', '.join(SUITES)}; splits: {', '.join(SPLITS)}",
             )
+        known = {"single:" + d for d in self.drafts} | {"majority-every-draft", *ENGINE_CONFIGS}
+        unknown = sorted(set(self.only) - known)
+        if unknown:
+            hint = f"choose from {', '.join(sorted(known))}"
+            raise ConfigError(f"unknown configuration {unknown[0]!r}", hint=hint)
         if min(self.batch_sizes, default=0) < 1 or self.max_tokens < 2:
             raise ConfigError("batch sizes must be >= 1 and max_tokens >= 2")
 
@@ -123,26 +136,28 @@ def _measure(
     return responses, time.perf_counter() - started
 
 
-def _row(
+def measured_row(
     name: str,
     batch: int,
-    responses: list[Response],
-    wall_s: float,
+    runs: list[tuple[list[Response], float]],
     plain: list[list[int]] | None,
     categories: list[str],
 ) -> dict[str, Any]:
+    """A configuration's row from its runs (responses, wall seconds): the fastest run's
+    figures, each request's fastest per category, and identity across every run."""
+    responses, wall_s = max(runs, key=lambda run: _decode_rate(*run))
     record = responses[0].extras
     output = sum(len(r.tokens) for r in responses)
     latency = [wall_s / max(1, len(r.tokens)) for r in responses]
     prefill_s = float(record.get("prefill_s", 0.0))
-    after_first = output - sum(1 for r in responses if r.tokens)
     return {
         "config": name,
         "batch": batch,
+        "runs": len(runs),
         "tokens_per_s": round(output / wall_s if wall_s else 0.0, 3),
-        "decode_tokens_per_s": round(after_first / (wall_s - prefill_s), 3) if wall_s > prefill_s else 0.0,
+        "decode_tokens_per_s": round(_decode_rate(responses, wall_s), 3),
         "prefill_s": round(prefill_s, 3),
-        "by_category": _by_category(responses, categories),
+        "by_category": _by_category([run for run, _ in runs], categories),
         "normalized_latency_s": round(sum(latency) / len(latency), 4),
         "output_tokens": output,
         "wall_s": round(wall_s, 2),
@@ -156,26 +171,44 @@ def _row(
         "predrafts_used": record.get("predrafts_used", 0),
         "identical": None
         if plain is None
-        else sum(r.tokens == p for r, p in zip(responses, plain, strict=True)),
+        else sum(all(run[i].tokens == p for run, _ in runs) for i, p in enumerate(plain)),
     }
 
 
-def _by_category(responses: list[Response], categories: list[str]) -> dict[str, list[float]]:
+def _decode_rate(responses: list[Response], wall_s: float) -> float:
+    """Tokens after each request's first over the run's time not spent reading prompts."""
+    after_first = sum(len(r.tokens) for r in responses) - sum(1 for r in responses if r.tokens)
+    prefill_s = float(responses[0].extras.get("prefill_s", 0.0)) if responses else 0.0
+    return after_first / (wall_s - prefill_s) if wall_s > prefill_s else 0.0
+
+
+def _by_category(runs: list[list[Response]], categories: list[str]) -> dict[str, list[float]]:
     """Per category: [tokens after each request's first, seconds from its first token to
-    its last], summed over the category's requests."""
+    its last], summed over the category's requests, each request from its fastest run."""
     out: dict[str, list[float]] = {}
-    for r, category in zip(responses, categories, strict=True):
-        first, last = r.stats.first_token_at, r.stats.last_token_at
+    for i, category in enumerate(categories):
         tokens, seconds = out.setdefault(category, [0, 0.0])
-        if first is not None and last is not None:
-            out[category] = [tokens + max(0, len(r.tokens) - 1), round(seconds + last - first, 4)]
+        spans = [_span(run[i]) for run in runs]
+        timed = [(n, t) for n, t in spans if t is not None]
+        if timed:
+            n, t = max(timed, key=lambda span: span[0] / span[1] if span[1] else float("inf"))
+            out[category] = [tokens + n, round(seconds + t, 4)]
     return out
 
 
-def _configs(config: CollectiveBenchConfig) -> list[tuple[str, Sequence[str], CollectiveConfig]]:
+def _span(r: Response) -> tuple[int, float | None]:
+    """A request's tokens after its first, and the seconds from its first token to its last."""
+    first, last = r.stats.first_token_at, r.stats.last_token_at
+    if first is None or last is None:
+        return 0, None
+    return max(0, len(r.tokens) - 1), last - first
+
+
+def configurations(config: CollectiveBenchConfig) -> list[tuple[str, Sequence[str], CollectiveConfig]]:
     """(name, drafts, engine config) for every configuration at one batch size: each
     draft alone and every draft voted, gated (as the CLI runs them), and the vote with
-    every draft drafting every round (``--every-draft``); ``default`` is the first single."""
+    every draft drafting every round (``--every-draft``); ``default`` is the first single.
+    With ``only``, plain decoding and those."""
     base = CollectiveConfig(max_tokens=config.max_tokens, draft_tokens=FIXED_S)
     out: list[tuple[str, Sequence[str], CollectiveConfig]] = [("plain", (), _with(base, draft_tokens=0))]
     out += [(f"single:{d}", (d,), base) for d in config.drafts]
@@ -185,7 +218,7 @@ def _configs(config: CollectiveBenchConfig) -> list[tuple[str, Sequence[str], Co
         ("+selector", config.drafts, _with(base, draft_tokens="auto")),
         ("+pipeline", config.drafts, _with(base, draft_tokens="auto", pipeline=True)),
     ]
-    return out
+    return [c for c in out if not config.only or c[0] == "plain" or c[0] in config.only]
 
 
 def _with(base: CollectiveConfig, **changes: Any) -> CollectiveConfig:
@@ -221,22 +254,12 @@ def run_collective_bench(config: CollectiveBenchConfig, log: Callable[[str], Non
     out = Path(config.out)
     try:
         for batch in config.batch_sizes:
-            plain: list[list[int]] | None = None
-            for name, specs, engine in _configs(config):
-                responses, wall_s = _measure(target, models, messages, specs, _with(engine, max_batch=batch))
-                plain = [r.tokens for r in responses] if name == "plain" else plain
-                report["rows"].append(
-                    _row(name, batch, responses, wall_s, None if name == "plain" else plain, categories)
-                )
-                if name == f"single:{config.drafts[0]}":  # the ablation's Default: the same run
-                    report["rows"].append({**report["rows"][-1], "config": "default"})
-                log(f"batch {batch} {name}: {report['rows'][-1]['tokens_per_s']:.2f} tok/s")
-                _write(out, report)
+            _run_batch(config, batch, target, models, messages, categories, report, log, out)
         sweep_batch = _sweep_batch(config)
         for s in range(1, 13) if config.sweep else ():
             engine = CollectiveConfig(max_tokens=config.max_tokens, draft_tokens=s, max_batch=sweep_batch)
-            responses, wall_s = _measure(target, models, messages, config.drafts, engine)
-            report["rows"].append(_row(f"sweep:s={s}", sweep_batch, responses, wall_s, None, categories))
+            run = _measure(target, models, messages, config.drafts, engine)
+            report["rows"].append(measured_row(f"sweep:s={s}", sweep_batch, [run], None, categories))
             log(f"sweep s={s} at batch {sweep_batch}: {report['rows'][-1]['tokens_per_s']:.2f} tok/s")
             _write(out, report)
     finally:
@@ -244,6 +267,43 @@ def run_collective_bench(config: CollectiveBenchConfig, log: Callable[[str], Non
             model.close()
         target.close()
     return finish(report, config, out)
+
+
+def _run_batch(
+    config: CollectiveBenchConfig,
+    batch: int,
+    target: SteerableModel,
+    models: dict[str, SteerableModel],
+    messages: list[Any],
+    categories: list[str],
+    report: dict[str, Any],
+    log: Callable[[str], None],
+    out: Path,
+) -> None:
+    """Every configuration at one batch size, ``config.repeats`` times in turn; each row
+    is rewritten from its runs so far after every run (``measured_row``)."""
+    runs: dict[str, list[tuple[list[Response], float]]] = {}
+    plain: list[list[int]] | None = None
+    for repeat in range(config.repeats):
+        for name, specs, engine in configurations(config):
+            mine = runs.setdefault(name, [])
+            mine.append(_measure(target, models, messages, specs, _with(engine, max_batch=batch)))
+            plain = [r.tokens for r in mine[0][0]] if name == "plain" else plain
+            row = measured_row(name, batch, mine, None if name == "plain" else plain, categories)
+            _put(report["rows"], row)
+            if name == f"single:{config.drafts[0]}":  # the ablation's Default: the same runs
+                _put(report["rows"], {**row, "config": "default"})
+            log(f"batch {batch} {name} (run {repeat + 1}): {_decode_rate(*mine[-1]):.2f} decode tok/s")
+            _write(out, report)
+
+
+def _put(rows: list[dict[str, Any]], row: dict[str, Any]) -> None:
+    """Replace the row of the same configuration and batch size, or append it."""
+    at = [i for i, r in enumerate(rows) if (r["config"], r["batch"]) == (row["config"], row["batch"])]
+    if at:
+        rows[at[0]] = row
+    else:
+        rows.append(row)
 
 
 def finish(report: dict[str, Any], config: CollectiveBenchConfig, out: Path) -> dict[str, Any]:

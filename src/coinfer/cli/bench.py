@@ -106,6 +106,8 @@ def cmd_collective(args: argparse.Namespace) -> int:
         suite=args.prompt_suite,
         split=args.split,
         sweep=not args.no_sweep,
+        repeats=args.repeats,
+        only=tuple(args.only),
     )
     report = run_collective_bench(config, log=err)
     lines = [
@@ -401,6 +403,14 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--batch-sizes", nargs="*", type=int, default=[1, 4, 8])
     _split_flags(p)
     p.add_argument("--no-sweep", action="store_true", help="skip the sweep over fixed speculation lengths")
+    p.add_argument(
+        "--repeats", type=int, default=1,
+        help="runs of every configuration per batch size, taken in turn; the fastest counts (default: 1)",
+    )  # fmt: skip
+    p.add_argument(
+        "--only", nargs="*", default=[], metavar="CONFIG",
+        help="run only these configurations beside plain, e.g. single:ngram +majority (default: all)",
+    )  # fmt: skip
     p.set_defaults(func=cmd_collective)
 
     _add_llmcad(bench)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from tests.conftest import needs_llama, plain
+from tests.conftest import needs_llama, plain, same_up_to_a_near_tie
 
 from coinfer.decoding import ModelDrafter, NgramDrafter
 from coinfer.engines.collective import CollectiveConfig, generate
@@ -66,6 +66,7 @@ def test_requests_join_and_leave_a_running_batch_with_their_own_budgets(smollm_l
     for r in stream(smollm_llama, [], drafts=[NgramDrafter()], config=config, arrivals=queue):
         tokens.setdefault(r.request, []).extend(r.tokens)
         finish[r.request] = r.finish_reason
-    assert tokens[100] == plain(smollm_llama, prompts[0], 12).tokens
-    assert tokens[200] == plain(smollm_llama, prompts[1], 6).tokens  # joined three rounds in
+    # each is the target's own text, but where the batch's rounding flips a near-tie
+    assert same_up_to_a_near_tie(smollm_llama, prompts[0], tokens[100]) and len(tokens[100]) == 12
+    assert same_up_to_a_near_tie(smollm_llama, prompts[1], tokens[200]) and len(tokens[200]) == 6  # joined
     assert finish[300] == "cancelled" and 0 < len(tokens[300]) < 40

@@ -68,6 +68,23 @@ def test_a_source_whose_drafts_cost_more_than_they_save_only_explores(clock: Clo
     assert gate.rounds_on[0] == 0
 
 
+def test_time_spent_reading_prompts_buys_no_exploring(clock: Clock) -> None:
+    """Exploring is a share of the decoding time: a run whose requests' prefills took 60 s
+    between its rounds explores as much as one without them (source 0 drafts without a
+    model, so no prefill prices its set-up)."""
+    explored = []
+    for prefill_s in (0.0, 60.0):
+        gate = SourceGate(2, GateConfig(explore_share=0.03))
+        gate.prefilled(1, 0.1)
+        for i in range(200):
+            _round(gate, clock, [0], 4, holds=[4, 0], cost=0.24)
+            if i % 50 == 0:
+                gate.prefilled(1, prefill_s)
+                clock.now += prefill_s
+        explored.append(gate.rounds_explored[0])
+    assert explored[0] >= 2 and explored[1] == explored[0]
+
+
 def test_bad_gate_settings_are_config_errors() -> None:
     with pytest.raises(ConfigError):
         GateConfig(explore_share=0.0)
