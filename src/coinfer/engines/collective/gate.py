@@ -25,13 +25,18 @@ while it beats plain decoding, and not at all once it does not. A source not yet
 measured, and one that is off, *explores*: it drafts for one request (one it has already
 set up, if any), and only while its exploring so far (its drafting, and once it is
 measured the verification time its drafts may add), with this call's expected cost,
-stays within ``explore_share`` of the decoding time since the first round: the target's
-prefills of joining requests are left out, since they are not what drafts speed up (on
-long prompts, prefills were 40% of a run's time, and counting them let exploring take
-5-6% of the decoding). A call for a request
-it has not set up is expected to cost its last set-up, or, before it has made one and
-if it drafts with a model (``with_model``), what the target's prefill of a prompt cost (a
-draft model reads the same prompt and is not meant to be bigger than the target).
+stays within ``explore_share`` of the decoding time since the first round, less what the
+other sources that are off have spent of their equal parts of it. So all of them
+together stay within that one budget (with a budget each, two draft models that do not
+pay took twice the share from a run whose n-gram source alone was the fastest), a cheap
+source leaves its part to the others, and one source's dear set-up does not hold back
+another's measuring. The target's prefills of joining requests are left out of that
+time, since they are not what drafts speed up (on long prompts, prefills were 40% of a
+run's time, and counting them let exploring take 5-6% of the decoding). A call for a
+request it has not set up is expected to cost its last set-up, or, before it has made
+one and if it drafts with a model (``with_model``), what the target's prefill of a
+prompt cost (a draft model reads the same prompt and is not meant to be bigger than the
+target).
 Exploring keeps a source's record fresh, so it comes back when the text turns its way.
 
 What a gate measures outlives its run: the verification times and each source's record
@@ -66,7 +71,8 @@ __all__ = ["GateConfig", "GateMemory", "SourceGate", "gate_memory"]
 
 @dataclass(frozen=True)
 class GateConfig:
-    """``explore_share``: the most of the time each source that is off spends exploring;
+    """``explore_share``: the most of the decoding time that the sources that are off spend
+    exploring, all together;
     ``memory``: how much of the past each average keeps per new measurement;
     ``warmup``: measured drafting calls before a source may be turned on or off."""
 
@@ -192,19 +198,28 @@ class SourceGate:
                 if rec.on:
                     self.rounds_on[i] += 1
                     out[i] = list(range(len(keys)))
-            budget = self.config.explore_share * (now - self._started - self._prefilling_s)
-            for i, rec in enumerate(self._records):
-                if rec.on or not keys:
-                    continue
-                known = [j for j, key in enumerate(keys) if key in self._seen[i]]
-                if not known and self._hopeless(rec, len(keys), s):
-                    continue  # a set-up that no draft of it would repay
-                prior = self._prefill_s if self._with_model[i] else 0.0
-                price = rec.cost if known else (rec.setup_s or prior)
-                if rec.explore_s + price <= budget:
-                    self.rounds_explored[i] += 1
-                    out[i] = known[:1] or [0]
+            self._explore(out, keys, s, now)
             return out
+
+    def _explore(self, out: list[list[int]], keys: Sequence[int], s: int, now: float) -> None:
+        """Plan one request each for the sources that are off, each while its exploring
+        stays within the one budget less what the others have spent of their equal parts
+        (see the module)."""
+        off = [i for i, rec in enumerate(self._records) if not rec.on]
+        if not keys or not off:
+            return
+        budget = self.config.explore_share * (now - self._started - self._prefilling_s)
+        charged = {i: min(self._records[i].explore_s, budget / len(off)) for i in off}
+        for i in off:
+            rec = self._records[i]
+            known = [j for j, key in enumerate(keys) if key in self._seen[i]]
+            if not known and self._hopeless(rec, len(keys), s):
+                continue  # a set-up that no draft of it would repay
+            prior = self._prefill_s if self._with_model[i] else 0.0
+            price = rec.cost if known else (rec.setup_s or prior)
+            if rec.explore_s + price <= budget - (sum(charged.values()) - charged[i]):
+                self.rounds_explored[i] += 1
+                out[i] = known[:1] or [0]
 
     def _pays(self, rec: _Record, b: int, s: int) -> bool:
         plain = self._verify_cost(b)
