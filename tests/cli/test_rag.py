@@ -88,7 +88,7 @@ def test_ask_answers_from_both_corpora(
     assert proc.returncode == 0, proc.stderr
     report = json.loads(proc.stdout)
     assert report["mode"] == "dragon" and report["cloud_documents"] == 2 and "fallback" not in report
-    assert report["tokens"] == 16 and report["text"]
+    assert 0 < report["tokens"] <= 16 and report["text"]  # within its budget (it may end sooner)
     assert report["documents"] == ["me.md@0"]  # only the device's own; the cloud's never came
     trace = json.loads(trace_file.read_text())  # each token with the verdict on each side's draft
     assert trace["engine"] == "dragon" and trace["text"] == report["text"]

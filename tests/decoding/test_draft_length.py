@@ -285,6 +285,24 @@ def test_a_batch_verifies_one_requests_long_confident_copy_and_no_ones_guesses()
     assert batch_lengths([guesses, guesses, guesses, guesses], _batch_cost) == [0, 0, 0, 0]
 
 
+def test_with_a_floor_no_request_is_slowed_below_it_by_another_requests_copy() -> None:
+    """One request copies, three have nothing to draft: the batch's best rate verifies the
+    copy whole, and the three then decode far below their plain rate. With a floor of
+    0.97 only a forward at most 3% dearer than plain decoding's is allowed (none here); a
+    batch whose every request copies still drafts, since each gains from the forward."""
+    copy = [0.99] * 20
+    mixed = [copy, [], [], []]
+
+    def slowest(cut: list[int]) -> float:  # the least share of its plain rate any request keeps
+        forward = _batch_cost(4 + sum(cut))
+        return min((1 + sum(s[:n])) / forward for s, n in zip(mixed, cut, strict=True)) * _batch_cost(4)
+
+    assert slowest(batch_lengths(mixed, _batch_cost)) < 0.6  # what the floor is for
+    assert batch_lengths(mixed, _batch_cost, floor=0.97) == [0, 0, 0, 0]
+    together = batch_lengths([copy, copy, copy, copy], _batch_cost, floor=0.97)
+    assert sum(together) > 4 and min(together) > 0
+
+
 def test_a_batch_choice_is_the_best_rate_over_every_cut() -> None:
     survivals = [[0.9, 0.8, 0.6, 0.3], [0.95, 0.9], [0.4], [0.99, 0.98, 0.97, 0.96, 0.9, 0.8]]
     k = batch_lengths(survivals, _batch_cost)

@@ -9,7 +9,7 @@ from coinfer.decoding import ModelDrafter, NgramDrafter, SamplingParams, SpecCon
 from coinfer.errors import ConfigError
 from coinfer.models import SteerableModel, load_model
 from coinfer.testing import FixedDrafter, ScriptedModel, script
-from tests.conftest import needs_llama, needs_torch, plain
+from tests.conftest import needs_llama, needs_torch, plain, same_up_to_a_near_tie
 
 
 def _run(
@@ -119,12 +119,13 @@ def test_a_draft_with_another_vocabulary_is_refused(
     "EOS and a newline flips after 30 identical tokens; k=0 is identical",
 )
 def test_ngram_speculation_on_llama_cpp_matches_plain_decoding(smollm_llama: SteerableModel) -> None:
-    """On the real SmolLM2: prompt lookup on an editing task reproduces plain greedy decoding."""
+    """On the real SmolLM2: prompt lookup on an editing task reproduces plain greedy decoding,
+    but where verifying several tokens in one forward flips a near-tie (the README's known
+    gap: llama.cpp rounds batches of other shapes differently)."""
     code = "def add(a, b):\n    return a + b\n\ndef sub(a, b):\n    return a - b\n"
     prompt = smollm_llama.chat_prompt([{"role": "user", "content": f"Repeat this code exactly:\n{code}"}])
-    alone = plain(smollm_llama, prompt, 48).tokens
     tokens, rounds = _run(smollm_llama, NgramDrafter(), prompt, max_tokens=48, draft_tokens=4)
-    assert tokens == alone
+    assert len(tokens) == 48 and same_up_to_a_near_tie(smollm_llama, prompt, tokens)
     assert sum(r.accepted for r in rounds) > 0  # copying code: lookup drafts are accepted
     assert np.mean([len(r.tokens) for r in rounds[1:]]) > 1.0
 

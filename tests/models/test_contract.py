@@ -19,7 +19,7 @@ import pytest
 
 from coinfer.errors import ConfigError, ContextOverflowError, SequenceError
 from coinfer.models import SteerableModel, load_model
-from tests.conftest import HAS_LLAMA, HAS_TORCH
+from tests.conftest import HAS_LLAMA, HAS_TORCH, NEAR_TIE
 
 
 @dataclass
@@ -31,7 +31,9 @@ class Subject:
     def assert_close(self, actual: np.ndarray, expected: np.ndarray) -> None:
         assert actual.shape == expected.shape
         np.testing.assert_allclose(_softmax(actual), _softmax(expected), atol=self.atol)
-        assert (actual.argmax(-1) == expected.argmax(-1)).all()
+        rows, want = actual.reshape(-1, actual.shape[-1]), expected.reshape(-1, expected.shape[-1])
+        for a, e in zip(rows, want, strict=True):  # the same choice, but where a near-tie flips
+            assert a.argmax() == e.argmax() or e.max() - e[a.argmax()] < NEAR_TIE
 
 
 def _softmax(x: np.ndarray) -> np.ndarray:

@@ -99,16 +99,23 @@ def test_greedy_answers_are_the_same_streamed_batched_and_speculative(server: Se
     with ThreadPoolExecutor(len(QUESTIONS)) as pool:  # together: one batch
         together = list(pool.map(lambda q: _stream(client, "plain", q), QUESTIONS))
     assert [t for t, _ in together] == alone and all(f in ("stop", "length") for _, f in together)
-    for engine in ("spec", "llmcad", "collective"):
-        assert [_ask(client, engine, q) for q in QUESTIONS] == alone, engine
+    from coinfer.models import load_model
+
+    reference = load_model("smollm2-135m", backend="llama.cpp", n_ctx=2048)
+    try:  # verifying several tokens in one forward may flip a near-tie (the README's known gap)
+        for engine in ("spec", "llmcad", "collective"):
+            answers = zip(QUESTIONS, [_ask(client, engine, q) for q in QUESTIONS], strict=True)
+            assert all(_same_up_to_a_near_tie(reference, q, a, 48) for q, a in answers), engine
+    finally:
+        reference.close()
 
 
-def _same_up_to_a_near_tie(model: Any, question: str, got: str) -> bool:
-    """``got`` is the target's own greedy 16 tokens, or departs from them at a near-tie."""
+def _same_up_to_a_near_tie(model: Any, question: str, got: str, n: int = 16) -> bool:
+    """``got`` is the target's own greedy ``n`` tokens, or departs from them at a near-tie."""
     from tests.conftest import departs_at_a_near_tie, plain
 
     prompt = model.chat_prompt([{"role": "user", "content": question}])
-    alone = plain(model, prompt, 16).tokens
+    alone = plain(model, prompt, n).tokens
     return model.detokenize(alone) == got or departs_at_a_near_tie(model, prompt, alone, model.tokenize(got))
 
 

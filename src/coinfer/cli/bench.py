@@ -397,21 +397,7 @@ def add_parser(sub: Any) -> None:
 
     _add_speculative(bench)
 
-    p = bench.add_parser("collective", help="several drafts voting vs plain and single-draft speculation")
-    _suite_flags(p, out="bench-results/collective", max_tokens=128)
-    p.add_argument("--drafts", default="qwen2.5-coder-0.5b,ngram,smollm2-135m")
-    p.add_argument("--batch-sizes", nargs="*", type=int, default=[1, 4, 8])
-    _split_flags(p)
-    p.add_argument("--no-sweep", action="store_true", help="skip the sweep over fixed speculation lengths")
-    p.add_argument(
-        "--repeats", type=int, default=1,
-        help="runs of every configuration per batch size, taken in turn; the fastest counts (default: 1)",
-    )  # fmt: skip
-    p.add_argument(
-        "--only", nargs="*", default=[], metavar="CONFIG",
-        help="run only these configurations beside plain, e.g. single:ngram +majority (default: all)",
-    )  # fmt: skip
-    p.set_defaults(func=cmd_collective)
+    _add_collective(bench)
 
     _add_llmcad(bench)
     _add_dragon(bench)
@@ -430,6 +416,24 @@ def add_parser(sub: Any) -> None:
     add_pair_flags(p, price_as="gpt-4o")
     add_output_flags(p)
     p.set_defaults(func=cmd_minions)
+
+
+def _add_collective(bench: Any) -> None:
+    p = bench.add_parser("collective", help="several drafts voting vs plain and single-draft speculation")
+    _suite_flags(p, out="bench-results/collective", max_tokens=128)
+    p.add_argument("--drafts", default="qwen2.5-coder-0.5b,ngram,smollm2-135m")
+    p.add_argument("--batch-sizes", nargs="*", type=int, default=[1, 4, 8])
+    _split_flags(p)
+    p.add_argument("--no-sweep", action="store_true", help="skip the sweep over fixed speculation lengths")
+    p.add_argument(
+        "--repeats", type=int, default=1,
+        help="runs of every configuration per batch size, taken in turn; the fastest counts (default: 1)",
+    )  # fmt: skip
+    p.add_argument(
+        "--only", nargs="*", default=[], metavar="CONFIG",
+        help="run only these configurations beside plain, e.g. single:ngram +majority (default: all)",
+    )  # fmt: skip
+    p.set_defaults(func=cmd_collective)
 
 
 def _add_speculative(bench: Any) -> None:

@@ -122,6 +122,7 @@ def batch_lengths(
     *,
     required_gain: float = 1.0,
     explore: bool = False,
+    floor: float = 0.0,
 ) -> list[int]:
     """How many tokens of each request's draft to verify in one batched forward.
 
@@ -132,24 +133,34 @@ def batch_lengths(
     prefixes of the drafts (ties go to the earlier position), so the choice is the t that
     maximises ``(b + top-t sum) / cost(b + t)``: one request's long confident copy is
     worth a dearer forward, where every request's short guess is not. t = 0 (plain
-    decoding) unless the best promises ``required_gain`` more. ``explore``: one token more
-    than the choice when that is predicted within 10% of it, so the curve past the choice
-    stays measured. With one request it is ``AdaptiveDraftLength``'s rate, maximised over
-    the tokens actually proposed."""
+    decoding) unless the best promises ``required_gain`` more. ``floor``: only the t at
+    which every request still expects at least that share of its plain-decoding rate,
+    ``(1 + its kept survivals) / cost(b + t) >= floor / cost(b)``. A round is one forward
+    for every request, so the tokens one request's copy adds slow every other request's
+    tokens; on a compute-bound CPU, the forward that maximised the batch's throughput
+    decoded the requests with nothing to copy at 0.42-0.85x of their plain rate
+    (``docs/bench/collective``). ``explore``: one token more than the choice when that is
+    predicted within 10% of it and meets the floor, so the curve past the choice stays
+    measured. With one request it is ``AdaptiveDraftLength``'s rate, maximised over the
+    tokens actually proposed."""
     b = len(survivals)
     if not b:
         return []
     ranked = sorted(
         ((p, i, j) for j, s in enumerate(survivals) for i, p in enumerate(s)), key=lambda x: (-x[0], x[1])
     )
-    rates, gained = [b / cost(b)], float(b)
-    for p, _, _ in ranked:
+    plain = cost(b)
+    rates, fair, gained, mine = [b / plain], [True], float(b), [1.0] * b
+    for p, _, j in ranked:
         gained += p
-        rates.append(gained / cost(b + len(rates)))
-    best = max(range(len(rates)), key=lambda t: (rates[t], -t))
+        mine[j] += p
+        forward = cost(b + len(rates))
+        rates.append(gained / forward)
+        fair.append(min(mine) / forward >= floor / plain)
+    best = max((t for t in range(len(rates)) if fair[t]), key=lambda t: (rates[t], -t))
     if rates[best] < required_gain * rates[0]:
         best = 0
-    elif explore and best + 1 < len(rates) and rates[best + 1] >= 0.9 * rates[best]:
+    elif explore and best + 1 < len(rates) and fair[best + 1] and rates[best + 1] >= 0.9 * rates[best]:
         best += 1
     out = [0] * b
     for _, _, j in ranked[:best]:
@@ -254,6 +265,7 @@ class AdaptiveDraftLength:
     copy_ratio_strength: float = 2.0  # expected misses the neutral miss ratio (1) is worth
     copy_ratio_caution: float = 1.0  # standard deviations added to the miss ratio
     copy_ratio_floor: float = 0.5  # least miss ratio: copies miss at least half as often as the prior says
+    batch_floor: float = 0.0  # in a batch's forward, the least share of its plain rate each request keeps
     # the target's cost curve, n -> seconds of a forward over n tokens: pass one shared by
     # every request on the same target (``target_costs``) and each starts knowing it
     costs: dict[int, float] = field(default_factory=dict)
@@ -415,7 +427,9 @@ class AdaptiveDraftLength:
             return [0] * len(proposals)
         survivals = [self.survival(bucket)[1 : n + 1] if n else [] for n, bucket in proposals]
         explore = bool(self._rounds) and self._rounds % self.explore_every == 0
-        return batch_lengths(survivals, self._cost, required_gain=self.required_gain, explore=explore)
+        return batch_lengths(
+            survivals, self._cost, required_gain=self.required_gain, explore=explore, floor=self.batch_floor
+        )
 
     def _choose(self, bucket: Hashable | None) -> int:
         if 1 not in self.costs:  # plain decoding is measured first: every gain is against it

@@ -171,7 +171,8 @@ def _learner(target: SteerableModel, drafts: Sequence[Drafter], config: Collecti
         selector, fixed = None, int(config.draft_tokens)
     cut = [config.cut_cheap_drafts and d.model is None for d in drafts]
     costs = _costs(target, config)
-    sizers = [DraftSizer(AdaptiveDraftLength(costs=costs)) if c else None for c in cut]
+    floor = config.batch_floor
+    sizers = [DraftSizer(AdaptiveDraftLength(costs=costs, batch_floor=floor)) if c else None for c in cut]
     # a cheap draft's sizer weighs what its drafts add to the whole forward (one request's,
     # or a batch's together), so it drafts as far as the sizer asks and sizes its own drafts
     own_lengths = config.draft_tokens != 0

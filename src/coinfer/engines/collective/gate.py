@@ -227,6 +227,8 @@ class SourceGate:
         a = rec.acceptance()
         gain = sum(a**j for j in range(1, int(length) + 1)) + (length % 1) * a ** (int(length) + 1)
         drafted = self._verify_cost(b + round(b * rec.proposes * length))
+        if rec.proposes * gain <= 0.0:
+            return False  # drafts that hold nothing add work and no tokens, whatever V says
         if plain is None or drafted is None:
             return True  # the target's cost is not measured yet: measure it with drafts
         return b * (1.0 + rec.proposes * gain) / (b * rec.cost + drafted) > b / plain
