@@ -146,6 +146,8 @@ def test_bad_settings_are_config_errors(tiny_pair: tuple[SteerableModel, Steerab
         CollectiveConfig(max_batch=0)
     with pytest.raises(ConfigError, match="draft_tokens"):
         CollectiveConfig(draft_tokens=-1)
+    with pytest.raises(ConfigError, match="batch_floor"):
+        CollectiveConfig(batch_floor=1.5)
     with pytest.raises(ConfigError, match="at least one drafter"):
         generate(target, _prompts(target), config=CollectiveConfig(draft_tokens=2))
 
