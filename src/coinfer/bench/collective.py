@@ -149,14 +149,13 @@ def measured_row(
     record = responses[0].extras
     output = sum(len(r.tokens) for r in responses)
     latency = [wall_s / max(1, len(r.tokens)) for r in responses]
-    prefill_s = float(record.get("prefill_s", 0.0))
     return {
         "config": name,
         "batch": batch,
         "runs": len(runs),
         "tokens_per_s": round(output / wall_s if wall_s else 0.0, 3),
         "decode_tokens_per_s": round(_decode_rate(responses, wall_s), 3),
-        "prefill_s": round(prefill_s, 3),
+        "prefill_s": round(float(record.get("prefill_s", 0.0)), 3),
         "by_category": _by_category([run for run, _ in runs], categories),
         "normalized_latency_s": round(sum(latency) / len(latency), 4),
         "output_tokens": output,

@@ -210,6 +210,7 @@ class SourceGate:
             return
         budget = self.config.explore_share * (now - self._started - self._prefilling_s)
         charged = {i: min(self._records[i].explore_s, budget / len(off)) for i in off}
+        total = sum(charged.values())
         for i in off:
             rec = self._records[i]
             known = [j for j, key in enumerate(keys) if key in self._seen[i]]
@@ -217,7 +218,7 @@ class SourceGate:
                 continue  # a set-up that no draft of it would repay
             prior = self._prefill_s if self._with_model[i] else 0.0
             price = rec.cost if known else (rec.setup_s or prior)
-            if rec.explore_s + price <= budget - (sum(charged.values()) - charged[i]):
+            if rec.explore_s + price <= budget - (total - charged[i]):
                 self.rounds_explored[i] += 1
                 out[i] = known[:1] or [0]
 
@@ -226,9 +227,9 @@ class SourceGate:
         length = min(float(s), rec.length)
         a = rec.acceptance()
         gain = sum(a**j for j in range(1, int(length) + 1)) + (length % 1) * a ** (int(length) + 1)
-        drafted = self._verify_cost(b + round(b * rec.proposes * length))
         if rec.proposes * gain <= 0.0:
             return False  # drafts that hold nothing add work and no tokens, whatever V says
+        drafted = self._verify_cost(b + round(b * rec.proposes * length))
         if plain is None or drafted is None:
             return True  # the target's cost is not measured yet: measure it with drafts
         return b * (1.0 + rec.proposes * gain) / (b * rec.cost + drafted) > b / plain
