@@ -77,9 +77,12 @@ def test_finish_writes_the_results_and_three_plots(tmp_path: Path) -> None:
         assert (tmp_path / f"{name}.png").read_bytes()[:4] == b"\x89PNG"
 
 
-def _response(tokens: list[int], seconds: float, prefill_s: float = 1.0) -> Response:
-    """A request's response whose tokens after the first took ``seconds``."""
-    stats = DecodeStats(n_tokens=len(tokens), start=0.0, first_token_at=1.0, last_token_at=1.0 + seconds)
+def _response(tokens: list[int], seconds: float, prefill_s: float = 1.0, stalled_s: float = 0.0) -> Response:
+    """A request's response whose tokens after the first took ``seconds``, ``stalled_s`` of
+    them waiting for other requests' prompts."""
+    stats = DecodeStats(
+        n_tokens=len(tokens), start=0.0, first_token_at=1.0, last_token_at=1.0 + seconds, stalled_s=stalled_s
+    )
     return Response("", tokens, stats, "length", 0, {"prefill_s": prefill_s})
 
 
@@ -93,7 +96,7 @@ def test_with_repeats_the_fastest_run_counts_and_identity_needs_every_run() -> N
     row = measured_row("+majority", 1, [slow, fast], plain, ["edit", "prose"])
     assert row["runs"] == 2 and row["wall_s"] == 4.0
     assert row["decode_tokens_per_s"] == round(8 / 3, 3)  # 8 tokens after the first ones, 3 s
-    assert row["by_category"] == {"edit": [4, 1.0], "prose": [4, 1.0]}  # each request's best
+    assert row["by_category"] == {"edit": [4, 1.0, 0.0], "prose": [4, 1.0, 0.0]}  # each request's best
     assert row["identical"] == 1  # the prose prompt parted from plain in one run
 
 
@@ -107,3 +110,19 @@ def test_only_runs_plain_and_the_named_configurations() -> None:
     assert [name for name, _, _ in configurations(config)] == ["plain", "single:ngram", "+majority"]
     with pytest.raises(ConfigError, match="single:b"):
         CollectiveBenchConfig(out="x", drafts=("a",), only=("single:b",))
+
+
+def test_a_requests_stalls_for_other_prompts_are_left_out_of_its_category_rate() -> None:
+    """Inside a batch, a request waits while joining requests' prompts are read; when
+    they join depends on when others finish, not on how this request was decoded. So a
+    category's decode rate is its tokens over its seconds less those stalls (an old
+    result's [tokens, seconds] still reads)."""
+    plain = [[1, 2, 3, 4, 5], [6, 7, 8, 9, 10]]
+    runs = [([_response([1, 2, 3, 4, 5], 2.0), _response([6, 7, 8, 9, 10], 4.0, stalled_s=3.0)], 6.0)]
+    row = measured_row("+majority", 4, runs, plain, ["edit", "prose"])
+    assert row["by_category"] == {"edit": [4, 2.0, 0.0], "prose": [4, 4.0, 3.0]}
+    old = {"edit": [4, 2.0], "prose": [4, 2.0]}  # an old result's rows
+    base = {"config": "plain", "batch": 4, "tokens_per_s": 1.0, "by_category": old}
+    config = CollectiveBenchConfig(out="x", drafts=("a",), batch_sizes=(4,), sweep=False)
+    ratios = summarize([base, {**row, "tokens_per_s": 1.0}], config)["per_category"]["4"]["+majority"]
+    assert ratios == {"edit": 1.0, "prose": 2.0}  # 4 tokens in 1 busy second against plain's 2

@@ -122,6 +122,8 @@ def test_a_bad_config_file_is_one_line_and_a_hint(tmp_path: Path) -> None:
         "--devices",
     )
     assert_user_error(coinfer("serve", "-m", "smollm2-135m", "--engine", "dragon", timeout=60), "--corpus")
+    floor = coinfer("serve", "-m", "smollm2-135m", "--engine", "collective", "--batch-floor", "2", timeout=60)
+    assert_user_error(floor, "--batch-floor")
 
 
 def test_serve_without_a_model_is_one_line_and_a_hint() -> None:

@@ -19,7 +19,8 @@ Throughput is output tokens over wall time, prefill included; ``decode_tokens_pe
 leaves the prefills out (the tokens after each request's first over the time not spent
 reading prompts), and ``prefill_s`` is that time. Per category (the suite's), each
 request's decode rate (its tokens after the first over the time from its first token to
-its last) is summed over the category's requests, against plain decoding's at the same
+its last, less the time it stalled while other requests' prompts were read) is summed
+over the category's requests, against plain decoding's at the same
 batch size. Normalized latency is each request's time over its output tokens, averaged. With
 ``repeats`` every configuration runs that many times at each batch size, taken in turn
 (plain, each single, …, then again), and the fastest counts: a row's run with the best
@@ -183,24 +184,33 @@ def _decode_rate(responses: list[Response], wall_s: float) -> float:
 
 def _by_category(runs: list[list[Response]], categories: list[str]) -> dict[str, list[float]]:
     """Per category: [tokens after each request's first, seconds from its first token to
-    its last], summed over the category's requests, each request from its fastest run."""
+    its last, seconds of those it stalled while other requests' prompts were read],
+    summed over the category's requests, each request from its fastest run."""
     out: dict[str, list[float]] = {}
     for i, category in enumerate(categories):
-        tokens, seconds = out.setdefault(category, [0, 0.0])
-        spans = [_span(run[i]) for run in runs]
-        timed = [(n, t) for n, t in spans if t is not None]
+        tokens, seconds, stalled = out.setdefault(category, [0, 0.0, 0.0])
+        timed = [(n, t, w) for n, t, w in (_span(run[i]) for run in runs) if t is not None]
         if timed:
-            n, t = max(timed, key=lambda span: span[0] / span[1] if span[1] else float("inf"))
-            out[category] = [tokens + n, round(seconds + t, 4)]
+            n, t, w = max(timed, key=_span_rate)
+            out[category] = [tokens + n, round(seconds + t, 4), round(stalled + w, 4)]
     return out
 
 
-def _span(r: Response) -> tuple[int, float | None]:
-    """A request's tokens after its first, and the seconds from its first token to its last."""
+def _span(r: Response) -> tuple[int, float | None, float]:
+    """A request's tokens after its first, the seconds from its first token to its last,
+    and the seconds of those it stalled while the engine read other requests' prompts."""
     first, last = r.stats.first_token_at, r.stats.last_token_at
     if first is None or last is None:
-        return 0, None
-    return max(0, len(r.tokens) - 1), last - first
+        return 0, None, 0.0
+    return max(0, len(r.tokens) - 1), last - first, r.stats.stalled_s
+
+
+def _span_rate(span: tuple[int, float, float]) -> float:
+    """A request's decode rate, its stalls left out (as the run's decode rate leaves the
+    prefills out)."""
+    n, seconds, stalled = span
+    busy = seconds - stalled
+    return n / busy if busy > 0 else float("inf")
 
 
 def configurations(config: CollectiveBenchConfig) -> list[tuple[str, Sequence[str], CollectiveConfig]]:
@@ -366,15 +376,25 @@ def summarize(rows: list[dict[str, Any]], config: CollectiveBenchConfig) -> dict
 
 
 def _category_ratios(by: dict[tuple[str, int], dict[str, Any]], batch: int) -> dict[str, dict[str, float]]:
-    """Per configuration and category: its requests' decode rate over plain decoding's."""
-    plain = by.get(("plain", batch), {}).get("by_category") or {}
-    base = {c: t / s for c, (t, s) in plain.items() if t and s}
+    """Per configuration and category: its requests' decode rate over plain decoding's,
+    the stalls for other requests' prompts left out (results of old runs have none)."""
+    plain = _category_rates(by.get(("plain", batch), {}))
     out: dict[str, dict[str, float]] = {}
     for (name, b), r in by.items():
         if b != batch or name in ("plain", "default") or name.startswith("sweep"):
             continue
-        mine = r.get("by_category") or {}
-        out[name] = {c: round(t / s / base[c], 3) for c, (t, s) in mine.items() if c in base and t and s}
+        mine = _category_rates(r)
+        out[name] = {c: round(v / plain[c], 3) for c, v in mine.items() if c in plain}
+    return out
+
+
+def _category_rates(row: dict[str, Any]) -> dict[str, float]:
+    """A row's decode rate per category: tokens over seconds less stalls."""
+    out = {}
+    for category, (tokens, seconds, *stalled) in (row.get("by_category") or {}).items():
+        busy = seconds - sum(stalled)
+        if tokens and busy > 0:
+            out[category] = tokens / busy
     return out
 
 

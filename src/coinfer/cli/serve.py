@@ -93,6 +93,10 @@ def _served(args: argparse.Namespace) -> dict[str, Any]:
         return {name: _dragon(args, name)}
     if args.engine == "jupiter":
         return {name: _jupiter(args, name)}
+    if args.engine == "collective":
+        from coinfer.engines.collective import CollectiveConfig
+
+        CollectiveConfig(batch_floor=args.batch_floor, max_batch=args.max_batch)  # checked before loading
     options: dict[str, Any] = {"hidden_states": True} if args.draft.startswith("heads:") else {}
     target = load_from_args(args, quiet=True, **options)
     common = {"name": name, "max_queue": args.max_queue, "draft_tokens": args.draft_tokens}
@@ -108,6 +112,7 @@ def _served(args: argparse.Namespace) -> dict[str, Any]:
         drafts = [_drafter(args, target, spec) for spec in specs]
         gate = None if args.every_draft else GateConfig()
         knobs = {"pipeline": args.pipeline, "gate": gate, "max_batch": args.max_batch}
+        knobs["batch_floor"] = args.batch_floor
         return {name: engines.collective_served(target, drafts, **knobs, **common)}
     return {name: engines.speculative_served(target, _drafter(args, target, args.draft), **common)}
 
@@ -279,6 +284,11 @@ def _add_engine_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--every-draft", action="store_true", help="collective: no gate; every draft drafts every round"
     )
+    p.add_argument(
+        "--batch-floor", type=float, default=0.97,
+        help="collective: in a batch, drafts are cut so that every request keeps this share of its "
+        "plain decoding rate (0: the batch's best throughput; default: %(default)s)",
+    )  # fmt: skip
     p.add_argument(
         "--protocol", default="minions", choices=["minions", "minion"],
         help="minions: the protocol; --model is the local model that reads each request's documents",

@@ -40,6 +40,9 @@ class DecodeStats:
     start: float = field(default_factory=time.perf_counter)
     first_token_at: float | None = None
     last_token_at: float | None = None
+    # seconds between the first token and the last that the engine spent reading other
+    # requests' prompts (a batch's joins stall every running request)
+    stalled_s: float = 0.0
     # seconds per phase over the rounds after the prefill, where the engine splits them
     # (the speculative engine: draft, forward, logits, accept, policy, detok)
     phases: dict[str, float] = field(default_factory=dict)

@@ -15,6 +15,7 @@ from coinfer.engines.collective.rounds import split_forward
 from coinfer.errors import ConfigError
 from coinfer.models.base import SteerableModel
 from coinfer.testing import FixedDrafter, ScriptedModel
+from coinfer.testing.models import EOS
 
 TEXTS = [
     "def add(a, b): return a + b; def add(a, b):",
@@ -137,6 +138,19 @@ def test_the_drafters_hear_what_the_target_kept_and_forget_finished_requests() -
         expected = [ord("b"), ord("c")] if context[-1] == ord("a") else [target.next_token(context)]
         assert kept == expected  # "b" held after "a" (then "X" did not); elsewhere "b" fails at once
     assert sorted(drafter.forgotten) == [0, 1]
+
+
+@pytest.mark.parametrize("pipeline", [False, True])
+def test_a_running_request_counts_the_time_a_joining_prompt_stalls_it(pipeline: bool) -> None:
+    """Two slots: 's' ends after two tokens, so 'more' joins while 'long' runs; 'long'
+    waits through that prefill, and no request counts a prefill before its first token."""
+    target = ScriptedModel(lambda prefix: EOS if prefix[0] == ord("s") and len(prefix) >= 3 else ord("x"))
+    prompts = [list(b"long"), list(b"s"), list(b"more")]
+    config = CollectiveConfig(max_tokens=8, draft_tokens=0, max_batch=2, pipeline=pipeline)
+    long, short, late = generate(target, prompts, config=config)
+    assert len(long.tokens) == 8 and short.finish_reason == "stop"
+    assert long.stats.stalled_s > 0
+    assert short.stats.stalled_s == 0 and late.stats.stalled_s == 0
 
 
 @needs_torch

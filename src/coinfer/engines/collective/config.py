@@ -49,7 +49,10 @@ class CollectiveConfig:
         check_budget(self.max_tokens)
         check_draft_tokens(self.draft_tokens)
         if not 0.0 <= self.batch_floor <= 1.0:
-            raise ConfigError(f"batch_floor must be within 0 and 1, got {self.batch_floor}")
+            raise ConfigError(
+                f"batch_floor must be within 0 and 1, got {self.batch_floor}",
+                hint="--batch-floor 0.97 keeps every request at 97% of its plain rate; 0: the batch's best",
+            )
         if self.max_batch < 1 or self.draft_threads < 1:
             raise ConfigError(
                 f"max_batch and draft_threads must be at least 1, got {self.max_batch}, {self.draft_threads}"

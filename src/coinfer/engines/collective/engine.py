@@ -238,7 +238,7 @@ def _run_sequential(
                 yield ended
             if not (pending or running):
                 return
-            joining = session.admit(pending, len(running))
+            joining = session.admit(pending, running)
             if joining:
                 running += joining
                 yield joining

@@ -105,7 +105,7 @@ def _join(run: _Run) -> list[Request]:
     requests prefilled, the running ones among them added to ``run.active``."""
     session = run.session
     t0 = time.perf_counter()
-    joining = session.admit(run.pending, len(run.active))
+    joining = session.admit(run.pending, list(run.active.values()))
     run.switch.paused(time.perf_counter() - t0)
     for r in joining:
         if r.done:

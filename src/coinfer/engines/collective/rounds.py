@@ -161,11 +161,16 @@ def prefill(
     max_tokens: int,
     gate: SourceGate | None = None,
     run: RunRecord | None = None,
+    running: Sequence[Request] = (),
 ) -> None:
-    """Read the new prompts in one batch and sample each one's first token."""
+    """Read the new prompts in one batch and sample each one's first token; the
+    ``running`` requests that wait meanwhile count the time as stalled."""
     t0 = time.perf_counter()
     rows = target.extend_many([(r.seq, r.prompt) for r in joining], last_only=True)
     seconds = time.perf_counter() - t0
+    for r in running:
+        if r.stats.first_token_at is not None and not r.done:
+            r.stats.stalled_s += seconds
     if gate is not None:
         gate.prefilled(len(joining), seconds)
     if run is not None:
@@ -457,11 +462,11 @@ class Session:
     start: float
     budgets: dict[int, int] = field(default_factory=dict)  # arrivals' own budgets, by key
 
-    def admit(self, pending: deque[tuple[int, list[int]]], running: int) -> list[Request]:
-        """Pending requests that fit beside ``running`` ones, prefilled together (each with
-        its first token; one may be done at once)."""
+    def admit(self, pending: deque[tuple[int, list[int]]], running: Sequence[Request]) -> list[Request]:
+        """Pending requests that fit beside the ``running`` ones, prefilled together (each
+        with its first token; one may be done at once)."""
         joining: list[Request] = []
-        while pending and running + len(joining) < self.config.max_batch:
+        while pending and len(running) + len(joining) < self.config.max_batch:
             key, prompt = pending.popleft()
             joining.append(new_request(self.target, key, prompt, self.config.sampling, self.start))
             if key in self.budgets:  # an arrival: its own budget, its draws from the seed itself
@@ -469,7 +474,8 @@ class Session:
                 joining[-1].draws = PositionDraws(self.config.sampling.seed)
         if joining:
             config = self.config
-            prefill(self.target, joining, config.sampling, config.max_tokens, self.learner.gate, self.record)
+            gate, record = self.learner.gate, self.record
+            prefill(self.target, joining, config.sampling, config.max_tokens, gate, record, running)
         return joining
 
     def round(self, live: list[Request]) -> None:
