@@ -117,6 +117,20 @@ def cmd_collective(args: argparse.Namespace) -> int:
     return _done(args, report["summary"], [*lines, f"wrote {args.out}/results.json"])
 
 
+def cmd_copy_bound(args: argparse.Namespace) -> int:
+    from coinfer.bench.copy_bound import CopyBoundConfig, run_copy_bound
+
+    categories = tuple(c.strip() for c in args.categories.split(",") if c.strip())
+    config = CopyBoundConfig(out=args.out, target=args.target, categories=categories, split=args.split,
+                             per_category=args.per_category, max_tokens=args.max_tokens)  # fmt: skip
+    report = run_copy_bound(config, log=err)
+    lines = [
+        f"{c}: {s['bound']}x ({s['tokens']} tokens in {s['rounds']} rounds)"
+        for c, s in report["summary"].items()
+    ]
+    return _done(args, report["summary"], [*lines, f"wrote {args.out}/results.json"])
+
+
 def cmd_minions(args: argparse.Namespace) -> int:
     from coinfer.bench.minions import PROTOCOLS, MinionsBenchConfig, run_minions_bench
 
@@ -398,6 +412,7 @@ def add_parser(sub: Any) -> None:
     _add_speculative(bench)
 
     _add_collective(bench)
+    _add_copy_bound(bench)
 
     _add_llmcad(bench)
     _add_dragon(bench)
@@ -434,6 +449,24 @@ def _add_collective(bench: Any) -> None:
         help="run only these configurations beside plain, e.g. single:ngram +majority (default: all)",
     )  # fmt: skip
     p.set_defaults(func=cmd_collective)
+
+
+def _add_copy_bound(bench: Any) -> None:
+    from coinfer.bench.broad_suite import BROAD_CATEGORIES
+
+    p = bench.add_parser(
+        "copy-bound", help="per category, the speedup no copying drafter passes (perfect, free verification)"
+    )
+    p.add_argument("--out", default="bench-results/copy-bound")
+    p.add_argument("--target", default="qwen2.5-coder-1.5b")
+    p.add_argument(
+        "--categories", default=",".join(BROAD_CATEGORIES), help="broad suite categories, comma-separated"
+    )
+    p.add_argument("--per-category", type=int, default=8)
+    p.add_argument("--max-tokens", type=int, default=128)
+    p.add_argument("--split", default="all", choices=["all", "tune", "held-out"], help="default: all")
+    p.add_argument("--json", action="store_true", help="print the summary as JSON on stdout")
+    p.set_defaults(func=cmd_copy_bound)
 
 
 def _add_speculative(bench: Any) -> None:
