@@ -12,6 +12,11 @@ The layers, each enough to stop the common attacks on its own:
 1. **Static check** of the syntax tree: no names or attributes that start with ``_``
    (``__subclasses__``, ``__globals__``, ``__builtins__``…), none of the frame and code
    attributes (``gi_frame``, ``f_globals``, ``tb_frame``…), imports only of allowed modules.
+   A format string reaches attributes and items by name at run time
+   (``'{0.__globals__}'.format(f)``), where the tree does not show them, so every
+   ``.format`` and ``.format_map`` in the code is rewritten to go through a guard that
+   refuses a template whose fields reach a name starting with ``_``, however the
+   template was built (``guard_format``).
 2. **Restricted builtins**: no ``open``, ``eval``, ``exec``, ``compile``, ``getattr``,
    ``vars``, ``globals``, ``input``…; ``import`` only finds the allowed modules, each
    seen through a namespace of its public non-module members (``re.enum.sys`` is not
@@ -27,6 +32,7 @@ The layers, each enough to stop the common attacks on its own:
 
 from __future__ import annotations
 
+import _string  # the format-string parser str.format itself uses
 import ast
 import builtins
 import contextlib
@@ -70,6 +76,10 @@ BLOCKED_EVENTS = (
 )  # fmt: skip
 
 
+FORMAT_METHODS = frozenset({"format", "format_map"})
+FORMAT_GUARD = "__format_guard__"  # a builtin the code cannot name (it starts with "_")
+
+
 class OutputLimitError(BaseException):
     """Printed output past the limit (a BaseException, so ``except Exception`` does not hide it)."""
 
@@ -99,6 +109,60 @@ def check_code(code: str, allowed: set[str]) -> ast.Module:
             if isinstance(node, ast.ImportFrom) and any(a.name.startswith("_") for a in node.names):
                 raise Refused(f"line {line}: names starting with '_' are not allowed")
     return tree
+
+
+class _FormatThroughGuard(ast.NodeTransformer):
+    """``x.format`` and ``x.format_map`` read as ``__format_guard__(x, "format")``."""
+
+    def visit_Attribute(self, node: ast.Attribute) -> ast.AST:
+        self.generic_visit(node)
+        if node.attr not in FORMAT_METHODS or not isinstance(node.ctx, ast.Load):
+            return node
+        guard = ast.Name(id=FORMAT_GUARD, ctx=ast.Load())
+        call = ast.Call(func=guard, args=[node.value, ast.Constant(node.attr)], keywords=[])
+        return ast.copy_location(call, node)
+
+
+def guard_formats(tree: ast.Module) -> ast.Module:
+    """The checked tree with every format method read through ``guard_format``."""
+    return ast.fix_missing_locations(_FormatThroughGuard().visit(tree))
+
+
+def check_template(template: object) -> None:
+    """Refuse a format template whose fields (nested ones too) reach an attribute or an
+    item whose name starts with ``_``: ``{0.__class__}``, ``{0[__dict__]}``."""
+    if not isinstance(template, str):
+        return  # str.format raises its own TypeError
+    for _, field, spec, _ in _string.formatter_parser(template):
+        if field:
+            for _, key in _string.formatter_field_name_split(field)[1]:
+                if isinstance(key, str) and key.startswith("_"):
+                    message = f"format field '{{{field}}}' reaches '{key}', which the sandbox does not allow"
+                    raise ValueError(message)
+        if spec:
+            check_template(spec)
+
+
+def guard_format(obj: Any, name: str) -> Any:
+    """``getattr(obj, name)`` for ``format``/``format_map``: str's own methods, bound or
+    not, come back wrapped so that the template is checked before it is used."""
+    value = getattr(obj, name)
+    if value is getattr(str, name):
+
+        def unbound(template: Any, /, *args: Any, **kwargs: Any) -> Any:
+            check_template(template)
+            return value(template, *args, **kwargs)
+
+        return unbound
+    owner = getattr(value, "__self__", None)
+    if isinstance(value, types.BuiltinMethodType) and isinstance(owner, str):
+
+        def bound(*args: Any, **kwargs: Any) -> Any:
+            check_template(owner)
+            return value(*args, **kwargs)
+
+        return bound
+    return value
 
 
 def public_view(module: types.ModuleType) -> types.SimpleNamespace:
@@ -140,6 +204,7 @@ def restricted_builtins(views: dict[str, types.SimpleNamespace], out: BoundedWri
 
     safe["print"] = bounded_print
     safe["__import__"] = allowed_import
+    safe[FORMAT_GUARD] = guard_format
     return safe
 
 
@@ -186,7 +251,7 @@ def execute(request: dict[str, Any]) -> dict[str, Any]:
         tree = check_code(request["code"], set(allowed))
     except Refused as exc:
         return {"ok": False, "kind": "refused", "message": str(exc)}
-    code = compile(ast.increment_lineno(tree, LINE_OFFSET), "<remote code>", "exec")
+    code = compile(ast.increment_lineno(guard_formats(tree), LINE_OFFSET), "<remote code>", "exec")
     out = BoundedWriter(request["output_limit"])
     module = types.ModuleType("sandbox")  # registered: dataclasses look classes' modules up
     sys.modules["sandbox"] = module
