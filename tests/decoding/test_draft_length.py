@@ -10,6 +10,7 @@ import pytest
 from coinfer.decoding.draft_length import (
     AdaptiveDraftLength,
     CopyBucket,
+    CostCurve,
     DraftSizer,
     FixedDraftLength,
     batch_lengths,
@@ -336,3 +337,47 @@ def test_drafts_cut_together_are_scored_whole_and_a_fixed_policy_keeps_them() ->
     assert policy.survival(CopyBucket(1, False))[2] > AdaptiveDraftLength().survival(CopyBucket(1, False))[2]
     fixed = DraftSizer(FixedDraftLength(3)).cut_together([(0, 5, long), (1, 5, short)])
     assert [d.tokens for d in fixed] == [long.tokens, short.tokens]
+
+
+def test_a_point_of_the_curve_nobody_measures_goes_stale_and_its_next_measurement_replaces_it() -> None:
+    curve = CostCurve()
+    curve.record(4, 0.47, smoothing=0.3, refresh=64)  # plain decoding while another process ran
+    curve.record(4, 0.15, smoothing=0.3, refresh=64)
+    assert curve[4] == pytest.approx(0.7 * 0.47 + 0.3 * 0.15)  # fresh: a moving average
+    for _ in range(65):
+        curve.record(7, 0.30, smoothing=0.3, refresh=64)
+    assert curve.stale(4, refresh=64) and not curve.stale(7, refresh=64) and not curve.stale(5, refresh=64)
+    curve.record(4, 0.15, smoothing=0.3, refresh=64)
+    assert curve[4] == 0.15 and not curve.stale(4, refresh=64)
+
+
+def test_a_slow_moment_in_plain_decodings_point_does_not_lock_a_batch_into_drafting() -> None:
+    """Plain decoding's point for a batch of 4 was measured slow (0.47 s); a forward of 7
+    tokens really costs 0.30 s, so drafting 3 tokens looks free and every round drafts,
+    and nothing would measure the point again. Once it is ``refresh_every`` forwards old
+    the batch decodes plainly once, and that measurement stands."""
+    policy = AdaptiveDraftLength(costs=CostCurve(), refresh_every=64)
+    policy.observe(drafted=3, draft_s=0.0, verify_s=0.47)  # a batch of 4 with no drafts: 4 tokens
+    guesses = [(3, CopyBucket(32, True))] + [(0, None)] * 3
+    cuts = []
+    for _ in range(80):
+        cut = policy.trim_together(guesses)
+        cuts.append(sum(cut))
+        policy.observe(drafted=3 + sum(cut), draft_s=0.0, verify_s=0.15 if not sum(cut) else 0.30)
+    assert cuts[0] > 0  # the stale point's lie, believed for a while
+    assert 0 in cuts and policy.costs[4] == 0.15
+    after = cuts[cuts.index(0) :]
+    assert all(c == 0 for c in after)  # measured again, drafting 3 tokens for 0.58 more no longer pays
+
+
+def test_one_requests_policy_measures_plain_decoding_again_when_its_point_is_stale() -> None:
+    policy = AdaptiveDraftLength(costs=CostCurve(), refresh_every=8)
+    policy.observe(drafted=0, draft_s=0.0, verify_s=0.1)
+    for _ in range(4):
+        for position in range(1, 9):
+            policy.learn(bucket=CopyBucket(32, True), position=position, kept=True)
+    ks = []
+    for _ in range(12):
+        ks.append(policy.trim(8, CopyBucket(32, True)))
+        policy.observe(drafted=ks[-1], draft_s=0.0, verify_s=0.1 + 0.01 * ks[-1])
+    assert ks[0] > 0 and ks.count(0) == 1 and ks.index(0) == 9  # plain once, after 9 forwards that drafted

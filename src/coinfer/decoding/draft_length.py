@@ -72,6 +72,7 @@ if TYPE_CHECKING:
 __all__ = [
     "AdaptiveDraftLength",
     "CopyBucket",
+    "CostCurve",
     "DraftLength",
     "DraftSizer",
     "FixedDraftLength",
@@ -100,6 +101,35 @@ def copy_prior(match: int, position: int, miss: float = 1.0) -> float:
     16 (``miss`` 0.8 fits that); ``AdaptiveDraftLength`` takes 1.0, a little below, so a
     middling match in prose bets less before its bucket has a record."""
     return max(0.0, 1.0 - miss / max(1, match + position - 1))
+
+
+class CostCurve(dict[int, float]):
+    """A target's cost curve, n -> seconds of one forward over n tokens (a moving average),
+    that also knows how many forwards, of any size, were measured since each n was.
+
+    A point nobody measures again goes stale, and a stale point can hold itself in place:
+    plain decoding's point measured while another process took the cores made every
+    round's draft look free, so every round drafted and that point was never measured
+    again (a batch of 4 drafted in 484 rounds of 485 at twice plain's cost per token,
+    ``docs/bench/collective``). So the policies decode plainly once when that point is
+    ``refresh`` forwards old (``stale``), and a measurement of a stale point replaces it.
+    """
+
+    def __init__(self, points: Mapping[int, float] | None = None) -> None:
+        super().__init__(points or {})
+        self.forwards = 0  # forwards measured, every size
+        self._seen: dict[int, int] = {}  # n -> ``forwards`` when n was last measured
+
+    def record(self, n: int, seconds: float, smoothing: float, refresh: int) -> None:
+        """A forward over ``n`` tokens took ``seconds``."""
+        old = None if self.stale(n, refresh) else self.get(n)
+        self[n] = seconds if old is None else (1 - smoothing) * old + smoothing * seconds
+        self.forwards += 1
+        self._seen[n] = self.forwards
+
+    def stale(self, n: int, refresh: int) -> bool:
+        """Whether the point n is measured, but more than ``refresh`` forwards ago."""
+        return n in self and self.forwards - self._seen.get(n, 0) > refresh
 
 
 def within_measured(curve: Mapping[int, float], n: int) -> float | None:
@@ -266,9 +296,10 @@ class AdaptiveDraftLength:
     copy_ratio_caution: float = 1.0  # standard deviations added to the miss ratio
     copy_ratio_floor: float = 0.5  # least miss ratio: copies miss at least half as often as the prior says
     batch_floor: float = 0.0  # in a batch's forward, the least share of its plain rate each request keeps
+    refresh_every: int = 64  # forwards after which plain decoding's point is measured again (``CostCurve``)
     # the target's cost curve, n -> seconds of a forward over n tokens: pass one shared by
     # every request on the same target (``target_costs``) and each starts knowing it
-    costs: dict[int, float] = field(default_factory=dict)
+    costs: dict[int, float] = field(default_factory=CostCurve)
     _draft_per_token: float | None = None  # seconds per proposed token
     _draft_samples: int = 0  # proposals that measured it
     _overall: _Survival = field(init=False)  # every proposal, whatever its bucket
@@ -423,7 +454,7 @@ class AdaptiveDraftLength:
         verified in one forward, from (tokens proposed, bucket) per request (``batch_lengths``
         over this policy's cost curve, which is then per forward, whatever its requests).
         Drafting is paid for by now; nothing is verified before the curve has a measurement."""
-        if not self.costs:
+        if not self.costs or self._stale(len(proposals)):
             return [0] * len(proposals)
         survivals = [self.survival(bucket)[1 : n + 1] if n else [] for n, bucket in proposals]
         explore = bool(self._rounds) and self._rounds % self.explore_every == 0
@@ -432,7 +463,7 @@ class AdaptiveDraftLength:
         )
 
     def _choose(self, bucket: Hashable | None) -> int:
-        if 1 not in self.costs:  # plain decoding is measured first: every gain is against it
+        if 1 not in self.costs or self._stale(1):  # every gain is against plain decoding, measured first
             return 0
         rates = self._rates(self._expected(bucket))
         best = self._best(rates)
@@ -447,12 +478,19 @@ class AdaptiveDraftLength:
     def observe(self, *, drafted: int, draft_s: float, verify_s: float, proposed: int = 0) -> None:
         self._rounds += 1
         n = drafted + 1
-        self.costs[n] = self._average(self.costs.get(n), verify_s)
+        if isinstance(self.costs, CostCurve):
+            self.costs.record(n, verify_s, self.smoothing, self.refresh_every)
+        else:
+            self.costs[n] = self._average(self.costs.get(n), verify_s)
         proposed = max(proposed, drafted)
         if proposed:  # the first proposal also paid for the drafter's setup: the second replaces it
             old = None if self._draft_samples == 1 else self._draft_per_token
             self._draft_per_token = self._average(old, draft_s / proposed)
             self._draft_samples += 1
+
+    def _stale(self, n: int) -> bool:
+        """Whether plain decoding's point for ``n`` requests wants measuring again."""
+        return isinstance(self.costs, CostCurve) and self.costs.stale(n, self.refresh_every)
 
     def _average(self, old: float | None, new: float) -> float:
         """Exponential moving average; the first measurement stands alone."""

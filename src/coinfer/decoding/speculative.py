@@ -24,7 +24,13 @@ from typing import Literal
 import numpy as np
 
 from coinfer.decoding.detok import IncrementalDetokenizer
-from coinfer.decoding.draft_length import AdaptiveDraftLength, DraftLength, DraftSizer, FixedDraftLength
+from coinfer.decoding.draft_length import (
+    AdaptiveDraftLength,
+    CostCurve,
+    DraftLength,
+    DraftSizer,
+    FixedDraftLength,
+)
 from coinfer.decoding.drafters import Draft, Drafter
 from coinfer.decoding.ngram import NgramDrafter
 from coinfer.decoding.prompting import as_prompt, check_prompt
@@ -101,14 +107,14 @@ class Round:
     finished: str | None = None  # "stop" or "length" on the last round
 
 
-_COSTS: weakref.WeakKeyDictionary[SteerableModel, dict[int, float]] = weakref.WeakKeyDictionary()
+_COSTS: weakref.WeakKeyDictionary[SteerableModel, CostCurve] = weakref.WeakKeyDictionary()
 
 
-def target_costs(target: SteerableModel) -> dict[int, float]:
+def target_costs(target: SteerableModel) -> CostCurve:
     """The target's verification cost curve (n tokens -> seconds of one forward), shared by
     every request on it: each request's draft-length policy starts from what the ones
     before it measured instead of paying to measure the curve again."""
-    return _COSTS.setdefault(target, {})
+    return _COSTS.setdefault(target, CostCurve())
 
 
 def _length_policy(config: SpecConfig, target: SteerableModel) -> DraftLength:

@@ -39,7 +39,7 @@ from collections.abc import Generator, Iterator, Sequence
 from typing import Protocol
 
 from coinfer.decoding.detok import IncrementalDetokenizer
-from coinfer.decoding.draft_length import AdaptiveDraftLength, DraftSizer
+from coinfer.decoding.draft_length import AdaptiveDraftLength, CostCurve, DraftSizer
 from coinfer.decoding.drafters import Drafter
 from coinfer.decoding.prompting import as_prompt, check_prompt
 from coinfer.decoding.response import Response
@@ -204,7 +204,7 @@ def _costs(target: SteerableModel, config: CollectiveConfig) -> dict[int, float]
     the same whether its tokens are one request's or a batch's, so the sequential engine
     shares the speculative engine's curve for the target (``target_costs``); the
     pipeline's split cores cost otherwise, so it measures its own."""
-    return {} if config.pipeline else target_costs(target)
+    return CostCurve() if config.pipeline else target_costs(target)
 
 
 def _response(session: Session, r: Request, detoks: dict[int, IncrementalDetokenizer]) -> Response | None:

@@ -14,7 +14,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from coinfer.decoding.draft_length import DraftSizer, within_measured
+from coinfer.decoding.draft_length import CostCurve, DraftSizer, within_measured
 from coinfer.decoding.drafters import Drafter
 from coinfer.decoding.response import DecodeStats
 from coinfer.decoding.sampling import PositionDraws, SamplingParams, probs_from_logits, sample_at
@@ -42,6 +42,7 @@ __all__ = [
 
 SPLIT_PROBE = 32  # every this many split verifications, one runs whole
 SMOOTHING = 0.3  # weight of a new measurement in the cost curve (``AdaptiveDraftLength``'s)
+REFRESH = 64  # forwards after which a point of the cost curve is stale (``CostCurve``)
 
 
 @dataclass
@@ -306,7 +307,7 @@ class Learner:
         self.sizers = sizers
         self.own_lengths = own_lengths  # sized drafters draft past s (``draft_and_vote``)
         # seconds of a target forward over n tokens, whatever its requests: the sizers' curve
-        self.costs: dict[int, float] = costs if costs is not None else {}
+        self.costs: dict[int, float] = costs if costs is not None else CostCurve()
         self._verified = 0
         self._splits = 0  # verifications run as two forwards
 
@@ -392,7 +393,9 @@ class Learner:
         sizers = [sizer for sizer in self.sizers if sizer is not None]
         for sizer in sizers:
             sizer.observe(drafted=n_tokens - 1, draft_s=0.0, verify_s=seconds)
-        if not sizers:
+        if not sizers and isinstance(self.costs, CostCurve):
+            self.costs.record(n_tokens, seconds, SMOOTHING, REFRESH)
+        elif not sizers:
             old = self.costs.get(n_tokens)
             self.costs[n_tokens] = seconds if old is None else (1 - SMOOTHING) * old + SMOOTHING * seconds
 
