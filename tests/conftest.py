@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import pytest
+from hypothesis import HealthCheck, settings
 
 if TYPE_CHECKING:
     from coinfer.decoding import Response
@@ -16,6 +17,22 @@ HAS_TORCH = (
     importlib.util.find_spec("torch") is not None and importlib.util.find_spec("transformers") is not None
 )
 HAS_LLAMA = importlib.util.find_spec("llama_cpp") is not None
+
+# Fuzzing (``pytest.mark.fuzz``): a few dozen examples per property in every run, and a
+# long profile for ``pytest -m fuzz --fuzz`` (about 30 minutes over every fuzz test).
+settings.register_profile("coinfer", max_examples=40, deadline=None)
+settings.register_profile(
+    "fuzz", max_examples=20_000, deadline=None, suppress_health_check=[HealthCheck.too_slow]
+)
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption("--fuzz", action="store_true", help="run the fuzz tests' long Hypothesis profile")
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    settings.load_profile("fuzz" if config.getoption("--fuzz") else "coinfer")
+
 
 needs_torch = pytest.mark.skipif(not HAS_TORCH, reason="needs the `torch` extra")
 needs_llama = pytest.mark.skipif(not HAS_LLAMA, reason="needs the `llama` extra")

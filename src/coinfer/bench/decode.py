@@ -21,7 +21,7 @@ from coinfer.bench.report import environment, write_json, write_markdown
 from coinfer.errors import CoinferError, ConfigError
 from coinfer.models import SteerableModel, load_model
 
-__all__ = ["DecodeBenchConfig", "measure_model", "run_decode_bench"]
+__all__ = ["DecodeBenchConfig", "forward_ms", "measure_model", "run_decode_bench"]
 
 PROMPT = (
     "Write a Python function `merge_intervals(intervals)` that merges overlapping intervals "
@@ -61,7 +61,7 @@ def _decode_rate(model: SteerableModel, prompt: list[int], n: int) -> float:
         model.release(seq)
 
 
-def _forward_ms(model: SteerableModel, prompt: list[int], k: int, repeats: int) -> float:
+def forward_ms(model: SteerableModel, prompt: list[int], k: int, repeats: int) -> float:
     """Median ms of one forward over k tokens on top of the cached prompt (then rolled back)."""
     seq = model.new_sequence()
     try:
@@ -94,7 +94,7 @@ def measure_model(model: SteerableModel, config: DecodeBenchConfig) -> dict[str,
         "prompt_tokens": len(prompt),
         "prefill_ms": round(prefill_ms, 2),
         "decode_tokens_per_s": round(_decode_rate(model, prompt, config.decode_tokens), 2),
-        "forward_ms": {str(k): round(_forward_ms(model, prompt, k, config.repeats), 2) for k in config.ks},
+        "forward_ms": {str(k): round(forward_ms(model, prompt, k, config.repeats), 2) for k in config.ks},
     }
 
 

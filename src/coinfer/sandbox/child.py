@@ -94,6 +94,10 @@ def check_code(code: str, allowed: set[str]) -> ast.Module:
         tree = ast.parse(code)
     except SyntaxError as exc:
         raise Refused(f"syntax error on line {exc.lineno}: {exc.msg}") from None
+    except (MemoryError, RecursionError):  # ``-`` * 100_000 + ``1`` exhausts the parser
+        raise Refused("the code is nested too deeply to parse") from None
+    except ValueError as exc:  # a lone surrogate: not text the parser can encode
+        raise Refused(f"the code is not valid text: {exc}") from None
     for node in ast.walk(tree):
         line = getattr(node, "lineno", "?")
         if isinstance(node, ast.Attribute) and (node.attr[:1] == "_" or node.attr in FORBIDDEN_ATTRIBUTES):

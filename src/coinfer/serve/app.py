@@ -82,6 +82,8 @@ async def _json(request: Request) -> Any:
         return json.loads(body)
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
         raise ConfigError(f"the body is not JSON: {exc}") from None
+    except RecursionError:
+        raise ConfigError("the body's JSON nests too deeply", hint="send an OpenAI request body") from None
 
 
 class _TooLarge(Exception):

@@ -102,7 +102,8 @@ class ChatBody(_Body):
         if value is not None and value.get("type") not in ("text", "json_schema", "json_object"):
             raise ValueError("type must be text, json_object or json_schema")
         if value is not None and value.get("type") == "json_schema":
-            schema = (value.get("json_schema") or {}).get("schema")
+            spec = value.get("json_schema")
+            schema = spec.get("schema") if isinstance(spec, dict) else None
             if not isinstance(schema, dict):
                 raise ValueError("json_schema.schema must be a JSON schema object")
         return value

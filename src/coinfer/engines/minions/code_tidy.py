@@ -35,7 +35,7 @@ def tidy_job_code(code: str, allowed: Collection[str], entry: str = "prepare_job
     ``entry`` at top level otherwise. A syntax error is left for the sandbox to report."""
     try:
         tree = ast.parse(code)
-    except SyntaxError:
+    except (SyntaxError, ValueError, MemoryError, RecursionError):  # the sandbox's check says why
         return TidyCode(code, ())
     changes: list[str] = []
     if not any(isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)) and n.name == entry for n in tree.body):

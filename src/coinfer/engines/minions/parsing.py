@@ -10,41 +10,56 @@ as Python.
 from __future__ import annotations
 
 import ast
+import itertools
 import json
 import re
 from typing import Any
 
 __all__ = ["json_object", "python_code"]
 
+MAX_STARTS = 64  # opening braces tried per candidate text
 _FENCE = re.compile(r"```[ \t]*(\w*)[^\n]*\n(.*?)```", re.S)
 
 
 def json_object(text: str) -> dict[str, Any] | None:
-    """The first JSON object in ``text`` (inside a fence or not), or None."""
+    """The first JSON object in ``text`` (inside a fence or not), or None. Only the first
+    ``MAX_STARTS`` braces of each candidate are tried, and the braces are matched once per
+    candidate, so a reply of nothing but braces takes time linear in its length."""
     candidates = [body for _, body in _FENCE.findall(text)] + [text]
     decoder = json.JSONDecoder()
     for candidate in candidates:
-        for match in re.finditer(r"\{", candidate):
+        closes: dict[int, int] | None = None
+        for match in itertools.islice(re.finditer(r"\{", candidate), MAX_STARTS):
             try:
                 value, _ = decoder.raw_decode(candidate, match.start())
+            except RecursionError:  # nested past the decoder's stack: no answer of ours looks so
+                value = None
             except ValueError:
-                value = _python_literal(candidate[match.start() :])
+                closes = _closing_braces(candidate) if closes is None else closes
+                end = closes.get(match.start())
+                value = None if end is None else _python_literal(candidate[match.start() : end + 1])
             if isinstance(value, dict):
                 return value
     return None
 
 
-def _python_literal(text: str) -> Any:
-    """A dict written the Python way ({'a': None}), up to its closing brace, or None."""
-    depth = 0
+def _closing_braces(text: str) -> dict[int, int]:
+    """For every ``{`` of ``text`` that is closed, where its ``}`` is (by depth alone)."""
+    out, opened = {}, []
     for i, ch in enumerate(text):
-        depth += (ch == "{") - (ch == "}")
-        if depth == 0:
-            try:
-                return ast.literal_eval(text[: i + 1])
-            except (ValueError, SyntaxError, MemoryError, RecursionError):
-                return None
-    return None
+        if ch == "{":
+            opened.append(i)
+        elif ch == "}" and opened:
+            out[opened.pop()] = i
+    return out
+
+
+def _python_literal(text: str) -> Any:
+    """A dict written the Python way ({'a': None}), or None."""
+    try:
+        return ast.literal_eval(text)
+    except (ValueError, SyntaxError, MemoryError, RecursionError):
+        return None
 
 
 def python_code(text: str) -> str | None:
@@ -54,6 +69,6 @@ def python_code(text: str) -> str | None:
             return body
     try:
         ast.parse(text)
-    except SyntaxError:
+    except (SyntaxError, ValueError, MemoryError, RecursionError):  # deep nesting exhausts the parser
         return None
     return text
