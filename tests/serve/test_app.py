@@ -78,6 +78,8 @@ def test_errors_are_openais_objects_with_the_right_status() -> None:
             client.completions.create(model="m1", prompt="x")
         status, _, body = _http(server.url + "/chat/completions", b"{not json")
         assert status == 400 and body["error"]["type"] == "invalid_request_error"
+        status, _, body = _http(server.url + "/chat/completions", b"[" * 100_000 + b"]" * 100_000)
+        assert status == 400 and "nests too deeply" in body["error"]["message"]  # not a 500
         assert _http(server.url + "/nowhere")[0] == 404
 
 
