@@ -125,7 +125,8 @@ def cmd_copy_bound(args: argparse.Namespace) -> int:
                              per_category=args.per_category, max_tokens=args.max_tokens)  # fmt: skip
     report = run_copy_bound(config, log=err)
     lines = [
-        f"{c}: {s['bound']}x ({s['tokens']} tokens in {s['rounds']} rounds)"
+        f"{c}: {s['bound']}x free, {s['bound_on_this_machine']}x on this machine "
+        f"({s['tokens']} tokens in {s['rounds']} rounds)"
         for c, s in report["summary"].items()
     ]
     return _done(args, report["summary"], [*lines, f"wrote {args.out}/results.json"])
