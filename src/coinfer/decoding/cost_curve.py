@@ -1,0 +1,36 @@
+"""A target's cost curve that knows how old each of its points is (``CostCurve``)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+__all__ = ["CostCurve"]
+
+
+class CostCurve(dict[int, float]):
+    """A target's cost curve, n -> seconds of one forward over n tokens (a moving average),
+    that also knows how many forwards, of any size, were measured since each n was.
+
+    A point nobody measures again goes stale, and a stale point can hold itself in place:
+    plain decoding's point measured while another process took the cores made every
+    round's draft look free, so every round drafted and that point was never measured
+    again (a batch of 4 drafted in 484 rounds of 485 at twice plain's cost per token,
+    ``docs/bench/collective``). So the policies decode plainly once when that point is
+    ``refresh`` forwards old (``stale``), and a measurement of a stale point replaces it.
+    """
+
+    def __init__(self, points: Mapping[int, float] | None = None) -> None:
+        super().__init__(points or {})
+        self.forwards = 0  # forwards measured, every size
+        self._seen: dict[int, int] = {}  # n -> ``forwards`` when n was last measured
+
+    def record(self, n: int, seconds: float, smoothing: float, refresh: int) -> None:
+        """A forward over ``n`` tokens took ``seconds``."""
+        old = None if self.stale(n, refresh) else self.get(n)
+        self[n] = seconds if old is None else (1 - smoothing) * old + smoothing * seconds
+        self.forwards += 1
+        self._seen[n] = self.forwards
+
+    def stale(self, n: int, refresh: int) -> bool:
+        """Whether the point n is measured, but more than ``refresh`` forwards ago."""
+        return n in self and self.forwards - self._seen.get(n, 0) > refresh
