@@ -198,7 +198,7 @@ def _learner(target: SteerableModel, drafts: Sequence[Drafter], config: Collecti
     )
 
 
-def _costs(target: SteerableModel, config: CollectiveConfig) -> dict[int, float]:
+def _costs(target: SteerableModel, config: CollectiveConfig) -> CostCurve:
     """The verification cost curve, per forward over n tokens, that the learner splits
     forwards by and cheap drafts' sizers cut them by: on every core a forward costs about
     the same whether its tokens are one request's or a batch's, so the sequential engine

@@ -295,7 +295,7 @@ class Learner:
         sizers: Sequence[DraftSizer | None],
         *,
         own_lengths: bool = False,
-        costs: dict[int, float] | None = None,
+        costs: CostCurve | None = None,
     ) -> None:
         self.weights = weights
         self.selector = selector
@@ -307,7 +307,7 @@ class Learner:
         self.sizers = sizers
         self.own_lengths = own_lengths  # sized drafters draft past s (``draft_and_vote``)
         # seconds of a target forward over n tokens, whatever its requests: the sizers' curve
-        self.costs: dict[int, float] = costs if costs is not None else CostCurve()
+        self.costs = costs if costs is not None else CostCurve()
         self._verified = 0
         self._splits = 0  # verifications run as two forwards
 
@@ -393,11 +393,8 @@ class Learner:
         sizers = [sizer for sizer in self.sizers if sizer is not None]
         for sizer in sizers:
             sizer.observe(drafted=n_tokens - 1, draft_s=0.0, verify_s=seconds)
-        if not sizers and isinstance(self.costs, CostCurve):
+        if not sizers:
             self.costs.record(n_tokens, seconds, SMOOTHING, REFRESH)
-        elif not sizers:
-            old = self.costs.get(n_tokens)
-            self.costs[n_tokens] = seconds if old is None else (1 - SMOOTHING) * old + SMOOTHING * seconds
 
 
 def split_forward(
