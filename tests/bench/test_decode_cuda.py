@@ -20,6 +20,15 @@ def test_the_config_names_the_architectures_it_can_build() -> None:
         CudaDecodeConfig(out="x", ks=(0, 1))
 
 
+def test_llmcad_trees_hang_their_branches_from_the_context() -> None:
+    from coinfer.bench.decode_cuda import llmcad_tree
+
+    tree = llmcad_tree(48)
+    assert len(tree.tokens) == 48
+    assert tree.parents.count(-1) == 4  # four branches, each a chain of 12
+    assert max(tree.depths()) == 11
+
+
 @pytest.fixture(scope="module")
 def pair(tmp_path_factory: pytest.TempPathFactory):  # type: ignore[no-untyped-def]
     from coinfer.models import load_model
@@ -32,10 +41,11 @@ def pair(tmp_path_factory: pytest.TempPathFactory):  # type: ignore[no-untyped-d
 
 @needs_torch
 def test_forward_timings_leave_no_sequence_behind(pair) -> None:  # type: ignore[no-untyped-def]
-    from coinfer.bench.decode_cuda import eager_forward_ms, static_forward_ms
+    from coinfer.bench.decode_cuda import eager_forward_ms, llmcad_tree, static_forward_ms, static_tree_ms
 
     static, eager = pair
     assert static_forward_ms(static, 64, 4, 2, repeats=2) > 0
+    assert static_tree_ms(static, 64, llmcad_tree(12), repeats=2) > 0
     assert eager_forward_ms(eager, 64, 4, repeats=2) > 0
     assert static.live_sequences == eager.live_sequences == 0
 
@@ -56,3 +66,20 @@ def test_without_a_gpu_the_cli_says_so_in_one_line(tmp_path: Path) -> None:
         "bench", "decode", "--device", "cuda", "--out", str(tmp_path), env={"CUDA_VISIBLE_DEVICES": ""}
     )
     assert_user_error(proc, "needs a CUDA GPU")
+
+
+def test_the_report_sets_each_tree_beside_a_chain_of_its_width() -> None:
+    from coinfer.bench.decode_cuda import report_markdown
+
+    config = CudaDecodeConfig(out="x", models=("qwen2.5-0.5b",), ks=(1, 16), batches=(1,), eager_ks=(1,))
+    row = {
+        "model": "qwen2.5-0.5b",
+        "limit_ms": 0.23,
+        "static_ms": {"1": {"1": 1.0, "16": 1.2}},
+        "eager_ms": {"1": 17.0},
+        "tree_ms": {"16": 1.25, "48": 1.5},
+        "tree_chain_ms": {"16": 1.2, "48": 1.4},
+    }
+    env = {"gpu": "GPU", "bandwidth_gbs": 4000, "torch": "t", "transformers": "x"}
+    text = report_markdown({"environment": env, "results": [row], "identity": []}, config)
+    assert "| qwen2.5-0.5b | 1.25 / 1.20 | 1.50 / 1.40 | 1.50x (tree 48) |" in text

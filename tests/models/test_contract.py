@@ -292,6 +292,23 @@ def test_extend_many_last_only_gives_each_items_last_logits(subject: Subject) ->
     model.release(s2)
 
 
+def test_extend_many_greedy_gives_the_top_token_after_each_chain(subject: Subject) -> None:
+    """A greedy draft's step: the most likely next token per sequence, each sequence
+    extended as by ``extend_many`` (a near-tie may go either way: within the tolerance)."""
+    model, prompt = subject.model, _prompt(subject.model)
+    s1, s2 = model.new_sequence(), model.new_sequence()
+    model.extend(s2, prompt[:3])
+    choices = model.extend_many_greedy([(s1, prompt), (s2, [43, 44])])
+    assert choices.shape == (2,) and choices.dtype == np.int64
+    for choice, context in zip(choices, (prompt, [*prompt[:3], 43, 44]), strict=True):
+        fresh = _fresh(model, context)[-1]
+        assert fresh[choice] >= fresh.max() - 1e-3 * max(1.0, abs(fresh.max()))
+    assert len(s1) == len(prompt) and len(s2) == 5
+    subject.assert_close(model.extend(s2, [45]), _fresh(model, [*prompt[:3], 43, 44, 45])[-1:])
+    model.release(s1)
+    model.release(s2)
+
+
 def test_misuse_is_refused_with_a_clear_error(subject: Subject) -> None:
     model = subject.model
     seq = model.new_sequence()

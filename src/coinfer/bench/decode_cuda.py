@@ -9,6 +9,8 @@ are built with random weights (speed does not depend on their values); the repor
 so. An identity check decodes the speculative suite's prompts greedily on both paths, in
 float32 (random weights give flat distributions, where bfloat16 rounding alone flips
 near-ties), plainly and speculatively, and counts the prompts whose tokens match.
+Trees of LLMCad's shape (``llmcad_tree``: a few branches from the context) are timed at
+batch 1 next to chains of the same width, since one captured forward serves both.
 """
 
 from __future__ import annotations
@@ -30,14 +32,18 @@ from coinfer.errors import ConfigError
 from coinfer.models.architectures import ARCHITECTURES, byte_tokenizer, random_weights_model, weight_bytes
 from coinfer.models.hf import HFModel, import_torch
 from coinfer.models.hf_static import ForwardRow, HFStaticModel
+from coinfer.models.tree import TokenTree
 
 __all__ = [
     "CudaDecodeConfig",
     "eager_forward_ms",
     "identity_counts",
     "memory_bandwidth_gbs",
+    "report_markdown",
     "run_cuda_decode_bench",
+    "llmcad_tree",
     "static_forward_ms",
+    "static_tree_ms",
     "suite_ids",
 ]
 
@@ -49,6 +55,7 @@ class CudaDecodeConfig:
     ks: tuple[int, ...] = (1, 2, 4, 8, 16, 32, 64)
     batches: tuple[int, ...] = (1, 2, 4, 8)
     eager_ks: tuple[int, ...] = (1, 16)
+    trees: tuple[int, ...] = (16, 48)  # LLMCad's tree sizes, timed at batch 1
     prefill: int = 512
     repeats: int = 20
     identity_models: tuple[str, ...] = ("qwen2.5-0.5b", "qwen2.5-1.5b")
@@ -63,8 +70,8 @@ class CudaDecodeConfig:
                 f"bench decode --device cuda builds published architectures; unknown: {', '.join(unknown)}",
                 hint=f"choose among {', '.join(ARCHITECTURES)}",
             )
-        if min((*self.ks, *self.batches, *self.eager_ks), default=1) < 1 or self.repeats < 1:
-            raise ConfigError("ks, batches and repeats must be >= 1")
+        if min((*self.ks, *self.batches, *self.eager_ks, *self.trees), default=1) < 1 or self.repeats < 1:
+            raise ConfigError("ks, batches, trees and repeats must be >= 1")
         if max(self.batches) * (self.prefill + max(self.ks)) > 16 * self.n_ctx:
             raise ConfigError("the prefill and the widest forward must fit the context")
 
@@ -110,6 +117,27 @@ def static_forward_ms(model: HFStaticModel, prefill: int, k: int, b: int, repeat
     finally:
         for seq in seqs:
             model.release(seq)
+
+
+def llmcad_tree(width: int, branches: int = 4) -> TokenTree:
+    """A tree of ``width`` tokens in ``branches`` chains hanging from the context, the shape
+    LLMCad verifies (its ``max_branches`` is 4)."""
+    per = -(-width // branches)
+    parents = [-1 if i % per == 0 else i - 1 for i in range(width)]
+    return TokenTree.of([(7 * i + 3) % 256 for i in range(width)], parents)
+
+
+def static_tree_ms(model: HFStaticModel, prefill: int, tree: TokenTree, repeats: int) -> float:
+    """One forward of ``tree`` after ``prefill`` cached tokens, greedy choices read back."""
+    seq = model.new_sequence()
+    try:
+        model.extend(
+            seq, np.random.default_rng(len(tree.tokens)).integers(0, 256, prefill).tolist(), last_only=True
+        )
+        row = ForwardRow.tree(seq.slot, prefill, tree)  # type: ignore[attr-defined]
+        return _timed_ms(lambda: model.forward_rows([row], "argmax"), repeats)
+    finally:
+        model.release(seq)
 
 
 def eager_forward_ms(model: HFModel, prefill: int, k: int, repeats: int) -> float:
@@ -163,6 +191,14 @@ def measure_speed(name: str, config: CudaDecodeConfig, bandwidth: float) -> dict
                 str(k): round(eager_forward_ms(eager, config.prefill, k, config.repeats), 3)
                 for k in config.eager_ks
             },
+            "tree_ms": {
+                str(w): round(static_tree_ms(static, config.prefill, llmcad_tree(w), config.repeats), 3)
+                for w in config.trees
+            },
+            "tree_chain_ms": {
+                str(w): round(static_forward_ms(static, config.prefill, w, 1, config.repeats), 3)
+                for w in config.trees
+            },
             "graphs": static.graph_count,
         }
 
@@ -214,34 +250,41 @@ def run_cuda_decode_bench(config: CudaDecodeConfig, log: Callable[[str], None] =
         )
     bandwidth = memory_bandwidth_gbs(torch)
     log(f"bench decode --device cuda on {torch.cuda.get_device_name()}: copy bandwidth {bandwidth:.0f} GB/s")
-    rows = []
-    for name in config.models:
-        log(f"  {name}…")
-        rows.append(measure_speed(name, config, bandwidth))
-        row = rows[-1]
-        log(f"    b=1 {row['static_ms']['1']} ms; eager {row['eager_ms']}; limit {row['limit_ms']}")
-    identity = []
-    for name in config.identity_models:
-        identity.append(check_identity(name, config))
-        log(f"  identity {identity[-1]}")
     out = Path(config.out)
-    report = {
+    report: dict[str, Any] = {
         "config": asdict(config),
         "environment": {
             **environment(),
             "gpu": torch.cuda.get_device_name(),
             "bandwidth_gbs": round(bandwidth),
         },
-        "results": rows,
-        "identity": identity,
+        "results": [],
+        "identity": [],
     }
-    write_json(out / "results.json", report)
-    write_markdown(out / "results.md", _markdown(report, config))
+    for name in config.models:  # the files are rewritten after each model: a cut run keeps its rows
+        log(f"  {name}…")
+        row = measure_speed(name, config, bandwidth)
+        report["results"].append(row)
+        _write(report, config, out)
+        log(
+            f"    b=1 {row['static_ms'].get('1')} ms; trees {row['tree_ms']}; "
+            f"eager {row['eager_ms']}; limit {row['limit_ms']}"
+        )
+    for name in config.identity_models:
+        report["identity"].append(check_identity(name, config))
+        _write(report, config, out)
+        log(f"  identity {report['identity'][-1]}")
+    _write(report, config, out)
     report["files"] = {"json": str(out / "results.json"), "markdown": str(out / "results.md")}
     return report
 
 
-def _markdown(report: dict[str, Any], config: CudaDecodeConfig) -> str:
+def _write(report: dict[str, Any], config: CudaDecodeConfig, out: Path) -> None:
+    write_json(out / "results.json", report)
+    write_markdown(out / "results.md", report_markdown(report, config))
+
+
+def report_markdown(report: dict[str, Any], config: CudaDecodeConfig) -> str:
     env = report["environment"]
     lines = [
         "# coinfer bench decode --device cuda",
@@ -269,6 +312,7 @@ def _markdown(report: dict[str, Any], config: CudaDecodeConfig) -> str:
                 else ["", ""]
             )
             lines.append("| " + " | ".join(cells + tail) + " |")
+    lines += _tree_lines(report, config)
     if not report["identity"]:
         return "\n".join(lines) + "\n"
     lines += [
@@ -279,3 +323,18 @@ def _markdown(report: dict[str, Any], config: CudaDecodeConfig) -> str:
     for r in report["identity"]:
         lines.append(f"| {r['model']} | {r['prompts']} | {r['plain_identical']} | {r['spec_identical']} |")
     return "\n".join(lines) + "\n"
+
+
+def _tree_lines(report: dict[str, Any], config: CudaDecodeConfig) -> list[str]:
+    """The tree table: each tree's forward against a chain of as many tokens (batch 1)."""
+    if not config.trees:
+        return []
+    head = ["model", *[f"tree {w} / chain {w}" for w in config.trees], "tree / one token"]
+    lines = ["", "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for r in report["results"]:
+        one = r["static_ms"]["1"].get("1") if "1" in r["static_ms"] else None
+        cells = [f"{r['tree_ms'][str(w)]:.2f} / {r['tree_chain_ms'][str(w)]:.2f}" for w in config.trees]
+        widest = r["tree_ms"][str(max(config.trees))]
+        ratio = f"{widest / one:.2f}x (tree {max(config.trees)})" if one else ""
+        lines.append("| " + " | ".join([r["model"], *cells, ratio]) + " |")
+    return lines

@@ -55,6 +55,8 @@ class ModelDrafter(Drafter):
         items = [
             (seq, rewind_to(self.model, seq, list(c))) for seq, (_, c) in zip(seqs, contexts, strict=True)
         ]
+        if self.sampling is None:
+            return [Draft(t) for t in self._greedy_steps(seqs, items, k)]
         logits = [rows[-1] for rows in self.model.extend_many(items, last_only=True)]
         tokens: list[list[int]] = [[] for _ in contexts]
         qs: list[list[np.ndarray]] = [[] for _ in contexts]
@@ -70,11 +72,23 @@ class ModelDrafter(Drafter):
                 logits[i] = r[-1]
         return [Draft(t, np.stack(q) if q else None) for t, q in zip(tokens, qs, strict=True)]
 
+    def _greedy_steps(self, seqs: list[Seq], items: list[tuple[Seq, list[int]]], k: int) -> list[list[int]]:
+        """Greedy drafting: each step reads back one token per sequence, not its logits."""
+        choices = self.model.extend_many_greedy(items)
+        tokens = [[int(c)] for c in choices]
+        live = [i for i, t in enumerate(tokens) if t[-1] not in self.model.eos_ids]
+        for _ in range(k - 1):
+            if not live:
+                break
+            choices = self.model.extend_many_greedy([(seqs[i], [tokens[i][-1]]) for i in live])
+            for i, c in zip(live, choices, strict=True):
+                tokens[i].append(int(c))
+            live = [i for i in live if tokens[i][-1] not in self.model.eos_ids]
+        return tokens
+
     def _pick(self, logits: np.ndarray, tokens: list[int], qs: list[np.ndarray]) -> None:
-        """The next draft token after ``logits``: greedy, or sampled with its distribution."""
-        if self.sampling is None:
-            tokens.append(int(np.argmax(logits)))
-            return
+        """The next draft token after ``logits``, sampled, with its distribution."""
+        assert self.sampling is not None
         q = probs_from_logits(logits, self.sampling)
         tokens.append(sample(q, self._rng))
         qs.append(q)

@@ -205,6 +205,18 @@ class SteerableModel(Prompter):
             seq.tokens.extend(ids)
         return out
 
+    def extend_many_greedy(self, items: Sequence[tuple[Seq, Sequence[int]]]) -> np.ndarray:
+        """``extend_many``, returning only the most likely token after each item's chain
+        (int64, shape (len(items),)): what a greedy draft model needs per step, without
+        moving a vocabulary of logits per sequence off the device."""
+        checked = [(seq, self._check_extend(seq, ids)) for seq, ids in items]
+        if len({s.id for s, _ in checked}) != len(checked):
+            raise SequenceError("extend_many_greedy got the same sequence twice; merge its tokens")
+        out = self._extend_many_greedy(checked)
+        for seq, ids in checked:
+            seq.tokens.extend(ids)
+        return out
+
     def commit_path(self, seq: Seq, nodes: Sequence[int]) -> None:
         """Keep the pending tree's root-to-node path ``nodes`` (indexes into its ids)."""
         self._check_live(seq)
@@ -306,6 +318,9 @@ class SteerableModel(Prompter):
 
     def _extend_greedy(self, seq: Seq, ids: list[int]) -> np.ndarray:
         return np.argmax(self._extend(seq, ids, None, False), axis=-1)
+
+    def _extend_many_greedy(self, items: list[tuple[Seq, list[int]]]) -> np.ndarray:
+        return np.array([int(np.argmax(rows[-1])) for rows in self._extend_many(items, True)], dtype=np.int64)
 
     @abstractmethod
     def _fork(self, source: Seq, new: Seq) -> None: ...

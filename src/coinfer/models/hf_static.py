@@ -251,6 +251,10 @@ class HFStaticModel(HFModel):
         rows = [ForwardRow.chain(_sseq(seq).slot, len(seq.tokens), ids) for seq, ids in items]
         return self.forward_rows(rows, "last" if last_only else "logits")
 
+    def _extend_many_greedy(self, items: list[tuple[Seq, list[int]]]) -> np.ndarray:
+        rows = [ForwardRow.chain(_sseq(seq).slot, len(seq.tokens), ids) for seq, ids in items]
+        return np.array([int(c[-1]) for c in self.forward_rows(rows, "argmax")], dtype=np.int64)
+
     def forward_rows(self, rows: Sequence[ForwardRow], read: str) -> list[np.ndarray]:
         """One forward over ``rows``, chains longer than a prefill chunk in pieces.
         ``read``: "logits" (every new token's), "last" (each row's last) or "argmax"."""

@@ -419,12 +419,23 @@ class LlamaCppModel(SteerableModel):
         start, lid = len(seq.tokens), backend_seq(seq, LlamaSeq).llama_id
         return [(t, start + i, (lid,)) for i, t in enumerate(ids)]
 
-    def _extend_many(self, items: list[tuple[Seq, list[int]]], last_only: bool) -> list[np.ndarray]:
+    def _extend_many_greedy(self, items: list[tuple[Seq, list[int]]]) -> np.ndarray:
+        rows, ends = self._many_rows(items)
+        return self._decode(rows, outputs=ends, greedy=True)
+
+    def _many_rows(
+        self, items: list[tuple[Seq, list[int]]]
+    ) -> tuple[list[tuple[int, int, tuple[int, ...]]], list[int]]:
+        """Every item's chain as rows of one batch, and the index of each item's last row."""
         rows: list[tuple[int, int, tuple[int, ...]]] = []
-        ends: list[int] = []  # index of each item's last row
+        ends: list[int] = []
         for seq, ids in items:
             rows.extend(self._chain_rows(seq, ids))
             ends.append(len(rows) - 1)
+        return rows, ends
+
+    def _extend_many(self, items: list[tuple[Seq, list[int]]], last_only: bool) -> list[np.ndarray]:
+        rows, ends = self._many_rows(items)
         if last_only:
             logits = self._decode(rows, outputs=ends)
             return [logits[i : i + 1] for i in range(len(items))]

