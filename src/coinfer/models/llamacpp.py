@@ -31,6 +31,7 @@ from coinfer import catalog
 from coinfer.errors import ConfigError, ContextOverflowError, MissingDependencyError, ModelError
 from coinfer.models.base import Seq, SteerableModel, TokenConstraint, backend_seq
 from coinfer.models.chat_template import ChatTemplate
+from coinfer.models.gguf_layout import check_gguf
 from coinfer.models.tree import TokenTree
 
 __all__ = ["LlamaCppModel"]
@@ -206,6 +207,7 @@ class LlamaCppModel(SteerableModel):
         path = Path(path)
         if not path.is_file():
             raise ModelError(f"no model file at {path}", hint="pass an existing .gguf file")
+        check_gguf(path)  # a damaged header is refused here, not met inside llama.cpp
         self.name = name or path.name
         self.path = path
         self.extra_buffers = cpu_extra_buffers_work(path) if extra_buffers is None else extra_buffers
