@@ -47,13 +47,18 @@ class SamplingParams:
     @classmethod
     def from_json(cls, obj: dict[str, Any]) -> SamplingParams:
         """From ``dataclasses.asdict`` of one (received as JSON), validated as if given here."""
+        if not isinstance(obj, dict):
+            raise ConfigError(f"sampling parameters must be an object, got {type(obj).__name__}")
         seed = obj.get("seed")
-        return cls(
-            temperature=float(obj.get("temperature", 0.0)),
-            top_k=int(obj.get("top_k", 0)),
-            top_p=float(obj.get("top_p", 1.0)),
-            seed=None if seed is None else int(seed),
-        )
+        try:
+            return cls(
+                temperature=float(obj.get("temperature", 0.0)),
+                top_k=int(obj.get("top_k", 0)),
+                top_p=float(obj.get("top_p", 1.0)),
+                seed=None if seed is None else int(seed),
+            )
+        except (TypeError, ValueError, OverflowError) as exc:
+            raise ConfigError(f"sampling parameters {str(obj)[:80]} are not numbers: {exc}") from None
 
 
 def probs_from_logits(logits: np.ndarray, params: SamplingParams) -> np.ndarray:

@@ -19,7 +19,9 @@ from coinfer.errors import ConfigError, TransportError
 
 __all__ = [
     "MAX_MESSAGE",
+    "REQUESTS",
     "TOKEN_ENV",
+    "check_request",
     "check_token",
     "join",
     "leave",
@@ -30,6 +32,19 @@ __all__ = [
 
 MAX_MESSAGE = 1 << 20
 TOKEN_ENV = "COINFER_EDGE_TOKEN"
+_MAX_INT = 1 << 31
+
+# each request rank 0 may send a worker: its fields, their types, and whether required
+REQUESTS: dict[str, dict[str, tuple[tuple[type, ...], bool]]] = {
+    "profile": {"model": ((str,), True)},
+    "link_send": {"peer": ((int,), True)},
+    "link_echo": {"peer": ((int,), True)},
+    "load": {"start": ((int,), True), "stop": ((int,), True)},
+    "serve": {"sampling": ((dict, type(None)), False), "tree_width": ((int, type(None)), False),
+              "branches": ((bool, type(None)), False)},
+    "heads": {"heads": ((int,), True), "hidden": ((int,), True), "vocab": ((int,), False)},
+    "bye": {},
+}  # fmt: skip
 
 
 def parse_master(text: str) -> tuple[str, int]:
@@ -101,6 +116,27 @@ def recv_json(src: int) -> dict[str, Any]:
     if not isinstance(obj, dict):
         raise TransportError(f"device {src} sent a control message that is not an object")
     return obj
+
+
+def check_request(message: dict[str, Any]) -> str:
+    """The request a control message from rank 0 makes, its fields checked against
+    ``REQUESTS`` (types, and whole numbers within 0..2^31) before a worker acts on it."""
+    op = message.get("op")
+    if not isinstance(op, str) or op not in REQUESTS:
+        raise TransportError(
+            f"rank 0 sent an unknown request {str(op)[:40]!r}", hint="run the same coinfer on every device"
+        )
+    for name, (kinds, required) in REQUESTS[op].items():
+        if name not in message:
+            if required:
+                raise TransportError(f"rank 0's {op} request lacks its {name!r}")
+            continue
+        value = message[name]
+        if not isinstance(value, kinds) or (int in kinds and isinstance(value, bool)):
+            raise TransportError(f"rank 0's {op} request has a {type(value).__name__} for {name!r}")
+        if isinstance(value, int) and not isinstance(value, bool) and not 0 <= value < _MAX_INT:
+            raise TransportError(f"rank 0's {op} request has {name!r} = {value}, outside 0..2^31")
+    return op
 
 
 def check_token(message: dict[str, Any]) -> None:

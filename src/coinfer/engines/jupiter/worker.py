@@ -24,7 +24,7 @@ from coinfer.engines.jupiter.profile import echo_link, measure_link, profile_dev
 from coinfer.engines.jupiter.relay import serve
 from coinfer.engines.jupiter.stage import Stage
 from coinfer.engines.jupiter.tree_pipeline import TreeVerifier
-from coinfer.engines.jupiter.wire import check_token, join, leave, recv_json, send_json
+from coinfer.engines.jupiter.wire import check_request, check_token, join, leave, recv_json, send_json
 from coinfer.errors import CoinferError, TransportError
 
 __all__ = ["peak_rss_bytes", "reset_peak_rss", "run_worker", "worker_command"]
@@ -75,7 +75,7 @@ class _Device:
         self.base_bytes = peak_rss_bytes()
 
     def handle(self, msg: dict[str, Any]) -> dict[str, Any] | None:
-        op = msg.get("op")
+        op = check_request(msg)
         if op == "profile":
             from coinfer.models.load import transformers_folder
 
@@ -104,11 +104,7 @@ class _Device:
         if op == "heads":
             self._receive_heads(int(msg["heads"]), int(msg["hidden"]), int(msg.get("vocab", 0)))
             return {"ok": True}
-        if op == "bye":
-            return None
-        raise TransportError(
-            f"rank 0 sent an unknown request {op!r}", hint="run the same coinfer on every device"
-        )
+        return None  # bye
 
     def _receive_heads(self, k: int, hidden: int, vocab: int) -> None:
         """The heads' tensors, straight after the message that announced their shape, and
