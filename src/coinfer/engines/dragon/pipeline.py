@@ -40,6 +40,7 @@ server).
 from __future__ import annotations
 
 import contextlib
+import math
 import threading
 import time
 from collections import deque
@@ -61,7 +62,7 @@ from coinfer.errors import TransportError
 from coinfer.transport.link import Stream, envelope_type
 from coinfer.transport.sparse import SparseDistribution, decode, encode
 
-__all__ = ["Peer", "PeerStats", "wait_budget"]
+__all__ = ["Peer", "PeerStats", "check_decision", "received_draft", "wait_budget"]
 
 PING_EVERY = 16  # positions between the live scheduler's round-trip measurements
 
@@ -87,6 +88,31 @@ class _Drafted:
     log_h: float
     decode_s: float
     parent: int = 0  # the token at position - 1 this draft follows
+
+
+def received_draft(d: Any, vocab_size: int) -> _Drafted:
+    """The other side's ``Draft`` message, checked before it joins a queue: its tokens in
+    the vocabulary, its distribution well formed (``sparse.decode``), its numbers finite
+    (a NaN ``log_h`` would turn every mixture weight into NaN)."""
+    if d.token >= vocab_size or d.parent >= vocab_size:
+        raise TransportError(
+            f"a draft names token {max(d.token, d.parent)}, outside a vocabulary of {vocab_size}"
+        )
+    if not (math.isfinite(d.log_h) and math.isfinite(d.decode_s) and d.decode_s >= 0):
+        raise TransportError(f"a draft carries log h {d.log_h} and {d.decode_s} s: not finite numbers")
+    return _Drafted(d.epoch, d.position, d.token, decode(d.dist, vocab_size), d.log_h, d.decode_s, d.parent)
+
+
+def check_decision(d: Any, vocab_size: int) -> None:
+    """The aggregator's ``Decision``: a token of the vocabulary, and with a handover a
+    profile of finite, non-negative measurements."""
+    if d.token >= vocab_size:
+        raise TransportError(f"a decision names token {d.token}, outside a vocabulary of {vocab_size}")
+    if d.handover:
+        p = d.profile
+        values = (p.device_decode_s, p.cloud_decode_s, p.device_acceptance, p.cloud_acceptance, p.rtt_s)
+        if not all(math.isfinite(v) and v >= 0 for v in values):
+            raise TransportError(f"a handover carries a profile that is not finite measurements: {values}")
 
 
 class Peer:
@@ -290,10 +316,7 @@ class Peer:
     def _receive(self, message: Any) -> None:
         kind = message.WhichOneof("body")
         if kind == "draft":
-            d = message.draft
-            item = _Drafted(
-                d.epoch, d.position, d.token, decode(d.dist, self.vocab_size), d.log_h, d.decode_s, d.parent
-            )
+            item = received_draft(message.draft, self.vocab_size)
             with self._cond:
                 if self.aggregates:
                     self._queues[1 - self.me].append(item)
@@ -305,6 +328,7 @@ class Peer:
                     self.stats.stale += 1
         elif kind == "decision" and not self.aggregates:
             d = message.decision
+            check_decision(d, self.vocab_size)
             handover = d.profile if d.handover else None
             self._apply(d.position, d.token, (d.device_accepted, d.cloud_accepted), handover=handover)
         elif kind == "ping":

@@ -27,7 +27,7 @@ from coinfer.errors import ConfigError, TransportError
 from coinfer.models.base import SteerableModel
 from coinfer.transport.link import Stream, Tls, envelope_type
 
-__all__ = ["CloudLink", "CloudService", "hello", "tokenizer_digest"]
+__all__ = ["CloudLink", "CloudService", "config_from_hello", "hello", "tokenizer_digest"]
 
 log = logging.getLogger(__name__)
 
@@ -114,7 +114,7 @@ def hello(
     )
 
 
-def _config_from(h: Any) -> DragonConfig:
+def config_from_hello(h: Any) -> DragonConfig:
     """The device's settings, validated as if given here (``ConfigError`` otherwise)."""
     sampling = SamplingParams(
         temperature=h.temperature, top_k=h.sampling_top_k, top_p=h.sampling_top_p or 1.0
@@ -178,7 +178,7 @@ class CloudService:
         if h.vocab_size != self.model.vocab_size or h.tokenizer_digest != tokenizer_digest(self.model):
             return f"the device's vocabulary differs from the cloud model's ({self.model.name})"
         try:
-            return _config_from(h)
+            return config_from_hello(h)
         except ConfigError as exc:
             return str(exc).splitlines()[0]
 
