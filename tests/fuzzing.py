@@ -13,7 +13,7 @@ T = TypeVar("T")
 DEADLINE_S = 2.0  # the longest one parse of one input may take
 
 # shapes that exhaust parsers: deep nesting, long runs, NULs, lone surrogates, huge lines
-_RUNS = ("[", "{", "(", "-", "not ", '{"a": ', "```python\n", "'", "\\", "\x00", "\ud800", "{0.", "}")
+_RUNS = ("[", "{", "(", "-", "not ", '{"a": ', "```python\n", "`", "'", "\\", "\x00", "\ud800", "{0.", "}")
 hostile_text = st.one_of(
     st.text(),
     st.text(st.characters(codec="utf-8")),

@@ -31,6 +31,15 @@ def test_an_object_inside_prose_is_found_whole(before: str, obj: dict, after: st
     assert within_deadline(lambda: json_object(text)) == obj
 
 
+@pytest.mark.parametrize("reply", ["`" * 200_000, "```" * 60_000 + "\n", "x```" * 50_000])
+def test_a_reply_of_backticks_is_read_in_linear_time(reply: str) -> None:
+    """Found by fuzzing: an unbounded fence info string made 20,000 backticks take 0.6 s
+    and 200,000 about a minute."""
+    code = within_deadline(lambda: python_code(reply))
+    assert code is None or "```" not in code  # a fence's marks are never part of the code
+    assert within_deadline(lambda: json_object(reply)) is None
+
+
 @given(hostile_text)
 def test_any_reply_gives_python_code_or_none(text: str) -> None:
     code = within_deadline(lambda: python_code(text))
