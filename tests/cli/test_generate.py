@@ -67,6 +67,16 @@ def test_prompt_longer_than_the_context_says_the_lengths(smollm_path: Path) -> N
 
 
 @needs_llama
+def test_a_gguf_file_cut_short_is_one_line_before_llama_cpp_sees_it(tmp_path: Path) -> None:
+    from tests.models.gguf_files import write_tiny_gguf
+
+    cut = tmp_path / "cut.gguf"
+    cut.write_bytes(write_tiny_gguf(tmp_path / "whole.gguf")[:100])
+    proc = coinfer("generate", "hi", "-m", str(cut))
+    assert_user_error(proc, "not a readable GGUF file", "download it again")
+
+
+@needs_llama
 def test_a_damaged_model_file_is_refused(tmp_path: Path, smollm_path: Path) -> None:
     env = {"COINFER_CACHE": str(tmp_path)}
     assert coinfer("models", "prepare", "smollm2-135m", env=env).returncode == 0

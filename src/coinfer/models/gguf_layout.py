@@ -63,7 +63,7 @@ class _Cursor:
 
     def need(self, n: int, what: str) -> None:
         if n > self.left:
-            raise self.bad(f"{what} needs {n} bytes, {self.left} are left")
+            raise self.bad(f"{what}: {n} bytes needed, {self.left} left")
 
     def take(self, fmt: str, what: str = "a value") -> tuple[int, ...]:
         size = struct.calcsize(fmt)
