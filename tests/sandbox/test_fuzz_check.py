@@ -29,6 +29,14 @@ def test_any_code_is_parsed_or_refused(code: str) -> None:
         assert isinstance(child.guard_formats(tree), ast.Module)
 
 
+@pytest.mark.parametrize("code", ["x = " + "+".join(["1"] * 900), "x = a" + ".b" * 300])
+def test_code_that_parses_but_nests_past_the_checks_reach_is_refused(code: str) -> None:
+    """Found by the long fuzz run: 900 terms of ``1+1+…`` parse, then exhausted the
+    format rewrite's recursion (a RecursionError, not a refusal)."""
+    with pytest.raises(child.Refused, match="nests more than"):
+        child.check_code(code, set(DEFAULT_MODULES))
+
+
 class Recorder:
     """Every attribute and item a format template asks of it, by name."""
 

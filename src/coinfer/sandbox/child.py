@@ -77,6 +77,7 @@ BLOCKED_EVENTS = (
 
 
 FORMAT_METHODS = frozenset({"format", "format_map"})
+MAX_NESTING = 200  # AST levels: the rewrite and the compiler recurse once (or twice) a level
 FORMAT_GUARD = "__format_guard__"  # a builtin the code cannot name (it starts with "_")
 
 
@@ -98,6 +99,8 @@ def check_code(code: str, allowed: set[str]) -> ast.Module:
         raise Refused("the code is nested too deeply to parse") from None
     except ValueError as exc:  # a lone surrogate: not text the parser can encode
         raise Refused(f"the code is not valid text: {exc}") from None
+    if _nesting_over(tree, MAX_NESTING):  # ``1+1+…+1`` parses, then exhausts every recursive pass
+        raise Refused(f"the code nests more than {MAX_NESTING} levels deep")
     for node in ast.walk(tree):
         line = getattr(node, "lineno", "?")
         if isinstance(node, ast.Attribute) and (node.attr[:1] == "_" or node.attr in FORBIDDEN_ATTRIBUTES):
@@ -113,6 +116,18 @@ def check_code(code: str, allowed: set[str]) -> ast.Module:
             if isinstance(node, ast.ImportFrom) and any(a.name.startswith("_") for a in node.names):
                 raise Refused(f"line {line}: names starting with '_' are not allowed")
     return tree
+
+
+def _nesting_over(tree: ast.AST, limit: int) -> bool:
+    """Whether any node lies more than ``limit`` levels below the root (an explicit stack:
+    this check must not recurse itself)."""
+    stack = [(tree, 0)]
+    while stack:
+        node, depth = stack.pop()
+        if depth > limit:
+            return True
+        stack.extend((child, depth + 1) for child in ast.iter_child_nodes(node))
+    return False
 
 
 class _FormatThroughGuard(ast.NodeTransformer):
