@@ -197,22 +197,20 @@ class SteerableModel(Prompter):
         Logits (len(ids), vocab) per item, or (1, vocab) for its last token when ``last_only``
         (prefilling several long prompts at once).
         """
-        checked = [(seq, self._check_extend(seq, ids)) for seq, ids in items]
-        if len({s.id for s, _ in checked}) != len(checked):
-            raise SequenceError("extend_many got the same sequence twice; merge its tokens")
-        out = self._extend_many(checked, last_only)
-        for seq, ids in checked:
-            seq.tokens.extend(ids)
-        return out
+        return self._many(items, "extend_many", lambda checked: self._extend_many(checked, last_only))
 
     def extend_many_greedy(self, items: Sequence[tuple[Seq, Sequence[int]]]) -> np.ndarray:
         """``extend_many``, returning only the most likely token after each item's chain
         (int64, shape (len(items),)): what a greedy draft model needs per step, without
         moving a vocabulary of logits per sequence off the device."""
+        return self._many(items, "extend_many_greedy", self._extend_many_greedy)
+
+    def _many(self, items: Sequence[tuple[Seq, Sequence[int]]], what: str, run: Callable[[Any], Any]) -> Any:
+        """Check several sequences' chains, run them, then append each chain to its sequence."""
         checked = [(seq, self._check_extend(seq, ids)) for seq, ids in items]
         if len({s.id for s, _ in checked}) != len(checked):
-            raise SequenceError("extend_many_greedy got the same sequence twice; merge its tokens")
-        out = self._extend_many_greedy(checked)
+            raise SequenceError(f"{what} got the same sequence twice; merge its tokens")
+        out = run(checked)
         for seq, ids in checked:
             seq.tokens.extend(ids)
         return out
