@@ -21,7 +21,10 @@ reading prompts), and ``prefill_s`` is that time. Per category (the suite's), ea
 request's decode rate (its tokens after the first over the time from its first token to
 its last, less the time it stalled while other requests' prompts were read) is summed
 over the category's requests, against plain decoding's at the same
-batch size. Normalized latency is each request's time over its output tokens, averaged. With
+batch size. With ``category_workloads`` each category's prompts run alone, one category
+after another, and a category's figure is its own run's decode rate
+(``bench.collective_workloads`` says why). Normalized latency is each request's time over
+its output tokens, averaged. With
 ``repeats`` every configuration runs that many times at each batch size, taken in turn
 (plain, each single, …, then again), and the fastest counts: a row's run with the best
 decode rate, and per category each request's fastest run; a configuration is identical
@@ -41,6 +44,7 @@ from pathlib import Path
 from typing import Any
 
 from coinfer.bench.broad_suite import broad_suite, split_suite
+from coinfer.bench.collective_workloads import merged_record, workload_figures
 from coinfer.bench.report import environment, write_json, write_markdown
 from coinfer.bench.workloads import CATEGORIES, build_suite, load_prompts
 from coinfer.decoding import Drafter, Response, open_drafter
@@ -74,6 +78,8 @@ class CollectiveBenchConfig:
     sweep: bool = True
     repeats: int = 1  # runs of every configuration per batch size, in turn; the fastest counts
     only: tuple[str, ...] = ()  # configurations to run beside plain (names as in the rows); () all
+    per_category: int | None = None  # prompts per category before the split (None: 2 quick, else 8 or 4)
+    category_workloads: bool = False  # each category's prompts run alone (``bench.collective_workloads``)
 
     def __post_init__(self) -> None:
         if self.repeats < 1:
@@ -92,14 +98,19 @@ class CollectiveBenchConfig:
             raise ConfigError(f"unknown configuration {unknown[0]!r}", hint=hint)
         if min(self.batch_sizes, default=0) < 1 or self.max_tokens < 2:
             raise ConfigError("batch sizes must be >= 1 and max_tokens >= 2")
+        if self.per_category is not None and self.per_category < 1:
+            hint = "pass --per-category N >= 1"
+            raise ConfigError(f"per_category must be at least 1, got {self.per_category}", hint=hint)
 
 
 def _workload(config: CollectiveBenchConfig) -> list[dict[str, Any]]:
     if config.prompts:
         return split_suite(load_prompts(config.prompts), config.split)
+    default = 2 if config.quick else 8 if config.suite == "broad" else 4
+    per_category = config.per_category or default
     if config.suite == "broad":
-        return split_suite(broad_suite(2 if config.quick else 8), config.split)
-    return split_suite(build_suite(per_category=2 if config.quick else 4), config.split)
+        return split_suite(broad_suite(per_category), config.split)
+    return split_suite(build_suite(per_category=per_category), config.split)
 
 
 def _drafters(
@@ -137,6 +148,33 @@ def _measure(
     return responses, time.perf_counter() - started
 
 
+def _measure_each_category(
+    target: SteerableModel,
+    models: dict[str, SteerableModel],
+    messages: list[Any],
+    categories: list[str],
+    specs: Sequence[str],
+    config: CollectiveConfig,
+) -> tuple[list[Response], float]:
+    """Each category's prompts through the engine as a workload of its own, one category
+    after another: the responses in suite order, each carrying one record of every run
+    (``merged_record``, with each category's tokens and decode seconds in ``workloads``),
+    and the summed wall time."""
+    responses: list[Response | None] = [None] * len(messages)
+    records, workloads, wall_s = [], {}, 0.0
+    for category in dict.fromkeys(categories):
+        mine = [i for i, c in enumerate(categories) if c == category]
+        part, seconds = _measure(target, models, [messages[i] for i in mine], specs, config)
+        for i, r in zip(mine, part, strict=True):
+            responses[i] = r
+        records.append(part[0].extras)
+        tokens = sum(max(0, len(r.tokens) - 1) for r in part)
+        workloads[category] = [tokens, round(seconds - float(part[0].extras.get("prefill_s", 0.0)), 4)]
+        wall_s += seconds
+    record = {**merged_record(records), "workloads": workloads}
+    return [replace(r, extras=record) for r in responses if r is not None], wall_s
+
+
 def measured_row(
     name: str,
     batch: int,
@@ -157,7 +195,11 @@ def measured_row(
         "tokens_per_s": round(output / wall_s if wall_s else 0.0, 3),
         "decode_tokens_per_s": round(_decode_rate(responses, wall_s), 3),
         "prefill_s": round(float(record.get("prefill_s", 0.0)), 3),
-        "by_category": _by_category([run for run, _ in runs], categories),
+        "by_category": (
+            workload_figures([run[0].extras for run, _ in runs])
+            if "workloads" in record
+            else _by_category([run for run, _ in runs], categories)
+        ),
         "normalized_latency_s": round(sum(latency) / len(latency), 4),
         "output_tokens": output,
         "wall_s": round(wall_s, 2),
@@ -296,7 +338,11 @@ def _run_batch(
     for repeat in range(config.repeats):
         for name, specs, engine in configurations(config):
             mine = runs.setdefault(name, [])
-            mine.append(_measure(target, models, messages, specs, _with(engine, max_batch=batch)))
+            engine = _with(engine, max_batch=batch)
+            if config.category_workloads:
+                mine.append(_measure_each_category(target, models, messages, categories, specs, engine))
+            else:
+                mine.append(_measure(target, models, messages, specs, engine))
             plain = [r.tokens for r in mine[0][0]] if name == "plain" else plain
             row = measured_row(name, batch, mine, None if name == "plain" else plain, categories)
             _put(report["rows"], row)
@@ -452,11 +498,13 @@ def markdown(report: dict[str, Any]) -> str:
     cats += [c for r in rows for c in (r.get("by_category") or {}) if c not in cats]
     cats = list(dict.fromkeys(cats))
     per_cat = (report.get("summary") or {}).get("per_category", {})
+    alone = (report.get("config") or {}).get("category_workloads")
     lines = [
         "# coinfer bench collective",
         "",
         "tok/s: output over wall time; decode tok/s: without the prefills (prefill s). "
-        "Per category: decode rate against plain decoding's at the same batch size.",
+        "Per category: decode rate against plain decoding's at the same batch size"
+        + (", each category's prompts run as a workload of their own." if alone else "."),
         "",
         "| batch | config | tok/s | decode tok/s | prefill s | s per token | "
         + " | ".join(cats)

@@ -108,6 +108,8 @@ def cmd_collective(args: argparse.Namespace) -> int:
         sweep=not args.no_sweep,
         repeats=args.repeats,
         only=tuple(args.only),
+        per_category=args.per_category,
+        category_workloads=args.category_workloads,
     )
     report = run_collective_bench(config, log=err)
     lines = [
@@ -448,6 +450,14 @@ def _add_collective(bench: Any) -> None:
     p.add_argument(
         "--only", nargs="*", default=[], metavar="CONFIG",
         help="run only these configurations beside plain, e.g. single:ngram +majority (default: all)",
+    )  # fmt: skip
+    p.add_argument(
+        "--per-category", type=int, default=None, metavar="N",
+        help="prompts per category before the split (default: 8 broad, 4 committed, 2 with --quick)",
+    )  # fmt: skip
+    p.add_argument(
+        "--category-workloads", action="store_true",
+        help="run each category's prompts alone, so a category's figure is its own batch's rate",
     )  # fmt: skip
     p.set_defaults(func=cmd_collective)
 

@@ -1,0 +1,77 @@
+"""Each category of a suite as a workload of its own (``coinfer bench collective
+--category-workloads``).
+
+In a batch that mixes categories, one request's decode rate depends on how many others
+run beside it: on a CPU, where decoding is compute-bound, a batch-4 forward costs several
+one-request forwards, so a request left alone at the end of the queue decodes several
+times faster than one in a full batch. Drafting changes when requests finish, so the same category runs beside
+different company under plain decoding and under the engine, and its per-request ratio
+measures the queue as much as the drafting. A user whose traffic is one kind of request
+fills the batch with that kind: running each category's prompts alone, the category's
+figure is the run's own decode rate (its tokens after each request's first over its time
+not spent reading prompts), with the batch as full as the prompts allow in both runs.
+
+A configuration's run is then the category runs one after another: their responses in
+suite order, their summed wall time, and one engine record that sums them
+(``merged_record``), with each category's ``[tokens, decode seconds]`` in ``workloads``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+__all__ = ["SUMMED", "merged_record", "workload_figures"]
+
+SUMMED = ("verifications", "predrafts_used", "predrafts_wasted", "pipelined_rounds", "pipeline_probes",
+          "draft_s", "verify_s", "prefill_s", "rounds_drafting", "rounds_exploring")  # fmt: skip
+_CONCATENATED = ("s_history", "longest_draft", "voted_from")  # one entry per round
+_AVERAGED = ("acceptance_by_draft", "weights")  # per draft, a rate or a weight
+
+
+def merged_record(records: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """One engine record for runs made one after another: counts and seconds summed (per
+    draft where they are per draft), per-round lists joined, per-draft rates and weights
+    averaged over the runs that have them; anything else as the first run has it."""
+    out: dict[str, Any] = dict(records[0]) if records else {}
+    for key in out:
+        values = [r.get(key) for r in records]
+        if key in SUMMED:
+            out[key] = _combine(values, _sum)
+        elif key in _CONCATENATED:
+            out[key] = [x for v in values for x in v or []]
+        elif key in _AVERAGED:
+            out[key] = _combine(values, _mean)
+    return out
+
+
+def _combine(values: list[Any], reduce: Any) -> Any:
+    """``reduce`` over the numbers in ``values``; over each key where they are dicts."""
+    dicts = [v for v in values if isinstance(v, dict)]
+    if dicts:
+        keys = list(dict.fromkeys(k for d in dicts for k in d))
+        return {k: reduce([d.get(k) for d in dicts]) for k in keys}
+    return reduce(values)
+
+
+def _sum(values: list[Any]) -> float | None:
+    numbers = [v for v in values if isinstance(v, int | float)]
+    return round(sum(numbers), 4) if numbers else None
+
+
+def _mean(values: list[Any]) -> float | None:
+    numbers = [v for v in values if isinstance(v, int | float)]
+    return round(sum(numbers) / len(numbers), 4) if numbers else None
+
+
+def workload_figures(records: Sequence[dict[str, Any]]) -> dict[str, list[float]]:
+    """Per category, from the runs of one configuration: ``[tokens, seconds, 0.0]`` of the
+    run with the best decode rate (the shape ``by_category`` has, with no stalls to leave
+    out: a workload's decode seconds already leave its prefills out)."""
+    out: dict[str, list[float]] = {}
+    for record in records:
+        for category, (tokens, seconds) in (record.get("workloads") or {}).items():
+            best = out.get(category)
+            if seconds > 0 and (best is None or tokens / seconds > best[0] / best[1]):
+                out[category] = [tokens, seconds, 0.0]
+    return out
