@@ -4,12 +4,14 @@
 In a batch that mixes categories, one request's decode rate depends on how many others
 run beside it: on a CPU, where decoding is compute-bound, a batch-4 forward costs several
 one-request forwards, so a request left alone at the end of the queue decodes several
-times faster than one in a full batch. Drafting changes when requests finish, so the same category runs beside
-different company under plain decoding and under the engine, and its per-request ratio
-measures the queue as much as the drafting. A user whose traffic is one kind of request
-fills the batch with that kind: running each category's prompts alone, the category's
-figure is the run's own decode rate (its tokens after each request's first over its time
-not spent reading prompts), with the batch as full as the prompts allow in both runs.
+times faster than one in a full batch. Drafting changes when requests finish, so the same
+category runs beside different company under plain decoding and under the engine, and its
+per-request ratio measures the queue as much as the drafting. A user whose traffic is one
+kind of request fills the batch with that kind: running each category's prompts alone,
+the category's figure is the run's own decode rate (its tokens after each request's first
+over its time not spent reading prompts), with the batch as full as the prompts allow in
+both runs. Each workload starts with fresh drafters, as a new process would: what the
+gate learns on one category is not carried to the next.
 
 A configuration's run is then the category runs one after another: their responses in
 suite order, their summed wall time, and one engine record that sums them
