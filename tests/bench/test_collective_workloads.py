@@ -42,8 +42,9 @@ def test_each_categorys_figure_is_its_fastest_workload() -> None:
 
 
 def test_category_workloads_run_each_category_alone_on_a_real_model(tmp_path: Path) -> None:
-    """Two categories at batch 2: each category's run is its own, so its figure is that
-    run's rate, every prompt still answered in suite order and identical to plain."""
+    """Two categories at batch 2: each category runs alone under every configuration in
+    turn, its figure is that run's rate, and every prompt is still answered in suite
+    order, identical to plain."""
     prompts = tmp_path / "prompts.jsonl"
     rows = [
         {"id": f"{c}{i}", "category": c, "messages": [{"role": "user", "content": f"{c} {i}: say hello"}]}
@@ -54,7 +55,16 @@ def test_category_workloads_run_each_category_alone_on_a_real_model(tmp_path: Pa
     config = CollectiveBenchConfig(out=str(tmp_path / "out"), target="smollm2-135m", drafts=("ngram",),
                                    batch_sizes=(2,), max_tokens=6, prompts=str(prompts), sweep=False,
                                    only=("single:ngram",), category_workloads=True)  # fmt: skip
-    report = run_collective_bench(config, log=lambda _: None)
+    lines: list[str] = []
+    report = run_collective_bench(config, log=lines.append)
+    runs = [line.rsplit(":", 1)[0] for line in lines if line.endswith(" s")]
+    # every configuration runs a category before the next category starts
+    assert runs == [
+        "batch 2 edit plain",
+        "batch 2 edit single:ngram",
+        "batch 2 prose plain",
+        "batch 2 prose single:ngram",
+    ]
     rows_by = {r["config"]: r for r in report["rows"]}
     plain, single = rows_by["plain"], rows_by["single:ngram"]
     assert set(plain["by_category"]) == {"edit", "prose"} and single["identical"] == 4

@@ -21,9 +21,9 @@ reading prompts), and ``prefill_s`` is that time. Per category (the suite's), ea
 request's decode rate (its tokens after the first over the time from its first token to
 its last, less the time it stalled while other requests' prompts were read) is summed
 over the category's requests, against plain decoding's at the same
-batch size. With ``category_workloads`` each category's prompts run alone, one category
-after another, and a category's figure is its own run's decode rate
-(``bench.collective_workloads`` says why). Normalized latency is each request's time over
+batch size. With ``category_workloads`` each category's prompts run alone, under every
+configuration in turn before the next category, and a category's figure is its own run's
+decode rate (``bench.collective_workloads`` says why). Normalized latency is each request's time over
 its output tokens, averaged. With
 ``repeats`` every configuration runs that many times at each batch size, taken in turn
 (plain, each single, …, then again), and the fastest counts: a row's run with the best
@@ -38,13 +38,13 @@ Acceptance per draft and of the voted drafts comes from the ``+majority`` runs (
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 from coinfer.bench.broad_suite import broad_suite, split_suite
-from coinfer.bench.collective_workloads import merged_record, workload_figures
+from coinfer.bench.collective_workloads import WorkloadPart, joined_run, workload_figures
 from coinfer.bench.report import environment, write_json, write_markdown
 from coinfer.bench.workloads import CATEGORIES, build_suite, load_prompts
 from coinfer.decoding import Drafter, Response, open_drafter
@@ -148,31 +148,37 @@ def _measure(
     return responses, time.perf_counter() - started
 
 
-def _measure_each_category(
+def _measured_runs(
+    config: CollectiveBenchConfig,
+    batch: int,
     target: SteerableModel,
     models: dict[str, SteerableModel],
     messages: list[Any],
     categories: list[str],
-    specs: Sequence[str],
-    config: CollectiveConfig,
-) -> tuple[list[Response], float]:
-    """Each category's prompts through the engine as a workload of its own, one category
-    after another: the responses in suite order, each carrying one record of every run
-    (``merged_record``, with each category's tokens and decode seconds in ``workloads``),
-    and the summed wall time."""
-    responses: list[Response | None] = [None] * len(messages)
-    records, workloads, wall_s = [], {}, 0.0
+    log: Callable[[str], None],
+) -> Iterator[tuple[str, tuple[list[Response], float]]]:
+    """One run of every configuration at ``batch``: (name, (responses, wall seconds)).
+
+    With ``category_workloads``, each category's prompts run alone under every
+    configuration in turn before the next category: the runs a category's ratios compare
+    lie minutes apart, not a whole pass of the suite, so a machine whose speed drifts
+    (plain decoding's own two runs differed by up to 19% on one category, 80 minutes
+    apart) moves them alike. Each configuration's parts are then joined in suite order
+    (``joined_run``)."""
+    engines = [(name, specs, _with(e, max_batch=batch)) for name, specs, e in configurations(config)]
+    if not config.category_workloads:
+        for name, specs, engine in engines:
+            yield name, _measure(target, models, messages, specs, engine)
+        return
+    parts: dict[str, list[WorkloadPart]] = {name: [] for name, _, _ in engines}
     for category in dict.fromkeys(categories):
         mine = [i for i, c in enumerate(categories) if c == category]
-        part, seconds = _measure(target, models, [messages[i] for i in mine], specs, config)
-        for i, r in zip(mine, part, strict=True):
-            responses[i] = r
-        records.append(part[0].extras)
-        tokens = sum(max(0, len(r.tokens) - 1) for r in part)
-        workloads[category] = [tokens, round(seconds - float(part[0].extras.get("prefill_s", 0.0)), 4)]
-        wall_s += seconds
-    record = {**merged_record(records), "workloads": workloads}
-    return [replace(r, extras=record) for r in responses if r is not None], wall_s
+        for name, specs, engine in engines:
+            responses, seconds = _measure(target, models, [messages[i] for i in mine], specs, engine)
+            parts[name].append(WorkloadPart(category, mine, responses, seconds))
+            log(f"batch {batch} {category} {name}: {seconds:.1f} s")
+    for name, _, _ in engines:
+        yield name, joined_run(parts[name])
 
 
 def measured_row(
@@ -336,13 +342,9 @@ def _run_batch(
     runs: dict[str, list[tuple[list[Response], float]]] = {}
     plain: list[list[int]] | None = None
     for repeat in range(config.repeats):
-        for name, specs, engine in configurations(config):
+        for name, run in _measured_runs(config, batch, target, models, messages, categories, log):
             mine = runs.setdefault(name, [])
-            engine = _with(engine, max_batch=batch)
-            if config.category_workloads:
-                mine.append(_measure_each_category(target, models, messages, categories, specs, engine))
-            else:
-                mine.append(_measure(target, models, messages, specs, engine))
+            mine.append(run)
             plain = [r.tokens for r in mine[0][0]] if name == "plain" else plain
             row = measured_row(name, batch, mine, None if name == "plain" else plain, categories)
             _put(report["rows"], row)

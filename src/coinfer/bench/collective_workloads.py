@@ -13,22 +13,53 @@ over its time not spent reading prompts), with the batch as full as the prompts 
 both runs. Each workload starts with fresh drafters, as a new process would: what the
 gate learns on one category is not carried to the next.
 
-A configuration's run is then the category runs one after another: their responses in
-suite order, their summed wall time, and one engine record that sums them
+A configuration's run is then its category runs joined (``joined_run``): their responses
+in suite order, their summed wall time, and one engine record that sums them
 (``merged_record``), with each category's ``[tokens, decode seconds]`` in ``workloads``.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass, replace
 from typing import Any
 
-__all__ = ["SUMMED", "merged_record", "workload_figures"]
+from coinfer.decoding import Response
+
+__all__ = ["SUMMED", "WorkloadPart", "joined_run", "merged_record", "workload_figures"]
 
 SUMMED = ("verifications", "predrafts_used", "predrafts_wasted", "pipelined_rounds", "pipeline_probes",
           "draft_s", "verify_s", "prefill_s", "rounds_drafting", "rounds_exploring")  # fmt: skip
 _CONCATENATED = ("s_history", "longest_draft", "voted_from")  # one entry per round
 _AVERAGED = ("acceptance_by_draft", "weights")  # per draft, a rate or a weight
+
+
+@dataclass(frozen=True)
+class WorkloadPart:
+    """One category's run under one configuration: the suite indices of its prompts, the
+    responses in that order, and the run's wall seconds."""
+
+    category: str
+    indices: list[int]
+    responses: list[Response]
+    wall_s: float
+
+
+def joined_run(parts: Sequence[WorkloadPart]) -> tuple[list[Response], float]:
+    """A configuration's category runs as one run: the responses in suite order, each
+    carrying one record of every part (``merged_record``, with each category's tokens
+    after each request's first and decode seconds in ``workloads``), and the summed wall
+    time."""
+    by_index: dict[int, Response] = {}
+    records, workloads = [], {}
+    for part in parts:
+        by_index.update(zip(part.indices, part.responses, strict=True))
+        record = part.responses[0].extras if part.responses else {}
+        records.append(record)
+        tokens = sum(max(0, len(r.tokens) - 1) for r in part.responses)
+        workloads[part.category] = [tokens, round(part.wall_s - float(record.get("prefill_s", 0.0)), 4)]
+    record = {**merged_record(records), "workloads": workloads}
+    return [replace(by_index[i], extras=record) for i in sorted(by_index)], sum(p.wall_s for p in parts)
 
 
 def merged_record(records: Sequence[dict[str, Any]]) -> dict[str, Any]:
