@@ -23,8 +23,8 @@ its last, less the time it stalled while other requests' prompts were read) is s
 over the category's requests, against plain decoding's at the same
 batch size. With ``category_workloads`` each category's prompts run alone, under every
 configuration in turn before the next category, and a category's figure is its own run's
-decode rate (``bench.collective_workloads`` says why). Normalized latency is each request's time over
-its output tokens, averaged. With
+decode rate (``bench.collective_workloads`` says why). Normalized latency is each
+request's time over its output tokens, averaged. With
 ``repeats`` every configuration runs that many times at each batch size, taken in turn
 (plain, each single, …, then again), and the fastest counts: a row's run with the best
 decode rate, and per category each request's fastest run; a configuration is identical

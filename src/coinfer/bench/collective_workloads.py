@@ -26,9 +26,9 @@ from typing import Any
 
 from coinfer.decoding import Response
 
-__all__ = ["SUMMED", "WorkloadPart", "joined_run", "merged_record", "workload_figures"]
+__all__ = ["WorkloadPart", "joined_run", "merged_record", "workload_figures"]
 
-SUMMED = ("verifications", "predrafts_used", "predrafts_wasted", "pipelined_rounds", "pipeline_probes",
+_SUMMED = ("verifications", "predrafts_used", "predrafts_wasted", "pipelined_rounds", "pipeline_probes",
           "draft_s", "verify_s", "prefill_s", "rounds_drafting", "rounds_exploring")  # fmt: skip
 _CONCATENATED = ("s_history", "longest_draft", "voted_from")  # one entry per round
 _AVERAGED = ("acceptance_by_draft", "weights")  # per draft, a rate or a weight
@@ -69,7 +69,7 @@ def merged_record(records: Sequence[dict[str, Any]]) -> dict[str, Any]:
     out: dict[str, Any] = dict(records[0]) if records else {}
     for key in out:
         values = [r.get(key) for r in records]
-        if key in SUMMED:
+        if key in _SUMMED:
             out[key] = _combine(values, _sum)
         elif key in _CONCATENATED:
             out[key] = [x for v in values for x in v or []]
