@@ -3,6 +3,7 @@ torch.distributed (gloo), a tiny random model; the text equals ``coinfer generat
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import signal
@@ -26,6 +27,7 @@ def four_layers(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return tiny_hf_model_dir(tmp_path_factory.mktemp("edge") / "m", arch="qwen2", layers=4, seed=3)
 
 
+@functools.cache  # one process per model and flags: several tests compare with the same text
 def _generate(model: Path, *extra: str) -> dict:  # type: ignore[type-arg]
     proc = coinfer("generate", PROMPT, "-m", str(model), "-b", "transformers", "--draft", "none", "--raw",
                    "-n", "16", "--json", *extra)  # fmt: skip
