@@ -3,8 +3,8 @@ from pathlib import Path
 
 import pytest
 
-from coinfer.bench.collective import CollectiveBenchConfig, run_collective_bench
-from coinfer.bench.collective_workloads import merged_record, workload_figures
+from coinfer.bench.collective import CollectiveBenchConfig, run_collective_bench, summarize
+from coinfer.bench.collective_workloads import merged_record, paired_ratios, workload_figures
 from coinfer.errors import ConfigError
 
 
@@ -42,9 +42,10 @@ def test_each_categorys_figure_is_its_fastest_workload() -> None:
 
 
 def test_category_workloads_run_each_category_alone_on_a_real_model(tmp_path: Path) -> None:
-    """Two categories at batch 2: each category runs alone under every configuration in
-    turn, its figure is that run's rate, and every prompt is still answered in suite
-    order, identical to plain."""
+    """Two categories at batch 2, twice: each category runs alone under every
+    configuration in turn, both repeats (the second in reverse order) before the next
+    category; its figure is the median of each repeat's ratio to plain, and every prompt
+    is still answered in suite order, identical to plain."""
     prompts = tmp_path / "prompts.jsonl"
     rows = [
         {"id": f"{c}{i}", "category": c, "messages": [{"role": "user", "content": f"{c} {i}: say hello"}]}
@@ -54,16 +55,15 @@ def test_category_workloads_run_each_category_alone_on_a_real_model(tmp_path: Pa
     prompts.write_text("".join(json.dumps(r) + "\n" for r in rows))
     config = CollectiveBenchConfig(out=str(tmp_path / "out"), target="smollm2-135m", drafts=("ngram",),
                                    batch_sizes=(2,), max_tokens=6, prompts=str(prompts), sweep=False,
-                                   only=("single:ngram",), category_workloads=True)  # fmt: skip
+                                   only=("single:ngram",), category_workloads=True, repeats=2)  # fmt: skip
     lines: list[str] = []
     report = run_collective_bench(config, log=lines.append)
     runs = [line.rsplit(":", 1)[0] for line in lines if line.endswith(" s")]
-    # every configuration runs a category before the next category starts
     assert runs == [
-        "batch 2 edit plain",
-        "batch 2 edit single:ngram",
-        "batch 2 prose plain",
-        "batch 2 prose single:ngram",
+        f"batch 2 {category} {name} run {repeat}"
+        for category in ("edit", "prose")
+        for repeat, names in ((1, ("plain", "single:ngram")), (2, ("single:ngram", "plain")))
+        for name in names
     ]
     rows_by = {r["config"]: r for r in report["rows"]}
     plain, single = rows_by["plain"], rows_by["single:ngram"]
@@ -71,8 +71,38 @@ def test_category_workloads_run_each_category_alone_on_a_real_model(tmp_path: Pa
     for category, (tokens, seconds, stalled) in plain["by_category"].items():
         assert 0 < tokens <= 2 * 5 and seconds > 0 and stalled == 0.0, category
     assert plain["output_tokens"] == sum(t for t, _, _ in plain["by_category"].values()) + 4
-    assert set(report["summary"]["per_category"]["2"]["single:ngram"]) == {"edit", "prose"}
-    assert "workload of their own" in (tmp_path / "out" / "results.md").read_text()
+    repeats = report["summary"]["repeats"]["2"]
+    paired = repeats["per_category_ratios"]["single:ngram"]
+    assert set(paired) == {"edit", "prose"} and all(len(v) == 2 for v in paired.values())
+    per_category = report["summary"]["per_category"]["2"]["single:ngram"]
+    assert per_category == {c: round(sum(v) / 2, 3) for c, v in paired.items()}  # the median of two
+    assert set(repeats["plain_fastest_over_slowest"]) == {"edit", "prose"}
+    assert "median of each repeat's ratio" in (tmp_path / "out" / "results.md").read_text()
+
+
+def test_each_repeats_ratio_pairs_a_run_with_plains_run_of_the_same_repeat() -> None:
+    plain = {"edit": [[10, 1.0], [10, 2.0]], "prose": [[10, 1.0]]}
+    mine = {"edit": [[10, 0.5], [10, 2.5]], "prose": [[10, 1.0], [10, 1.0]], "qa": [[5, 1.0]]}
+    # edit: 2.0 in the fast repeat and 0.8 in the slow one; prose ran unequally often, qa not under plain
+    assert paired_ratios(mine, plain) == {"edit": [2.0, 0.8]}
+
+
+def test_with_repeats_the_summary_takes_the_median_of_paired_ratios() -> None:
+    def row(name: str, decode: list[float], edit: list[list[float]]) -> dict[str, object]:
+        best = max(edit, key=lambda ts: ts[0] / ts[1])
+        return {"config": name, "batch": 4, "tokens_per_s": 1.0, "decode_runs": decode,
+                "by_category": {"edit": [*best, 0.0]}, "by_category_runs": {"edit": edit},
+                "acceptance": {}}  # fmt: skip
+
+    plain = row("plain", [10.0, 20.0, 10.0], [[10, 1.0], [10, 2.0], [10, 1.0]])
+    mine = row("+majority", [11.0, 10.0, 12.0], [[10, 0.9], [10, 1.0], [10, 1.1]])
+    config = CollectiveBenchConfig(out="x", batch_sizes=(4,), sweep=False)
+    summary = summarize([plain, mine], config)
+    # paired: 1.111, 2.0, 0.909 (best-of would say 1.0/1.0 = 1.0)
+    assert summary["per_category"]["4"]["+majority"] == {"edit": 1.111}
+    assert summary["repeats"]["4"]["per_category_ratios"]["+majority"] == {"edit": [1.111, 2.0, 0.909]}
+    assert summary["repeats"]["4"]["decode_ratio_median"] == {"+majority": 1.1}
+    assert summary["repeats"]["4"]["plain_fastest_over_slowest"] == {"edit": 2.0}
 
 
 def test_fewer_than_one_prompt_per_category_is_refused() -> None:

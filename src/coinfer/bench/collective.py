@@ -28,7 +28,11 @@ request's time over its output tokens, averaged. With
 ``repeats`` every configuration runs that many times at each batch size, taken in turn
 (plain, each single, …, then again), and the fastest counts: a row's run with the best
 decode rate, and per category each request's fastest run; a configuration is identical
-to plain decoding on a prompt only where every one of its runs was.
+to plain decoding on a prompt only where every one of its runs was. With category
+workloads, a category's repeats run one after another before the next category, and its
+figure is the median over the repeats of each repeat's ratio to plain decoding's
+(``summary.repeats`` holds every repeat's ratio, the median of the overall decode ratios,
+and how far plain decoding's own repeats of a category lie apart).
 Acceptance per draft and of the voted drafts comes from the ``+majority`` runs (Figure
 11). Greedy outputs are compared with plain decoding's. Results: ``results.json``
 (``summary.throughput_ratio_vs_plain`` and ``summary.per_category`` per batch size,
@@ -44,7 +48,13 @@ from pathlib import Path
 from typing import Any
 
 from coinfer.bench.broad_suite import broad_suite, split_suite
-from coinfer.bench.collective_workloads import WorkloadPart, joined_run, workload_figures
+from coinfer.bench.collective_workloads import (
+    WorkloadPart,
+    joined_run,
+    paired_ratios,
+    workload_figures,
+    workload_runs,
+)
 from coinfer.bench.report import environment, write_json, write_markdown
 from coinfer.bench.workloads import CATEGORIES, build_suite, load_prompts
 from coinfer.decoding import Drafter, Response, open_drafter
@@ -53,7 +63,7 @@ from coinfer.engines.collective import CollectiveConfig
 from coinfer.errors import ConfigError
 from coinfer.models import SteerableModel, load_model
 
-__all__ = ["CollectiveBenchConfig", "configurations", "measured_row", "run_collective_bench"]
+__all__ = ["CollectiveBenchConfig", "configurations", "measured_row", "run_collective_bench", "summarize"]
 
 FIXED_S = 4  # the paper's Default speculation length
 SUITES = ("committed", "broad")
@@ -157,28 +167,33 @@ def _measured_runs(
     categories: list[str],
     log: Callable[[str], None],
 ) -> Iterator[tuple[str, tuple[list[Response], float]]]:
-    """One run of every configuration at ``batch``: (name, (responses, wall seconds)).
+    """Every configuration's runs at ``batch``, ``config.repeats`` of each: (name,
+    (responses, wall seconds)), each repeat's runs in configuration order, plain first.
 
     With ``category_workloads``, each category's prompts run alone under every
-    configuration in turn before the next category: the runs a category's ratios compare
-    lie minutes apart, not a whole pass of the suite, so a machine whose speed drifts
-    (plain decoding's own two runs differed by up to 19% on one category, 80 minutes
-    apart) moves them alike. Each configuration's parts are then joined in suite order
-    (``joined_run``)."""
+    configuration in turn, ``config.repeats`` times (every other time in reverse order),
+    before the next category: the runs a category's ratios compare lie a minute apart, not
+    a whole pass of the suite, so a machine whose speed drifts (plain decoding's own two
+    runs differed by up to 26% on one category, 20 minutes apart) moves them alike. Each
+    configuration's parts of one repeat are then joined in suite order (``joined_run``)."""
     engines = [(name, specs, _with(e, max_batch=batch)) for name, specs, e in configurations(config)]
     if not config.category_workloads:
-        for name, specs, engine in engines:
-            yield name, _measure(target, models, messages, specs, engine)
+        for _ in range(config.repeats):
+            for name, specs, engine in engines:
+                yield name, _measure(target, models, messages, specs, engine)
         return
-    parts: dict[str, list[WorkloadPart]] = {name: [] for name, _, _ in engines}
+    parts: dict[tuple[str, int], list[WorkloadPart]] = {}
     for category in dict.fromkeys(categories):
         mine = [i for i, c in enumerate(categories) if c == category]
-        for name, specs, engine in engines:
-            responses, seconds = _measure(target, models, [messages[i] for i in mine], specs, engine)
-            parts[name].append(WorkloadPart(category, mine, responses, seconds))
-            log(f"batch {batch} {category} {name}: {seconds:.1f} s")
-    for name, _, _ in engines:
-        yield name, joined_run(parts[name])
+        for repeat in range(config.repeats):
+            for name, specs, engine in engines if repeat % 2 == 0 else engines[::-1]:
+                responses, seconds = _measure(target, models, [messages[i] for i in mine], specs, engine)
+                parts.setdefault((name, repeat), []).append(WorkloadPart(category, mine, responses, seconds))
+                run = f" run {repeat + 1}" if config.repeats > 1 else ""
+                log(f"batch {batch} {category} {name}{run}: {seconds:.1f} s")
+    for repeat in range(config.repeats):
+        for name, _, _ in engines:
+            yield name, joined_run(parts[(name, repeat)])
 
 
 def measured_row(
@@ -206,6 +221,8 @@ def measured_row(
             if "workloads" in record
             else _by_category([run for run, _ in runs], categories)
         ),
+        "by_category_runs": workload_runs([run[0].extras for run, _ in runs]),  # with workloads
+        "decode_runs": [round(_decode_rate(*run), 3) for run in runs],
         "normalized_latency_s": round(sum(latency) / len(latency), 4),
         "output_tokens": output,
         "wall_s": round(wall_s, 2),
@@ -341,17 +358,16 @@ def _run_batch(
     is rewritten from its runs so far after every run (``measured_row``)."""
     runs: dict[str, list[tuple[list[Response], float]]] = {}
     plain: list[list[int]] | None = None
-    for repeat in range(config.repeats):
-        for name, run in _measured_runs(config, batch, target, models, messages, categories, log):
-            mine = runs.setdefault(name, [])
-            mine.append(run)
-            plain = [r.tokens for r in mine[0][0]] if name == "plain" else plain
-            row = measured_row(name, batch, mine, None if name == "plain" else plain, categories)
-            _put(report["rows"], row)
-            if name == f"single:{config.drafts[0]}":  # the ablation's Default: the same runs
-                _put(report["rows"], {**row, "config": "default"})
-            log(f"batch {batch} {name} (run {repeat + 1}): {_decode_rate(*mine[-1]):.2f} decode tok/s")
-            _write(out, report)
+    for name, run in _measured_runs(config, batch, target, models, messages, categories, log):
+        mine = runs.setdefault(name, [])
+        mine.append(run)
+        plain = [r.tokens for r in mine[0][0]] if name == "plain" else plain
+        row = measured_row(name, batch, mine, None if name == "plain" else plain, categories)
+        _put(report["rows"], row)
+        if name == f"single:{config.drafts[0]}":  # the ablation's Default: the same runs
+            _put(report["rows"], {**row, "config": "default"})
+        log(f"batch {batch} {name} (run {len(mine)}): {_decode_rate(*mine[-1]):.2f} decode tok/s")
+        _write(out, report)
 
 
 def _put(rows: list[dict[str, Any]], row: dict[str, Any]) -> None:
@@ -411,6 +427,7 @@ def summarize(rows: list[dict[str, Any]], config: CollectiveBenchConfig) -> dict
     return {
         "throughput_ratio_vs_plain": ratio,
         "per_category": per_category,
+        "repeats": {str(b): _repeats(by, b) for b in config.batch_sizes},
         "ablation": ablation,
         "sweep": {
             "batch": sweep_batch,
@@ -425,7 +442,9 @@ def summarize(rows: list[dict[str, Any]], config: CollectiveBenchConfig) -> dict
 
 def _category_ratios(by: dict[tuple[str, int], dict[str, Any]], batch: int) -> dict[str, dict[str, float]]:
     """Per configuration and category: its requests' decode rate over plain decoding's,
-    the stalls for other requests' prompts left out (results of old runs have none)."""
+    the stalls for other requests' prompts left out (results of old runs have none); with
+    category workloads run more than once, the median of each repeat's ratio
+    (``_paired``)."""
     plain = _category_rates(by.get(("plain", batch), {}))
     out: dict[str, dict[str, float]] = {}
     for (name, b), r in by.items():
@@ -433,7 +452,46 @@ def _category_ratios(by: dict[tuple[str, int], dict[str, Any]], batch: int) -> d
             continue
         mine = _category_rates(r)
         out[name] = {c: round(v / plain[c], 3) for c, v in mine.items() if c in plain}
+        out[name].update({c: _median(v) for c, v in _paired(by, name, batch).items() if len(v) > 1})
     return out
+
+
+def _paired(by: dict[tuple[str, int], dict[str, Any]], name: str, batch: int) -> dict[str, list[float]]:
+    """Per category, each repeat's decode rate of ``name`` over plain decoding's in the
+    same repeat (category workloads only)."""
+    plain = by.get(("plain", batch), {}).get("by_category_runs") or {}
+    return paired_ratios(by.get((name, batch), {}).get("by_category_runs") or {}, plain)
+
+
+def _repeats(by: dict[tuple[str, int], dict[str, Any]], batch: int) -> dict[str, Any]:
+    """With repeats: per configuration, the median of each repeat's decode rate over plain
+    decoding's in the same repeat, and per category every repeat's ratio; per category,
+    plain decoding's fastest repeat over its slowest (what identical work varies by)."""
+    plain = by.get(("plain", batch))
+    if not plain or len(plain.get("decode_runs") or []) < 2:
+        return {}
+    names = [n for n, b in by if b == batch and n not in ("plain", "default") and not n.startswith("sweep")]
+    decode = {}
+    for name in names:
+        runs = by[(name, batch)].get("decode_runs") or []
+        if len(runs) == len(plain["decode_runs"]) and all(plain["decode_runs"]):
+            decode[name] = _median([a / p for a, p in zip(runs, plain["decode_runs"], strict=True)])
+    spread = {
+        c: round(max(t / s for t, s in runs) / min(t / s for t, s in runs), 3)
+        for c, runs in (plain.get("by_category_runs") or {}).items()
+        if len(runs) > 1 and all(t and s > 0 for t, s in runs)
+    }
+    return {
+        "decode_ratio_median": decode,
+        "per_category_ratios": {n: _paired(by, n, batch) for n in names},
+        "plain_fastest_over_slowest": spread,
+    }
+
+
+def _median(values: Sequence[float]) -> float:
+    ordered = sorted(values)
+    mid = len(ordered) // 2
+    return round(ordered[mid] if len(ordered) % 2 else (ordered[mid - 1] + ordered[mid]) / 2, 3)
 
 
 def _category_rates(row: dict[str, Any]) -> dict[str, float]:
@@ -501,12 +559,14 @@ def markdown(report: dict[str, Any]) -> str:
     cats = list(dict.fromkeys(cats))
     per_cat = (report.get("summary") or {}).get("per_category", {})
     alone = (report.get("config") or {}).get("category_workloads")
+    repeats = int((report.get("config") or {}).get("repeats") or 1)
     lines = [
         "# coinfer bench collective",
         "",
         "tok/s: output over wall time; decode tok/s: without the prefills (prefill s). "
         "Per category: decode rate against plain decoding's at the same batch size"
-        + (", each category's prompts run as a workload of their own." if alone else "."),
+        + (", each category's prompts run as a workload of their own" if alone else "")
+        + ("; with repeats, the median of each repeat's ratio." if alone and repeats > 1 else "."),
         "",
         "| batch | config | tok/s | decode tok/s | prefill s | s per token | "
         + " | ".join(cats)

@@ -13,6 +13,13 @@ over its time not spent reading prompts), with the batch as full as the prompts 
 both runs. Each workload starts with fresh drafters, as a new process would: what the
 gate learns on one category is not carried to the next.
 
+With repeats, a category runs under every configuration in turn, that many times, before
+the next category (the order reversed every other time, so a drift of the machine's speed
+over those minutes falls on both sides alike), and its figure is the median, over the
+repeats, of each repeat's decode rate against plain decoding's in the same repeat
+(``paired_ratios``): two runs of the same work on this machine lie up to a quarter apart,
+an hour apart more than a minute apart.
+
 A configuration's run is then its category runs joined (``joined_run``): their responses
 in suite order, their summed wall time, and one engine record that sums them
 (``merged_record``), with each category's ``[tokens, decode seconds]`` in ``workloads``.
@@ -26,7 +33,8 @@ from typing import Any
 
 from coinfer.decoding import Response
 
-__all__ = ["WorkloadPart", "joined_run", "merged_record", "workload_figures"]
+__all__ = ["WorkloadPart", "joined_run", "merged_record", "paired_ratios", "workload_figures",
+           "workload_runs"]  # fmt: skip
 
 _SUMMED = ("verifications", "predrafts_used", "predrafts_wasted", "pipelined_rounds", "pipeline_probes",
           "draft_s", "verify_s", "prefill_s", "rounds_drafting", "rounds_exploring")  # fmt: skip
@@ -107,4 +115,29 @@ def workload_figures(records: Sequence[dict[str, Any]]) -> dict[str, list[float]
             best = out.get(category)
             if seconds > 0 and (best is None or tokens / seconds > best[0] / best[1]):
                 out[category] = [tokens, seconds, 0.0]
+    return out
+
+
+Runs = dict[str, list[list[float]]]  # per category, [tokens, decode seconds] of each run
+
+
+def workload_runs(records: Sequence[dict[str, Any]]) -> Runs:
+    """Per category, from the runs of one configuration in order: ``[tokens, decode
+    seconds]`` of each run (the pairs ``paired_ratios`` matches by position)."""
+    out: Runs = {}
+    for record in records:
+        for category, (tokens, seconds) in (record.get("workloads") or {}).items():
+            out.setdefault(category, []).append([tokens, seconds])
+    return out
+
+
+def paired_ratios(mine: Runs, plain: Runs) -> dict[str, list[float]]:
+    """Per category both have, each repeat's decode rate over plain decoding's in the same
+    repeat, in repeat order (only where both ran a category equally often)."""
+    out: dict[str, list[float]] = {}
+    for category, runs in mine.items():
+        theirs = plain.get(category, [])
+        if len(theirs) == len(runs) and all(s > 0 for _, s in runs + theirs) and all(t for t, _ in theirs):
+            pairs = zip(runs, theirs, strict=True)
+            out[category] = [round((t / s) / (pt / ps), 3) for (t, s), (pt, ps) in pairs]
     return out

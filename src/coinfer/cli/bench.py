@@ -445,7 +445,8 @@ def _add_collective(bench: Any) -> None:
     p.add_argument("--no-sweep", action="store_true", help="skip the sweep over fixed speculation lengths")
     p.add_argument(
         "--repeats", type=int, default=1,
-        help="runs of every configuration per batch size, taken in turn; the fastest counts (default: 1)",
+        help="runs of every configuration per batch size, taken in turn; the fastest counts, or with "
+        "--category-workloads the median of each repeat's ratio to plain (default: 1)",
     )  # fmt: skip
     p.add_argument(
         "--only", nargs="*", default=[], metavar="CONFIG",
