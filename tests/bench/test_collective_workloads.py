@@ -71,6 +71,7 @@ def test_category_workloads_run_each_category_alone_on_a_real_model(tmp_path: Pa
     for category, (tokens, seconds, stalled) in plain["by_category"].items():
         assert 0 < tokens <= 2 * 5 and seconds > 0 and stalled == 0.0, category
     assert plain["output_tokens"] == sum(t for t, _, _ in plain["by_category"].values()) + 4
+    assert 0 < plain["verify_s"] < plain["wall_s"]  # the target's verifying forwards: part of the wall time
     repeats = report["summary"]["repeats"]["2"]
     paired = repeats["per_category_ratios"]["single:ngram"]
     assert set(paired) == {"edit", "prose"} and all(len(v) == 2 for v in paired.values())
@@ -78,6 +79,14 @@ def test_category_workloads_run_each_category_alone_on_a_real_model(tmp_path: Pa
     assert per_category == {c: round(sum(v) / 2, 3) for c, v in paired.items()}  # the median of two
     assert set(repeats["plain_fastest_over_slowest"]) == {"edit", "prose"}
     assert "median of each repeat's ratio" in (tmp_path / "out" / "results.md").read_text()
+    # every run's forwards, priced by one table of the target's forward times
+    forwards = plain["forwards_by_category_runs"]
+    assert set(forwards) == {"edit", "prose"} and all(len(v) == 2 for v in forwards.values())
+    assert sum(forwards["edit"][0].values()) >= 4  # at least a forward per token after the first
+    priced = report["summary"]["priced"]["2"]
+    assert set(priced["forward_ms"]) == {str(n) for runs in forwards.values() for f in runs for n in f}
+    assert set(priced["ratios"]["single:ngram"]) == {"all", "edit", "prose"}
+    assert "Priced: each run" in (tmp_path / "out" / "results.md").read_text()
 
 
 def test_each_repeats_ratio_pairs_a_run_with_plains_run_of_the_same_repeat() -> None:

@@ -351,6 +351,16 @@ def test_a_point_of_the_curve_nobody_measures_goes_stale_and_its_next_measuremen
     assert curve[4] == 0.15 and not curve.stale(4, refresh=64)
 
 
+def test_a_points_floor_is_the_least_of_its_latest_measurements() -> None:
+    curve = CostCurve({2: 0.08})  # set, never measured: its value is its floor
+    for seconds in (0.131, 0.40, 0.14):  # one forward slowed by another process
+        curve.record(4, seconds, smoothing=0.3, refresh=64)
+    assert curve[4] > 0.15 and curve.floors() == {2: 0.08, 4: 0.131}
+    for _ in range(5):  # the machine really slowed: the floor follows after five forwards
+        curve.record(4, 0.2, smoothing=0.3, refresh=64)
+    assert curve.floors()[4] == 0.2
+
+
 def test_a_slow_moment_in_plain_decodings_point_does_not_lock_a_batch_into_drafting() -> None:
     """Plain decoding's point for a batch of 4 was measured slow (0.47 s); a forward of 7
     tokens really costs 0.30 s, so drafting 3 tokens looks free and every round drafts,

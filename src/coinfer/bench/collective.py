@@ -48,10 +48,18 @@ from pathlib import Path
 from typing import Any
 
 from coinfer.bench.broad_suite import broad_suite, split_suite
+from coinfer.bench.collective_priced import (
+    forward_prices,
+    forwards_by_category,
+    median,
+    paired_category_ratios,
+    priced_figures,
+    repeat_figures,
+    sizes_seen,
+)
 from coinfer.bench.collective_workloads import (
     WorkloadPart,
     joined_run,
-    paired_ratios,
     workload_figures,
     workload_runs,
 )
@@ -223,6 +231,9 @@ def measured_row(
         ),
         "by_category_runs": workload_runs([run[0].extras for run, _ in runs]),  # with workloads
         "decode_runs": [round(_decode_rate(*run), 3) for run in runs],
+        "decode_tokens_runs": [sum(max(0, len(r.tokens) - 1) for r in run) for run, _ in runs],
+        "forward_sizes_runs": [run[0].extras.get("forward_sizes") or {} for run, _ in runs],
+        "forwards_by_category_runs": forwards_by_category([run[0].extras for run, _ in runs]),
         "normalized_latency_s": round(sum(latency) / len(latency), 4),
         "output_tokens": output,
         "wall_s": round(wall_s, 2),
@@ -230,6 +241,7 @@ def measured_row(
         "weights": list(record.get("weights", {}).values()),
         "s_history": record.get("s_history", []),
         "rounds": record.get("verifications", 0),
+        "verify_s": record.get("verify_s"),  # seconds in the target's verifying forwards
         "rounds_drafting": list(record.get("rounds_drafting", {}).values()),  # per draft, gated
         "rounds_exploring": list(record.get("rounds_exploring", {}).values()),
         "pipelined_rounds": record.get("pipelined_rounds"),
@@ -368,6 +380,11 @@ def _run_batch(
             _put(report["rows"], {**row, "config": "default"})
         log(f"batch {batch} {name} (run {len(mine)}): {_decode_rate(*mine[-1]):.2f} decode tok/s")
         _write(out, report)
+    sizes = sizes_seen([r for r in report["rows"] if r["batch"] == batch])
+    log(f"batch {batch}: timing the target's forwards over {len(sizes)} sizes, to price every run's forwards")
+    prompt = target.chat_prompt(messages[0])
+    report.setdefault("forward_ms", {})[str(batch)] = forward_prices(target, prompt, sizes)
+    _write(out, report)
 
 
 def _put(rows: list[dict[str, Any]], row: dict[str, Any]) -> None:
@@ -383,7 +400,7 @@ def finish(report: dict[str, Any], config: CollectiveBenchConfig, out: Path) -> 
     """Summarize the rows and write ``results.json``, ``results.md`` and the plots."""
     from coinfer.bench.collective_plots import plot_all
 
-    report["summary"] = summarize(report["rows"], config)
+    report["summary"] = summarize(report["rows"], config, report.get("forward_ms"))
     _write(out, report)
     plot_all(out, report)
     return report
@@ -393,9 +410,13 @@ def _sweep_batch(config: CollectiveBenchConfig) -> int:
     return config.sweep_batch if config.sweep_batch in config.batch_sizes else config.batch_sizes[0]
 
 
-def summarize(rows: list[dict[str, Any]], config: CollectiveBenchConfig) -> dict[str, Any]:
+def summarize(
+    rows: list[dict[str, Any]], config: CollectiveBenchConfig, prices: dict[str, Any] | None = None
+) -> dict[str, Any]:
     """Ratios to plain per batch size (overall and per category), the ablation, the sweep
-    against the selector, the issue's targets."""
+    against the selector, the issue's targets; with repeats, every repeat's ratios; with
+    ``prices`` (per batch size, ms of a forward over n tokens), the priced ratios
+    (``bench.collective_priced``)."""
     by = {(r["config"], r["batch"]): r for r in rows}
     ratio: dict[str, dict[str, float]] = {}
     for batch in config.batch_sizes:
@@ -427,7 +448,8 @@ def summarize(rows: list[dict[str, Any]], config: CollectiveBenchConfig) -> dict
     return {
         "throughput_ratio_vs_plain": ratio,
         "per_category": per_category,
-        "repeats": {str(b): _repeats(by, b) for b in config.batch_sizes},
+        "repeats": {str(b): repeat_figures(by, b) for b in config.batch_sizes},
+        "priced": {str(b): priced_figures(by, b, (prices or {}).get(str(b))) for b in config.batch_sizes},
         "ablation": ablation,
         "sweep": {
             "batch": sweep_batch,
@@ -444,7 +466,7 @@ def _category_ratios(by: dict[tuple[str, int], dict[str, Any]], batch: int) -> d
     """Per configuration and category: its requests' decode rate over plain decoding's,
     the stalls for other requests' prompts left out (results of old runs have none); with
     category workloads run more than once, the median of each repeat's ratio
-    (``_paired``)."""
+    (``bench.collective_priced.paired_category_ratios``)."""
     plain = _category_rates(by.get(("plain", batch), {}))
     out: dict[str, dict[str, float]] = {}
     for (name, b), r in by.items():
@@ -452,46 +474,10 @@ def _category_ratios(by: dict[tuple[str, int], dict[str, Any]], batch: int) -> d
             continue
         mine = _category_rates(r)
         out[name] = {c: round(v / plain[c], 3) for c, v in mine.items() if c in plain}
-        out[name].update({c: _median(v) for c, v in _paired(by, name, batch).items() if len(v) > 1})
+        out[name].update(
+            {c: median(v) for c, v in paired_category_ratios(by, name, batch).items() if len(v) > 1}
+        )
     return out
-
-
-def _paired(by: dict[tuple[str, int], dict[str, Any]], name: str, batch: int) -> dict[str, list[float]]:
-    """Per category, each repeat's decode rate of ``name`` over plain decoding's in the
-    same repeat (category workloads only)."""
-    plain = by.get(("plain", batch), {}).get("by_category_runs") or {}
-    return paired_ratios(by.get((name, batch), {}).get("by_category_runs") or {}, plain)
-
-
-def _repeats(by: dict[tuple[str, int], dict[str, Any]], batch: int) -> dict[str, Any]:
-    """With repeats: per configuration, the median of each repeat's decode rate over plain
-    decoding's in the same repeat, and per category every repeat's ratio; per category,
-    plain decoding's fastest repeat over its slowest (what identical work varies by)."""
-    plain = by.get(("plain", batch))
-    if not plain or len(plain.get("decode_runs") or []) < 2:
-        return {}
-    names = [n for n, b in by if b == batch and n not in ("plain", "default") and not n.startswith("sweep")]
-    decode = {}
-    for name in names:
-        runs = by[(name, batch)].get("decode_runs") or []
-        if len(runs) == len(plain["decode_runs"]) and all(plain["decode_runs"]):
-            decode[name] = _median([a / p for a, p in zip(runs, plain["decode_runs"], strict=True)])
-    spread = {
-        c: round(max(t / s for t, s in runs) / min(t / s for t, s in runs), 3)
-        for c, runs in (plain.get("by_category_runs") or {}).items()
-        if len(runs) > 1 and all(t and s > 0 for t, s in runs)
-    }
-    return {
-        "decode_ratio_median": decode,
-        "per_category_ratios": {n: _paired(by, n, batch) for n in names},
-        "plain_fastest_over_slowest": spread,
-    }
-
-
-def _median(values: Sequence[float]) -> float:
-    ordered = sorted(values)
-    mid = len(ordered) // 2
-    return round(ordered[mid] if len(ordered) % 2 else (ordered[mid - 1] + ordered[mid]) / 2, 3)
 
 
 def _category_rates(row: dict[str, Any]) -> dict[str, float]:
@@ -585,4 +571,24 @@ def markdown(report: dict[str, Any]) -> str:
             f"| {r.get('prefill_s', '–')} | {r['normalized_latency_s']} | {cells}{same} "
             f"| {'–' if voted is None else f'{voted:.0%}'} | {'–' if piped is None else piped} |"
         )
-    return "\n".join(lines) + "\n"
+    return "\n".join(lines + _priced_lines(report, cats)) + "\n"
+
+
+def _priced_lines(report: dict[str, Any], cats: list[str]) -> list[str]:
+    """The priced ratios' medians (``bench.collective_priced``), where the runs were priced."""
+    priced = {b: f["median"] for b, f in ((report.get("summary") or {}).get("priced") or {}).items() if f}
+    if not priced:
+        return []
+    lines = [
+        "",
+        "Priced: each run's forwards at one table of the target's forward times, against plain "
+        "decoding's (the median over repeats; drafting and bookkeeping left out).",
+        "",
+        "| batch | config | overall | " + " | ".join(cats) + " |",
+        "|---|---|---|" + "---|" * len(cats),
+    ]
+    for batch, by_config in priced.items():
+        for name, mine in by_config.items():
+            cells = " | ".join(f"{mine[c]:.3f}x" if c in mine else "–" for c in ["all", *cats])
+            lines.append(f"| {batch} | {name} | {cells} |")
+    return lines

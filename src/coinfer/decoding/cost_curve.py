@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+from collections import deque
 from collections.abc import Mapping
 
 __all__ = ["CostCurve"]
+
+FLOOR_OF = 5  # the latest measurements of a point whose least is its floor (``floors``)
 
 
 class CostCurve(dict[int, float]):
@@ -17,12 +20,21 @@ class CostCurve(dict[int, float]):
     again (a batch of 4 drafted in 484 rounds of 485 at twice plain's cost per token,
     ``docs/bench/collective``). So the policies decode plainly once when that point is
     ``refresh`` forwards old (``stale``), and a measurement of a stale point replaces it.
+
+    A choice that measures one side seldom needs each point's ``floors`` instead: on a
+    shared machine a forward is only ever slowed (another process, the host), so the least
+    of a point's latest measurements is its cost, where one slow forward moves the moving
+    average for many forwards. Plain decoding at batch 4 split 86 of 127 rounds into two
+    forwards, 1+3 or 2+2, that cost 19-27% more than one over all 4 tokens: a slow forward
+    over 4 can raise that point's average above the halves', and the whole is measured
+    again only every 32 split rounds (``engines.collective.rounds.split_forward``).
     """
 
     def __init__(self, points: Mapping[int, float] | None = None) -> None:
         super().__init__(points or {})
         self.forwards = 0  # forwards measured, every size
         self._seen: dict[int, int] = {}  # n -> ``forwards`` when n was last measured
+        self._latest: dict[int, deque[float]] = {}  # n -> its latest ``FLOOR_OF`` measurements
 
     def record(self, n: int, seconds: float, smoothing: float, refresh: int) -> None:
         """A forward over ``n`` tokens took ``seconds``."""
@@ -30,6 +42,11 @@ class CostCurve(dict[int, float]):
         self[n] = seconds if old is None else (1 - smoothing) * old + smoothing * seconds
         self.forwards += 1
         self._seen[n] = self.forwards
+        self._latest.setdefault(n, deque(maxlen=FLOOR_OF)).append(seconds)
+
+    def floors(self) -> dict[int, float]:
+        """Each point's least latest measurement (its value where it was set, not measured)."""
+        return {n: min(self._latest[n]) if self._latest.get(n) else v for n, v in self.items()}
 
     def stale(self, n: int, refresh: int) -> bool:
         """Whether the point n is measured, but more than ``refresh`` forwards ago."""

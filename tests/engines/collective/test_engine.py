@@ -7,6 +7,7 @@ import pytest
 from tests.conftest import needs_torch, plain
 
 from coinfer.decoding import ModelDrafter, NgramDrafter, Response, SamplingParams
+from coinfer.decoding.draft_length import CostCurve
 from coinfer.decoding.speculative import target_costs
 from coinfer.engines.collective import CollectiveConfig, LengthSelectorConfig, generate, stream
 from coinfer.engines.collective.gate import gate_memory
@@ -284,6 +285,17 @@ def test_split_forward_cuts_only_where_the_measured_curve_says_two_cost_less() -
     assert split_forward([1] * 8, {4: 104.0, 9: 239.0}) == 0  # 8 itself never measured: run it whole
     assert split_forward([1] * 8, {4: 104.0, 8: 210.0}) == 0  # under the margin
     assert split_forward([8], tiled) == 0  # one request: nothing to cut
+
+
+def test_one_slow_forward_over_a_whole_batch_does_not_split_the_next_rounds() -> None:
+    """Costs measured on this CPU (s): a forward over 4 tokens 0.131, over 1 0.044, over 3
+    0.123. One forward over 4 slowed to 0.40 s raises that point's moving average above
+    the halves' sum; decided on the floors, the batch stays whole."""
+    curve = CostCurve()
+    for n, seconds in ((1, 0.044), (3, 0.123), (4, 0.131), (4, 0.40)):
+        curve.record(n, seconds, smoothing=0.3, refresh=64)
+    assert split_forward([1] * 4, curve) != 0  # the moving average: 1 + 3 looks cheaper
+    assert split_forward([1] * 4, curve.floors()) == 0
 
 
 def test_a_batch_whose_one_forward_costs_more_than_two_is_verified_in_two() -> None:

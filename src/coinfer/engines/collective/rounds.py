@@ -53,6 +53,7 @@ class RunRecord:
     draft_s: float = 0.0  # drafting and voting (overlapped with verifying when pipelined)
     verify_s: float = 0.0
     verifications: int = 0  # batched target forwards after the prefills
+    forward_sizes: dict[int, int] = field(default_factory=dict)  # tokens of a verifying forward -> forwards
     prefill_s: float = 0.0  # the target reading prompts (batched, as requests join)
     longest_draft: list[int] = field(default_factory=list)  # per verification: its longest voted draft
     source_rates: list[list[float]] = field(default_factory=list)  # per draft, per draft it made
@@ -98,6 +99,7 @@ class RunRecord:
             "pipeline_probes": 0 if self.pipeline is None else self.pipeline.probes,
             "draft_s": round(self.draft_s, 4),
             "verify_s": round(self.verify_s, 4),
+            "forward_sizes": {str(n): k for n, k in sorted(self.forward_sizes.items())},
             "prefill_s": round(self.prefill_s, 4),
             "longest_draft": list(self.longest_draft),
             "voted_from": list(self.voted_from),
@@ -349,7 +351,9 @@ class Learner:
             rows += target.extend_many(part)
             seconds = time.perf_counter() - t0
             verify_s += seconds
-            self._observe(sum(len(ids) for _, ids in part), seconds)
+            n_tokens = sum(len(ids) for _, ids in part)
+            run.forward_sizes[n_tokens] = run.forward_sizes.get(n_tokens, 0) + 1
+            self._observe(n_tokens, seconds)
         if self.gate is not None:
             self.gate.verified(sum(len(ids) for _, ids in items), verify_s)
         events = []
@@ -373,13 +377,14 @@ class Learner:
         return events
 
     def _forwards(self, items: list[tuple[Seq, list[int]]]) -> list[list[tuple[Seq, list[int]]]]:
-        """The verification's items in one forward, or in two where the measured curve says
-        two cost less (``split_forward``). Every ``SPLIT_PROBE`` verifications it splits
-        one whose halves' cost is not measured yet, and every ``SPLIT_PROBE`` splits it
-        runs one whole again, so that both sides of the choice stay measured."""
+        """The verification's items in one forward, or in two where the measured curve's
+        floors say two cost less (``split_forward``, ``CostCurve.floors``). Every
+        ``SPLIT_PROBE`` verifications it splits one whose halves' cost is not measured yet,
+        and every ``SPLIT_PROBE`` splits it runs one whole again, so that both sides of the
+        choice stay measured."""
         self._verified += 1
         explore = self._verified % SPLIT_PROBE == 0
-        at = split_forward([len(ids) for _, ids in items], self.costs, explore=explore)
+        at = split_forward([len(ids) for _, ids in items], self.costs.floors(), explore=explore)
         if not at:
             return [items]
         self._splits += 1

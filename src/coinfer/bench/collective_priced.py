@@ -1,0 +1,172 @@
+"""The collective bench's decode rates with every run's forwards priced alike.
+
+On a shared 2-core machine the wall time of identical work drifts: plain decoding's three
+runs of one category, each a minute apart, took 18.5, 24.7 and 34.6 s for the same 127
+forwards (``docs/bench/collective``). A 3% floor per category cannot be read off such
+clocks. What the engine changes is the target's work: how many verifying forwards a
+category takes and over how many tokens each. So the engine records its forwards by size
+(``forward_sizes``: tokens in a verifying forward -> forwards), and after a batch size's
+runs the bench times the target once over each size seen (``forward_ms``: the median of
+a few forwards over that many tokens on top of a prompt). A run's *priced* decode rate is
+its tokens after each request's first over the sum of its forwards' prices, and a
+configuration's priced ratio is that over plain decoding's at the same batch size, from
+one price table for all of them: the same forwards cost the same, whatever the machine
+did while each ran.
+
+What pricing leaves out, and the wall-clock figures keep: the time outside the target's
+forwards (drafting, the vote and bookkeeping; a draft model's own forwards when it
+drafts or explores), and the cost of a forward's attention over a context longer or
+shorter than the price table's prompt. The price table times one sequence's tokens; a
+batch's forward holds several sequences' tokens, whose cost on this CPU is close to one
+sequence's as many tokens (the batch is compute-bound).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from coinfer.bench.collective_workloads import paired_ratios
+from coinfer.bench.decode import forward_ms
+from coinfer.models import SteerableModel
+
+__all__ = [
+    "forward_prices",
+    "forwards_by_category",
+    "median",
+    "paired_category_ratios",
+    "priced_figures",
+    "priced_rates",
+    "priced_ratios",
+    "repeat_figures",
+    "sizes_seen",
+]
+
+Sizes = Mapping[str, float]  # tokens in a forward (a JSON key) -> forwards
+Rows = dict[tuple[str, int], dict[str, Any]]  # (configuration, batch size) -> row
+
+
+def forwards_by_category(records: Sequence[dict[str, Any]]) -> dict[str, list[dict[str, float]]]:
+    """Per category, from the runs of one configuration in order: each run's verifying
+    forwards by size (category workloads only)."""
+    out: dict[str, list[dict[str, float]]] = {}
+    for record in records:
+        for category, sizes in (record.get("workload_forwards") or {}).items():
+            out.setdefault(category, []).append(dict(sizes))
+    return out
+
+
+def sizes_seen(rows: Sequence[dict[str, Any]]) -> list[int]:
+    """Every forward size in the rows' runs, overall and per category."""
+    seen: set[int] = set()
+    for row in rows:
+        for sizes in row.get("forward_sizes_runs") or []:
+            seen.update(int(n) for n in sizes)
+        for runs in (row.get("forwards_by_category_runs") or {}).values():
+            seen.update(int(n) for sizes in runs for n in sizes)
+    return sorted(seen)
+
+
+def forward_prices(
+    target: SteerableModel, prompt: list[int], sizes: Sequence[int], repeats: int = 3
+) -> dict[str, float]:
+    """Ms of the target's forward over each of ``sizes`` tokens on top of ``prompt``."""
+    return {str(n): round(forward_ms(target, prompt, n, repeats), 3) for n in sizes}
+
+
+def _priced_ms(sizes: Sizes, prices: Mapping[str, float]) -> float | None:
+    """The forwards' summed price, or None where a size has no price."""
+    if any(n not in prices for n in sizes):
+        return None
+    return sum(count * prices[n] for n, count in sizes.items())
+
+
+def priced_rates(row: dict[str, Any], prices: Mapping[str, float]) -> dict[str, list[float]]:
+    """A row's priced decode rate (tokens per priced second) of each run, overall
+    (``"all"``) and per category where its runs ran each category alone."""
+    out: dict[str, list[float]] = {}
+    tokens_runs = row.get("decode_tokens_runs") or []
+    for tokens, sizes in zip(tokens_runs, row.get("forward_sizes_runs") or [], strict=False):
+        ms = _priced_ms(sizes, prices)
+        if ms:
+            out.setdefault("all", []).append(1000 * tokens / ms)
+    by_tokens = row.get("by_category_runs") or {}
+    for category, runs in (row.get("forwards_by_category_runs") or {}).items():
+        pairs = zip([t for t, _ in by_tokens.get(category, [])], runs, strict=False)
+        rates = [1000 * t / ms for t, sizes in pairs if (ms := _priced_ms(sizes, prices))]
+        if rates and len(rates) == len(runs):
+            out[category] = rates
+    return out
+
+
+def priced_ratios(
+    mine: dict[str, Any], plain: dict[str, Any], prices: Mapping[str, float]
+) -> dict[str, list[float]]:
+    """Per category (and ``"all"``), each run's priced decode rate over plain decoding's
+    in the same repeat."""
+    theirs = priced_rates(plain, prices)
+    out: dict[str, list[float]] = {}
+    for category, rates in priced_rates(mine, prices).items():
+        base = theirs.get(category, [])
+        if len(base) == len(rates):
+            out[category] = [round(a / b, 3) for a, b in zip(rates, base, strict=True)]
+    return out
+
+
+def paired_category_ratios(by: Rows, name: str, batch: int) -> dict[str, list[float]]:
+    """Per category, each repeat's decode rate of ``name`` over plain decoding's in the
+    same repeat (category workloads only)."""
+    plain = by.get(("plain", batch), {}).get("by_category_runs") or {}
+    return paired_ratios(by.get((name, batch), {}).get("by_category_runs") or {}, plain)
+
+
+def repeat_figures(by: Rows, batch: int) -> dict[str, Any]:
+    """With repeats: per configuration, the median of each repeat's decode rate over plain
+    decoding's in the same repeat, and per category every repeat's ratio; per category,
+    plain decoding's fastest repeat over its slowest (what identical work varies by)."""
+    plain = by.get(("plain", batch))
+    if not plain or len(plain.get("decode_runs") or []) < 2:
+        return {}
+    names = _compared(by, batch)
+    decode = {}
+    for name in names:
+        runs = by[(name, batch)].get("decode_runs") or []
+        if len(runs) == len(plain["decode_runs"]) and all(plain["decode_runs"]):
+            decode[name] = median([a / p for a, p in zip(runs, plain["decode_runs"], strict=True)])
+    spread = {
+        c: round(max(t / s for t, s in runs) / min(t / s for t, s in runs), 3)
+        for c, runs in (plain.get("by_category_runs") or {}).items()
+        if len(runs) > 1 and all(t and s > 0 for t, s in runs)
+    }
+    return {
+        "decode_ratio_median": decode,
+        "per_category_ratios": {n: paired_category_ratios(by, n, batch) for n in names},
+        "plain_fastest_over_slowest": spread,
+    }
+
+
+def median(values: Sequence[float]) -> float:
+    ordered = sorted(values)
+    mid = len(ordered) // 2
+    return round(ordered[mid] if len(ordered) % 2 else (ordered[mid - 1] + ordered[mid]) / 2, 3)
+
+
+def priced_figures(by: Rows, batch: int, prices: Mapping[str, float] | None) -> dict[str, Any]:
+    """Per configuration, its priced ratios to plain decoding (``priced_ratios``): every
+    repeat's, per category and overall (``"all"``), and their medians; and the price
+    table."""
+    plain = by.get(("plain", batch))
+    if not plain or not prices:
+        return {}
+    names = _compared(by, batch)
+    ratios = {n: priced_ratios(by[(n, batch)], plain, prices) for n in names}
+    return {
+        "median": {n: {c: median(v) for c, v in r.items()} for n, r in ratios.items()},
+        "ratios": ratios,
+        "forward_ms": dict(prices),
+    }
+
+
+def _compared(by: Rows, batch: int) -> list[str]:
+    """The configurations at ``batch`` that are compared with plain decoding."""
+    return [n for n, b in by if b == batch and n not in ("plain", "default") and not n.startswith("sweep")]
