@@ -19,6 +19,10 @@ drafts or explores), and the cost of a forward's attention over a context longer
 shorter than the price table's prompt. The price table times one sequence's tokens; a
 batch's forward holds several sequences' tokens, whose cost on this CPU is close to one
 sequence's as many tokens (the batch is compute-bound).
+
+The repeats' own figures live here too (``repeat_figures``): with ``--repeats``, each
+repeat's clock ratio to plain decoding in the same repeat, their median, and how far plain
+decoding's own repeats of a category lie apart.
 """
 
 from __future__ import annotations
