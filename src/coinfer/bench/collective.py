@@ -49,6 +49,7 @@ from typing import Any
 
 from coinfer.bench.broad_suite import broad_suite, split_suite
 from coinfer.bench.collective_priced import (
+    compared,
     forward_prices,
     forwards_by_category,
     median,
@@ -60,6 +61,7 @@ from coinfer.bench.collective_priced import (
 from coinfer.bench.collective_workloads import (
     WorkloadPart,
     joined_run,
+    tokens_after_first,
     workload_figures,
     workload_runs,
 )
@@ -215,6 +217,7 @@ def measured_row(
     figures, each request's fastest per category, and identity across every run."""
     responses, wall_s = max(runs, key=lambda run: _decode_rate(*run))
     record = responses[0].extras
+    records = [run[0].extras if run else {} for run, _ in runs]  # each run's engine record
     output = sum(len(r.tokens) for r in responses)
     latency = [wall_s / max(1, len(r.tokens)) for r in responses]
     return {
@@ -225,15 +228,15 @@ def measured_row(
         "decode_tokens_per_s": round(_decode_rate(responses, wall_s), 3),
         "prefill_s": round(float(record.get("prefill_s", 0.0)), 3),
         "by_category": (
-            workload_figures([run[0].extras for run, _ in runs])
+            workload_figures(records)
             if "workloads" in record
             else _by_category([run for run, _ in runs], categories)
         ),
-        "by_category_runs": workload_runs([run[0].extras for run, _ in runs]),  # with workloads
+        "by_category_runs": workload_runs(records),  # with workloads
         "decode_runs": [round(_decode_rate(*run), 3) for run in runs],
-        "decode_tokens_runs": [sum(max(0, len(r.tokens) - 1) for r in run) for run, _ in runs],
-        "forward_sizes_runs": [run[0].extras.get("forward_sizes") or {} for run, _ in runs],
-        "forwards_by_category_runs": forwards_by_category([run[0].extras for run, _ in runs]),
+        "decode_tokens_runs": [tokens_after_first(run) for run, _ in runs],
+        "forward_sizes_runs": [r.get("forward_sizes") or {} for r in records],
+        "forwards_by_category_runs": forwards_by_category(records),
         "normalized_latency_s": round(sum(latency) / len(latency), 4),
         "output_tokens": output,
         "wall_s": round(wall_s, 2),
@@ -254,7 +257,7 @@ def measured_row(
 
 def _decode_rate(responses: list[Response], wall_s: float) -> float:
     """Tokens after each request's first over the run's time not spent reading prompts."""
-    after_first = sum(len(r.tokens) for r in responses) - sum(1 for r in responses if r.tokens)
+    after_first = tokens_after_first(responses)
     prefill_s = float(responses[0].extras.get("prefill_s", 0.0)) if responses else 0.0
     return after_first / (wall_s - prefill_s) if wall_s > prefill_s else 0.0
 
@@ -469,10 +472,8 @@ def _category_ratios(by: dict[tuple[str, int], dict[str, Any]], batch: int) -> d
     (``bench.collective_priced.paired_category_ratios``)."""
     plain = _category_rates(by.get(("plain", batch), {}))
     out: dict[str, dict[str, float]] = {}
-    for (name, b), r in by.items():
-        if b != batch or name in ("plain", "default") or name.startswith("sweep"):
-            continue
-        mine = _category_rates(r)
+    for name in compared(by, batch):
+        mine = _category_rates(by[(name, batch)])
         out[name] = {c: round(v / plain[c], 3) for c, v in mine.items() if c in plain}
         out[name].update(
             {c: median(v) for c, v in paired_category_ratios(by, name, batch).items() if len(v) > 1}

@@ -27,6 +27,7 @@ decoding's own repeats of a category lie apart.
 
 from __future__ import annotations
 
+import statistics
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -35,6 +36,7 @@ from coinfer.bench.decode import forward_ms
 from coinfer.models import SteerableModel
 
 __all__ = [
+    "compared",
     "forward_prices",
     "forwards_by_category",
     "median",
@@ -131,7 +133,7 @@ def repeat_figures(by: Rows, batch: int) -> dict[str, Any]:
     plain = by.get(("plain", batch))
     if not plain or len(plain.get("decode_runs") or []) < 2:
         return {}
-    names = _compared(by, batch)
+    names = compared(by, batch)
     decode = {}
     for name in names:
         runs = by[(name, batch)].get("decode_runs") or []
@@ -150,9 +152,8 @@ def repeat_figures(by: Rows, batch: int) -> dict[str, Any]:
 
 
 def median(values: Sequence[float]) -> float:
-    ordered = sorted(values)
-    mid = len(ordered) // 2
-    return round(ordered[mid] if len(ordered) % 2 else (ordered[mid - 1] + ordered[mid]) / 2, 3)
+    """The median, to three places (the summary's precision)."""
+    return round(statistics.median(values), 3)
 
 
 def priced_figures(by: Rows, batch: int, prices: Mapping[str, float] | None) -> dict[str, Any]:
@@ -162,7 +163,7 @@ def priced_figures(by: Rows, batch: int, prices: Mapping[str, float] | None) -> 
     plain = by.get(("plain", batch))
     if not plain or not prices:
         return {}
-    names = _compared(by, batch)
+    names = compared(by, batch)
     ratios = {n: priced_ratios(by[(n, batch)], plain, prices) for n in names}
     return {
         "median": {n: {c: median(v) for c, v in r.items()} for n, r in ratios.items()},
@@ -171,6 +172,6 @@ def priced_figures(by: Rows, batch: int, prices: Mapping[str, float] | None) -> 
     }
 
 
-def _compared(by: Rows, batch: int) -> list[str]:
+def compared(by: Rows, batch: int) -> list[str]:
     """The configurations at ``batch`` that are compared with plain decoding."""
     return [n for n, b in by if b == batch and n not in ("plain", "default") and not n.startswith("sweep")]

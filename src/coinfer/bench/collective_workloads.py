@@ -34,7 +34,7 @@ from typing import Any
 from coinfer.decoding import Response
 
 __all__ = ["WorkloadPart", "joined_run", "merged_record", "paired_ratios", "workload_figures",
-           "workload_runs"]  # fmt: skip
+           "tokens_after_first", "workload_runs"]  # fmt: skip
 
 _SUMMED = ("verifications", "predrafts_used", "predrafts_wasted", "pipelined_rounds", "pipeline_probes",
           "draft_s", "verify_s", "prefill_s", "rounds_drafting", "rounds_exploring",
@@ -65,11 +65,17 @@ def joined_run(parts: Sequence[WorkloadPart]) -> tuple[list[Response], float]:
         by_index.update(zip(part.indices, part.responses, strict=True))
         record = part.responses[0].extras if part.responses else {}
         records.append(record)
-        tokens = sum(max(0, len(r.tokens) - 1) for r in part.responses)
+        tokens = tokens_after_first(part.responses)
         workloads[part.category] = [tokens, round(part.wall_s - float(record.get("prefill_s", 0.0)), 4)]
         forwards[part.category] = dict(record.get("forward_sizes") or {})
     record = {**merged_record(records), "workloads": workloads, "workload_forwards": forwards}
     return [replace(by_index[i], extras=record) for i in sorted(by_index)], sum(p.wall_s for p in parts)
+
+
+def tokens_after_first(responses: Sequence[Response]) -> int:
+    """The tokens of every response after its first (the decoded ones; the first comes
+    with the prefill)."""
+    return sum(max(0, len(r.tokens) - 1) for r in responses)
 
 
 def merged_record(records: Sequence[dict[str, Any]]) -> dict[str, Any]:
