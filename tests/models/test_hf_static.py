@@ -172,3 +172,45 @@ def test_forwards_padded_to_a_few_widths_give_each_real_token_its_logits(long_di
     both([7])
     dynamic.release(seqs[1])
     padded.close()
+
+
+def test_a_batch_with_gaps_between_its_slots_runs_over_them_and_spares_the_gaps(long_dir: Path, pair) -> None:  # type: ignore[no-untyped-def]
+    """On a GPU a batch whose requests finished in the middle (slots 0, 2, 3 of 4) runs as
+    the full batch's shape, the gap an empty row: every row gets its own logits, and the
+    sequence that owns the gap's slot keeps its cache."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from coinfer.models.hf_static import HFStaticModel
+
+    _, dynamic = pair
+    padded = HFStaticModel(
+        AutoModelForCausalLM.from_pretrained(long_dir),
+        AutoTokenizer.from_pretrained(long_dir),
+        name="padded-slots",
+        n_ctx=2048,
+        slots=4,
+        pad_slots=True,
+    )
+    models = (padded, dynamic)
+    seqs = [[m.new_sequence() for _ in range(4)] for m in models]
+    for m, own in zip(models, seqs, strict=True):
+        for i, seq in enumerate(own):
+            m.extend(seq, _ids(30 + 7 * i, 10 + i))
+
+    def batch(which: list[int], chains: list[list[int]]) -> None:
+        got, want = (
+            m.extend_many([(own[i], ids) for i, ids in zip(which, chains, strict=True)])
+            for m, own in zip(models, seqs, strict=True)
+        )
+        for g, h in zip(got, want, strict=True):
+            np.testing.assert_allclose(g, h, atol=1e-4)
+
+    batch([0, 1, 2, 3], [[5], [6], [7], [8]])
+    batch([3, 0, 2], [[1, 2], [3], [4, 5, 6]])  # out of order, slot 1 a gap
+    assert padded.shapes >= {(4, 1, 256, 0), (4, 3, 256, 0)}
+    batch([1], [[9, 10]])  # the gap's owner: its cache untouched by the empty row
+    batch([3, 0], [list(range(20, 40)), [41]])  # wider than 16: gathered, not padded
+    assert (2, 20, 256, None) in padded.shapes
+    for own in seqs[1]:
+        dynamic.release(own)
+    padded.close()

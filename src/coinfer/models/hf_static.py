@@ -14,9 +14,11 @@ tokens is one fixed sequence of kernels, captured once as a CUDA graph and repla
   new token sees (its ancestors and itself; a chain is the causal block). The additive
   attention mask is built from those on the device, over the first ``span`` columns, a
   power of two that covers every row. So one graph serves every call of the same
-  batch, width, span and first slot (rows in consecutive slots read the cache in place),
-  and on a GPU the widths are padded up to 1, 2, 4, 8, 16, 32, 64 or 80, so that a
-  model captures few shapes.
+  batch, width, span and first slot (rows in consecutive slots read the cache in place).
+  On a GPU the widths are padded up to 1, 2, 4, 8, 16, 32, 64 or 80, and a batch whose
+  slots leave gaps (a request finished) runs over slots 0..s, its gaps filled with empty
+  rows, so that a model captures few shapes, and ``capture_shapes`` can take the likely
+  ones at load instead of inside a timed run.
 - **A decoder written for it** (``static_layers.StaticDecoder``): the model's own weights
   with its projections fused and, on a GPU, its elementwise steps compiled, so that a
   layer is about fifteen kernels.
@@ -51,6 +53,7 @@ _PREFILL_CHUNK = 512  # the longest chain one forward takes; longer ones go in p
 _MIN_SPAN = 256
 _FIRST_SLOTS = 8  # sequences a model's caches hold at first, unless it is loaded with a fixed number
 _WIDTHS = (1, 2, 4, 8, 16, 32, 64, 80)  # the widths forwards are padded to (see _padded_width)
+_PAD_SLOTS_WIDTH = 16  # the widest forward whose gaps between slots are padded (see _placed)
 _GRAPH_WIDTH = _WIDTHS[
     -1
 ]  # the widest forward captured as a graph (drafts, trees); wider ones (prompts) run directly
@@ -125,7 +128,8 @@ class _Inputs:
             ids[i, :n] = row.ids
             positions[i, :n] = [row.start + d for d in row.depths]
             positions[i, n:] = row.start + n
-            columns[i] = np.minimum(row.start + np.arange(w), n_ctx)
+            # an empty row (a gap in a padded batch) may stand for another sequence's slot
+            columns[i] = np.minimum(row.start + np.arange(w), n_ctx) if n else n_ctx
             sees[i, :n, :n] = row.sees
             sees[i, :n, n:] = 0
         meta = np.array([r.start for r in rows] + [r.slot for r in rows], dtype=np.int64)
@@ -155,6 +159,7 @@ class HFStaticModel(HFModel):
         slots: int | None = None,
         graphs: bool | None = None,
         pad_widths: bool | None = None,
+        pad_slots: bool | None = None,
     ) -> None:
         super().__init__(model, tokenizer, name=name, n_ctx=n_ctx)
         reason = static_unsupported(model)
@@ -166,6 +171,9 @@ class HFStaticModel(HFModel):
         self.graphs_enabled = self.device.type == "cuda" if graphs is None else graphs
         # forwards padded to a few widths, so that few shapes are captured (default: with graphs)
         self.pad_widths = self.graphs_enabled if pad_widths is None else pad_widths
+        # a batch with gaps between its slots run over slots 0..s (default: with graphs)
+        self.pad_slots = self.graphs_enabled if pad_slots is None else pad_slots
+        self.shapes: set[_Key] = set()  # every (batch, width, span, first slot) a forward ran at
         self._slots = slots or _FIRST_SLOTS
         self._free = list(range(self._slots))
         self._keys, self._values = self._allocate(self._slots)
@@ -271,18 +279,39 @@ class HFStaticModel(HFModel):
 
     def _forward_once(self, rows: Sequence[ForwardRow], read: str) -> list[np.ndarray]:
         torch = self._torch
-        b, w = len(rows), max(len(r.ids) for r in rows)
+        w = max(len(r.ids) for r in rows)
         w = _padded_width(w) if self.pad_widths else w
         span = _span(max(r.start + len(r.ids) for r in rows), self.n_ctx)
-        first = (
-            rows[0].slot if [r.slot for r in rows] == list(range(rows[0].slot, rows[0].slot + b)) else None
-        )
+        placed, order, first = _placed(rows, w, self.pad_slots)
+        key = (len(placed), w, span, first)
+        self.shapes.add(key)
         try:
             with torch.inference_mode():
-                logits, choices = self._run((b, w, span, first), rows)
-                return self._read_back(rows, logits, choices, read)
+                logits, choices = self._run(key, placed)
+                return self._read_back(rows, order, logits, choices, read)
         except RuntimeError as exc:
             raise ModelError(f"{self.name} forward failed: {exc}") from exc
+
+    def capture_shapes(
+        self,
+        batches: Sequence[int] = (1,),
+        widths: Sequence[int] = _WIDTHS,
+        spans: Sequence[int] = (_MIN_SPAN,),
+    ) -> int:
+        """Capture the graphs of every (batch, width, span) given, over slots 0..batch-1,
+        before they are needed (a capture costs tens of forwards); returns how many were
+        new. Nothing to do without graphs. ``batches`` past the slots are left out."""
+        if not self.graphs_enabled:
+            return 0
+        before = len(self._graphs)
+        with self._torch.inference_mode():
+            for b in (b for b in batches if b <= self._slots):
+                for w in (_padded_width(w) if self.pad_widths else w for w in widths):
+                    for span in {_span(s, self.n_ctx) for s in spans}:
+                        key = (b, w, span, 0)
+                        if w <= _GRAPH_WIDTH and key not in self._graphs:
+                            self._capture(key, [ForwardRow.chain(s, 0, []) for s in range(b)])
+        return len(self._graphs) - before
 
     def _run(self, key: _Key, rows: Sequence[ForwardRow]) -> tuple[Any, Any]:
         """The forward of shape ``key`` on ``rows``: a graph replay where graphs are on."""
@@ -340,17 +369,19 @@ class HFStaticModel(HFModel):
         return mask.masked_fill(~allowed[:, None], torch.finfo(dtype).min)
 
     def _read_back(
-        self, rows: Sequence[ForwardRow], logits: Any, choices: Any, read: str
+        self, rows: Sequence[ForwardRow], order: list[int], logits: Any, choices: Any, read: str
     ) -> list[np.ndarray]:
+        """Each row's results; ``order``: where each row ran in the forward."""
         counts = [len(r.ids) for r in rows]
         if read == "argmax":
             picked = choices.cpu().numpy()
-            return [picked[i, :n] for i, n in enumerate(counts)]
+            return [picked[i, :n] for i, n in zip(order, counts, strict=True)]
         if read == "last":
-            index = self._torch.tensor([n - 1 for n in counts], device=self.device)
-            last = logits[self._torch.arange(len(rows), device=self.device), index]
+            torch = self._torch
+            index = torch.tensor([n - 1 for n in counts], device=self.device)
+            last = logits[torch.tensor(order, device=self.device), index]
             return list(last.float().cpu().numpy()[:, None, :])
-        return [logits[i, :n].float().cpu().numpy() for i, n in enumerate(counts)]
+        return [logits[i, :n].float().cpu().numpy() for i, n in zip(order, counts, strict=True)]
 
     def close(self) -> None:
         super().close()
@@ -360,6 +391,23 @@ class HFStaticModel(HFModel):
 
 def _sseq(seq: Seq) -> StaticSeq:
     return backend_seq(seq, StaticSeq)
+
+
+def _placed(rows: Sequence[ForwardRow], w: int, pad: bool) -> tuple[list[ForwardRow], list[int], int | None]:
+    """The rows as the forward runs them, where each row ran, and the first slot when the
+    slots are consecutive (the cache is then read in place; None: gathered). With ``pad``,
+    forwards of up to 16 tokens whose highest slot s is below 4 or twice their rows run
+    over slots 0..s, the gaps as empty rows, which write only the scratch column: a batch
+    engine whose requests finish one by one keeps its few shapes (the cost is nearly flat
+    in rows there)."""
+    slots = [r.slot for r in rows]
+    top = max(slots) + 1
+    if pad and w <= _PAD_SLOTS_WIDTH and len(set(slots)) == len(slots) and top <= max(2 * len(rows), 4):
+        by_slot = {r.slot: r for r in rows}
+        placed = [by_slot.get(s) or ForwardRow.chain(s, 0, []) for s in range(top)]
+        return placed, slots, 0
+    first = slots[0] if slots == list(range(slots[0], slots[0] + len(rows))) else None
+    return list(rows), list(range(len(rows))), first
 
 
 def _is_chain(row: ForwardRow) -> bool:
