@@ -43,11 +43,24 @@ def run(target: HFStaticModel, small: HFStaticModel, prompts: list[list[int]], t
     config = collective.CollectiveConfig(
         max_tokens=TOKENS, max_batch=BATCH, draft_tokens="auto" if drafts else 0
     )
-    graphs = target.graph_count + small.graph_count
+    graphs, compiles = target.graph_count + small.graph_count, _compiles()
     start = time.perf_counter()
     runs = collective.generate(target, prompts, drafts=drafts, config=config)
     wall = time.perf_counter() - start
-    return runs, wall, target.graph_count + small.graph_count - graphs
+    extras = runs[-1].extras
+    new = {
+        "graphs": target.graph_count + small.graph_count - graphs,
+        "compiles": _compiles() - compiles,
+        **{k: extras.get(k) for k in ("prefill_s", "verify_s", "draft_s", "forward_sizes")},
+    }
+    return runs, wall, new
+
+
+def _compiles() -> int:
+    """Graphs dynamo has compiled so far in this process (each a compile of seconds)."""
+    from torch._dynamo.utils import counters
+
+    return int(counters["stats"]["unique_graphs"])
 
 
 def setting(
@@ -55,7 +68,7 @@ def setting(
 ) -> tuple[dict, dict]:
     """``truth``: every prompt's plain output, filled by the first setting's first run."""
     for model in (target, small):
-        model._graphs.clear()  # each setting starts with no graphs (a diagnostic: private on purpose)
+        model.drop_graphs()  # each setting starts with no graphs
         model.pad_slots = name != "unpadded"
         model.shapes.clear()
     out: dict = {"repeats": []}
@@ -75,10 +88,10 @@ def setting(
         out["repeats"].append(
             {
                 "plain_tok_s": round(tokens / plain_wall, 1),
-                "plain_graphs_captured": plain_new,
+                "plain_new": plain_new,
                 "collective_tok_s": round(sum(r.stats.n_tokens for r in runs) / wall, 1),
                 "collective_vs_plain": round(plain_wall / wall, 3),
-                "collective_graphs_captured": new,
+                "collective_new": new,
                 "identical": f"{same}/{len(runs)} collective, {same_plain}/{len(plain)} plain",
                 "accepted": f"{sum(r.stats.accepted for r in runs)}/{sum(r.stats.drafted for r in runs)}",
             }

@@ -220,7 +220,7 @@ class HFStaticModel(HFModel):
             for new, previous in zip((*keys, *values), (*self._keys, *self._values), strict=True):
                 new[:old] = previous
         self._keys, self._values, self._slots = keys, values, 2 * old
-        self._graphs.clear()
+        self.drop_graphs()
         self._free.extend(range(old, 2 * old))
 
     def _release(self, seq: Seq) -> None:
@@ -383,9 +383,16 @@ class HFStaticModel(HFModel):
             return list(last.float().cpu().numpy()[:, None, :])
         return [logits[i, :n].float().cpu().numpy() for i, n in zip(order, counts, strict=True)]
 
+    def drop_graphs(self) -> None:
+        """Free every captured graph and their memory pool; each shape is captured again
+        on next use. (A pool whose graphs are all gone cannot take new ones: PyTorch
+        asserts, so the pool goes with them.)"""
+        self._graphs.clear()
+        self._pool = None
+
     def close(self) -> None:
         super().close()
-        self._graphs.clear()
+        self.drop_graphs()
         self._keys, self._values = [], []
 
 
