@@ -113,10 +113,12 @@ def main() -> None:
         tok("\n".join(m["content"] for m in p["messages"]))["input_ids"][-CONTEXT:]
         for p in suite[:: max(1, len(suite) // PROMPTS)][:PROMPTS]
     ]
-    run(target, small, prompts[:4], None)  # compile the steps once (dynamo's cache outlives graphs)
+    if os.environ.get("WARMUP", "1") == "1":  # compile the steps once (dynamo's cache outlives graphs)
+        run(target, small, prompts[:4], None)
     report = {"tokens": TOKENS, "prompts": len(prompts), "batch": BATCH, "dtype": DTYPE, "settings": {}}
     truth: dict = {}
-    for name in ("unpadded", "padded", "padded, captured at load"):
+    names = os.environ.get("SETTINGS", "unpadded;padded;padded, captured at load").split(";")
+    for name in names:
         report["settings"][name], truth = setting(target, small, prompts, name, truth)
     print(json.dumps(report, indent=1))
     if os.environ.get("OUT"):
