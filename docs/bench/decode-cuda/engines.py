@@ -84,12 +84,18 @@ class Captures(dict):
         self.models, self.new = (target, small), {}
         self.before = self._count()
 
-    def _count(self) -> tuple[int, int]:
-        return self.models[0].graph_count, self.models[1].graph_count
+    def _count(self) -> tuple[int, int, int]:
+        from torch._dynamo.utils import counters  # graphs dynamo compiled: seconds each
+
+        return self.models[0].graph_count, self.models[1].graph_count, int(counters["stats"]["unique_graphs"])
 
     def __setitem__(self, label: str, value: tuple) -> None:
         now = self._count()
-        self.new[label] = {"target": now[0] - self.before[0], "draft": now[1] - self.before[1]}
+        self.new[label] = {
+            "target": now[0] - self.before[0],
+            "draft": now[1] - self.before[1],
+            "compiles": now[2] - self.before[2],
+        }
         self.before = now
         super().__setitem__(label, value)
 
@@ -214,6 +220,7 @@ def main() -> None:
             "phases_s": phases(runs),
             "wall_s": round(wall, 3),
             "graphs_captured": captured.new.get(label),
+            "prefill_s": runs[-1].extras.get("prefill_s") if runs and runs[-1].extras else None,
         }
         print(
             f"{label:48s} {rate:7.1f} tok/s  {rate / base:5.2f}x  identical {same}/{len(runs)}  "
