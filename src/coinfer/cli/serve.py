@@ -17,6 +17,7 @@ import argparse
 import os
 import signal
 import threading
+import time
 from contextlib import suppress
 from pathlib import Path
 from typing import Any
@@ -34,6 +35,7 @@ from coinfer.errors import ConfigError
 __all__ = ["add_parser", "cmd_serve"]
 
 LOOPBACK = ("127.0.0.1", "::1", "localhost")
+_CAPTURED_SPANS = (256, 512, 1024)  # contexts a server's first requests reach (see HFStaticModel)
 
 
 def _all_served(args: argparse.Namespace) -> dict[str, Any]:
@@ -98,18 +100,19 @@ def _served(args: argparse.Namespace) -> dict[str, Any]:
 
         CollectiveConfig(batch_floor=args.batch_floor, max_batch=args.max_batch)  # checked before loading
     options: dict[str, Any] = {"hidden_states": True} if args.draft.startswith("heads:") else {}
-    target = load_from_args(args, quiet=True, **options)
+    batches = range(1, (args.max_batch or 1) + 1) if args.engine == "collective" else (1,)
+    target = _loaded(args, None, batches, **options)
     common = {"name": name, "max_queue": args.max_queue, "draft_tokens": args.draft_tokens}
     if args.engine == "llmcad":
         from coinfer.cli.generate import draft_model_name
 
-        draft = load_from_args(args, draft_model_name(args), quiet=True)
+        draft = _loaded(args, draft_model_name(args), (1,))
         return {name: engines.llmcad_served(target, draft, **common)}
     if args.engine == "collective":
         from coinfer.engines.collective import GateConfig
 
         specs = [d.strip() for d in args.drafts.split(",") if d.strip()]
-        drafts = [_drafter(args, target, spec) for spec in specs]
+        drafts = [_drafter(args, target, spec, batches) for spec in specs]
         gate = None if args.every_draft else GateConfig()
         knobs = {"pipeline": args.pipeline, "gate": gate, "max_batch": args.max_batch}
         knobs["batch_floor"] = args.batch_floor
@@ -191,13 +194,27 @@ def _jupiter(args: argparse.Namespace, name: str) -> Any:
                                   on_release=release)  # fmt: skip
 
 
-def _drafter(args: argparse.Namespace, target: Any, spec: str) -> Any:
+def _loaded(args: argparse.Namespace, spec: str | None, batches: Any, **options: Any) -> Any:
+    """``load_from_args``, then on a GPU the forward shapes of ``batches`` sequences
+    captured before the first request, which would otherwise pay each one (a CUDA graph
+    capture costs tens of forwards, a first compile seconds)."""
+    model = load_from_args(args, spec, quiet=True, **options)
+    capture = getattr(model, "capture_shapes", None)
+    if capture is not None and getattr(model, "graphs_enabled", False):
+        started = time.perf_counter()
+        count = capture(batches=batches, spans=_CAPTURED_SPANS)
+        seconds = time.perf_counter() - started
+        err(f"{model.name}: {count} forward shapes captured as CUDA graphs in {seconds:.0f} s")
+    return model
+
+
+def _drafter(args: argparse.Namespace, target: Any, spec: str, batches: Any = (1,)) -> Any:
     from coinfer.decoding import TextDrafter, open_drafter
 
     if spec == "none":
         return None
     drafter = open_drafter(
-        spec, target, load=lambda name: load_from_args(args, name, quiet=True),
+        spec, target, load=lambda name: _loaded(args, name, batches),
         draft_prompts=lambda model: [], target_prompt_lens=[],
     )  # fmt: skip
     if isinstance(drafter, TextDrafter):
