@@ -391,3 +391,20 @@ def test_one_requests_policy_measures_plain_decoding_again_when_its_point_is_sta
         ks.append(policy.trim(8, CopyBucket(32, True)))
         policy.observe(drafted=ks[-1], draft_s=0.0, verify_s=0.1 + 0.01 * ks[-1])
     assert ks[0] > 0 and ks.count(0) == 1 and ks.index(0) == 9  # plain once, after 9 forwards that drafted
+
+
+def test_floors_within_the_latest_forwards_leave_out_a_point_measured_only_before_them() -> None:
+    """The halves of a batch, measured once in a fast minute (2 tokens: 0.06 s), against
+    the whole measured since in a slow one (4 tokens: 0.19 s): on all floors two halves
+    look cheaper; within the latest forwards the halves are not measured, so no cut."""
+    from coinfer.engines.collective.rounds import FLOOR_WINDOW, split_forward
+
+    curve = CostCurve()
+    curve.record(2, 0.06, smoothing=0.3, refresh=64)
+    for _ in range(FLOOR_WINDOW + 1):
+        curve.record(4, 0.19, smoothing=0.3, refresh=64)
+    assert split_forward([1] * 4, curve.floors()) == 2
+    assert curve.floors(within=FLOOR_WINDOW) == {4: 0.19}
+    assert split_forward([1] * 4, curve.floors(within=FLOOR_WINDOW)) == 0
+    curve.record(2, 0.11, smoothing=0.3, refresh=64)  # measured again: back in, at its new cost
+    assert curve.floors(within=FLOOR_WINDOW) == {2: 0.11, 4: 0.19}

@@ -28,13 +28,18 @@ class CostCurve(dict[int, float]):
     forwards, 1+3 or 2+2, that cost 19-27% more than one over all 4 tokens: a slow forward
     over 4 can raise that point's average above the halves', and the whole is measured
     again only every 32 split rounds (``engines.collective.rounds.split_forward``).
+    Floors ``within`` the latest forwards compare like with like: with the floor fix plain
+    decoding still split a third of its rounds in two categories (2 + 2, 41% dearer than
+    one forward over 4 in the same run's prices), since the halves, measured seldom, kept
+    floors from a fast minute while the whole's followed the machine's slow one.
     """
 
     def __init__(self, points: Mapping[int, float] | None = None) -> None:
         super().__init__(points or {})
         self.forwards = 0  # forwards measured, every size
         self._seen: dict[int, int] = {}  # n -> ``forwards`` when n was last measured
-        self._latest: dict[int, deque[float]] = {}  # n -> its latest ``FLOOR_OF`` measurements
+        # n -> its latest ``FLOOR_OF`` measurements, each as (``forwards`` then, seconds)
+        self._latest: dict[int, deque[tuple[int, float]]] = {}
 
     def record(self, n: int, seconds: float, smoothing: float, refresh: int) -> None:
         """A forward over ``n`` tokens took ``seconds``."""
@@ -42,11 +47,21 @@ class CostCurve(dict[int, float]):
         self[n] = seconds if old is None else (1 - smoothing) * old + smoothing * seconds
         self.forwards += 1
         self._seen[n] = self.forwards
-        self._latest.setdefault(n, deque(maxlen=FLOOR_OF)).append(seconds)
+        self._latest.setdefault(n, deque(maxlen=FLOOR_OF)).append((self.forwards, seconds))
 
-    def floors(self) -> dict[int, float]:
-        """Each point's least latest measurement (its value where it was set, not measured)."""
-        return {n: min(self._latest[n]) if self._latest.get(n) else v for n, v in self.items()}
+    def floors(self, within: int | None = None) -> dict[int, float]:
+        """Each point's least latest measurement (its value where it was set, not measured);
+        with ``within``, of those among the latest ``within`` forwards, a point measured only
+        before them left out."""
+        since = 0 if within is None else self.forwards - within
+        out = {}
+        for n, v in self.items():
+            latest = self._latest.get(n)
+            if not latest:
+                out[n] = v
+            elif recent := [seconds for at, seconds in latest if at > since]:
+                out[n] = min(recent)
+        return out
 
     def stale(self, n: int, refresh: int) -> bool:
         """Whether the point n is measured, but more than ``refresh`` forwards ago."""

@@ -41,6 +41,7 @@ __all__ = [
 ]
 
 SPLIT_PROBE = 32  # every this many split verifications, one runs whole
+FLOOR_WINDOW = 4 * SPLIT_PROBE  # forwards whose measurements the split compares (CostCurve.floors)
 SMOOTHING = 0.3  # weight of a new measurement in the cost curve (``AdaptiveDraftLength``'s)
 REFRESH = 64  # forwards after which a point of the cost curve is stale (``CostCurve``)
 
@@ -378,13 +379,15 @@ class Learner:
 
     def _forwards(self, items: list[tuple[Seq, list[int]]]) -> list[list[tuple[Seq, list[int]]]]:
         """The verification's items in one forward, or in two where the measured curve's
-        floors say two cost less (``split_forward``, ``CostCurve.floors``). Every
+        floors over the latest ``FLOOR_WINDOW`` forwards say two cost less (``split_forward``,
+        ``CostCurve.floors``). Every
         ``SPLIT_PROBE`` verifications it splits one whose halves' cost is not measured yet,
         and every ``SPLIT_PROBE`` splits it runs one whole again, so that both sides of the
         choice stay measured."""
         self._verified += 1
         explore = self._verified % SPLIT_PROBE == 0
-        at = split_forward([len(ids) for _, ids in items], self.costs.floors(), explore=explore)
+        floors = self.costs.floors(within=FLOOR_WINDOW)
+        at = split_forward([len(ids) for _, ids in items], floors, explore=explore)
         if not at:
             return [items]
         self._splits += 1
