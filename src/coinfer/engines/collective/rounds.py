@@ -380,10 +380,9 @@ class Learner:
     def _forwards(self, items: list[tuple[Seq, list[int]]]) -> list[list[tuple[Seq, list[int]]]]:
         """The verification's items in one forward, or in two where the measured curve's
         floors over the latest ``FLOOR_WINDOW`` forwards say two cost less (``split_forward``,
-        ``CostCurve.floors``). Every
-        ``SPLIT_PROBE`` verifications it splits one whose halves' cost is not measured yet,
-        and every ``SPLIT_PROBE`` splits it runs one whole again, so that both sides of the
-        choice stay measured."""
+        ``CostCurve.floors``). Every ``SPLIT_PROBE`` verifications it splits one whose
+        halves' cost is not measured within them, and every ``SPLIT_PROBE`` splits it runs
+        one whole again, so that both sides of the choice stay measured."""
         self._verified += 1
         explore = self._verified % SPLIT_PROBE == 0
         floors = self.costs.floors(within=FLOOR_WINDOW)
