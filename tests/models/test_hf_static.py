@@ -8,6 +8,7 @@ one forward, batches whose rows attend over other spans, and refusals.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -33,6 +34,16 @@ def pair(long_dir: Path):  # type: ignore[no-untyped-def]
     static = load_model(str(long_dir), backend="transformers", kv="static", n_ctx=2048, n_seq_max=3)
     dynamic = load_model(str(long_dir), backend="transformers", kv="dynamic", n_ctx=2048)
     return static, dynamic
+
+
+def _static(folder: Path, **options: Any) -> Any:
+    """The tiny model on static caches, built directly (for options ``load_model`` lacks)."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from coinfer.models.hf_static import HFStaticModel
+
+    model, tokenizer = AutoModelForCausalLM.from_pretrained(folder), AutoTokenizer.from_pretrained(folder)
+    return HFStaticModel(model, tokenizer, n_ctx=2048, **options)
 
 
 def _ids(n: int, seed: int = 0) -> list[int]:
@@ -143,18 +154,8 @@ def test_on_a_cpu_the_default_stays_on_dynamic_caches(long_dir: Path) -> None:
 def test_forwards_padded_to_a_few_widths_give_each_real_token_its_logits(long_dir: Path, pair) -> None:  # type: ignore[no-untyped-def]
     """On a GPU a chain of 5 runs as 8 (one captured shape serves several widths); the
     padding tokens must change nothing the caller sees, in chains, trees and batches."""
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
-    from coinfer.models.hf_static import HFStaticModel
-
     _, dynamic = pair
-    padded = HFStaticModel(
-        AutoModelForCausalLM.from_pretrained(long_dir),
-        AutoTokenizer.from_pretrained(long_dir),
-        name="padded",
-        n_ctx=2048,
-        pad_widths=True,
-    )
+    padded = _static(long_dir, name="padded", pad_widths=True)
     models = (padded, dynamic)
     seqs = [m.new_sequence() for m in models]
     for m, seq in zip(models, seqs, strict=True):
@@ -178,19 +179,8 @@ def test_a_batch_with_gaps_between_its_slots_runs_over_them_and_spares_the_gaps(
     """On a GPU a batch whose requests finished in the middle (slots 0, 2, 3 of 4) runs as
     the full batch's shape, the gap an empty row: every row gets its own logits, and the
     sequence that owns the gap's slot keeps its cache."""
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
-    from coinfer.models.hf_static import HFStaticModel
-
     _, dynamic = pair
-    padded = HFStaticModel(
-        AutoModelForCausalLM.from_pretrained(long_dir),
-        AutoTokenizer.from_pretrained(long_dir),
-        name="padded-slots",
-        n_ctx=2048,
-        slots=4,
-        pad_slots=True,
-    )
+    padded = _static(long_dir, name="padded-slots", slots=4, pad_slots=True)
     models = (padded, dynamic)
     seqs = [[m.new_sequence() for _ in range(4)] for m in models]
     for m, own in zip(models, seqs, strict=True):
