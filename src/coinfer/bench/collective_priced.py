@@ -14,11 +14,12 @@ one price table for all of them: the same forwards cost the same, whatever the m
 did while each ran.
 
 What pricing leaves out, and the wall-clock figures keep: the time outside the target's
-forwards (drafting, the vote and bookkeeping; a draft model's own forwards when it
-drafts or explores), and the cost of a forward's attention over a context longer or
-shorter than the price table's prompt. The price table times one sequence's tokens; a
-batch's forward holds several sequences' tokens, whose cost on this CPU is close to one
-sequence's as many tokens (the batch is compute-bound).
+forwards (drafting, the vote and bookkeeping, about 1% of a round on this CPU; a draft
+model's own forwards when it drafts or explores), and the cost of a forward's attention
+over a context longer or shorter than the price table's prompt. The price table times
+one sequence's tokens; a batch's forward holds several sequences' tokens, each attending
+over its own context, and at batch 4 its forwards took 1.4-1.6 times their price by the
+clock (1.04-1.08 at batch 1), so priced ratios above batch 1 are approximate.
 
 The repeats' own figures live here too (``repeat_figures``): with ``--repeats``, each
 repeat's clock ratio to plain decoding in the same repeat, their median, and how far plain

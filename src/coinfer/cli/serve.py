@@ -199,10 +199,9 @@ def _loaded(args: argparse.Namespace, spec: str | None, batches: Any, **options:
     captured before the first request, which would otherwise pay each one (a CUDA graph
     capture costs tens of forwards, a first compile seconds)."""
     model = load_from_args(args, spec, quiet=True, **options)
-    capture = getattr(model, "capture_shapes", None)
-    if capture is not None and getattr(model, "graphs_enabled", False):
-        started = time.perf_counter()
-        count = capture(batches=batches, spans=_CAPTURED_SPANS)
+    capture = getattr(model, "capture_shapes", None)  # models on static caches; none without graphs
+    started = time.perf_counter()
+    if capture is not None and (count := capture(batches=batches, spans=_CAPTURED_SPANS)):
         seconds = time.perf_counter() - started
         err(f"{model.name}: {count} forward shapes captured as CUDA graphs in {seconds:.0f} s")
     return model

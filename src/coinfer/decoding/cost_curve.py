@@ -37,7 +37,6 @@ class CostCurve(dict[int, float]):
     def __init__(self, points: Mapping[int, float] | None = None) -> None:
         super().__init__(points or {})
         self.forwards = 0  # forwards measured, every size
-        self._seen: dict[int, int] = {}  # n -> ``forwards`` when n was last measured
         # n -> its latest ``FLOOR_OF`` measurements, each as (``forwards`` then, seconds)
         self._latest: dict[int, deque[tuple[int, float]]] = {}
 
@@ -46,7 +45,6 @@ class CostCurve(dict[int, float]):
         old = None if self.stale(n, refresh) else self.get(n)
         self[n] = seconds if old is None else (1 - smoothing) * old + smoothing * seconds
         self.forwards += 1
-        self._seen[n] = self.forwards
         self._latest.setdefault(n, deque(maxlen=FLOOR_OF)).append((self.forwards, seconds))
 
     def floors(self, within: int | None = None) -> dict[int, float]:
@@ -65,4 +63,5 @@ class CostCurve(dict[int, float]):
 
     def stale(self, n: int, refresh: int) -> bool:
         """Whether the point n is measured, but more than ``refresh`` forwards ago."""
-        return n in self and self.forwards - self._seen.get(n, 0) > refresh
+        latest = self._latest.get(n)
+        return n in self and self.forwards - (latest[-1][0] if latest else 0) > refresh

@@ -34,6 +34,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from itertools import product
 from typing import Any
 
 import numpy as np
@@ -308,13 +309,11 @@ class HFStaticModel(HFModel):
             return 0
         before = len(self._graphs)
         batches = [b for b in batches if b <= self._slots]
+        padded = {_padded_width(w) if self.pad_widths else w for w in widths if w <= _GRAPH_WIDTH}
+        keys = product(batches, sorted(padded), sorted({_span(s, self.n_ctx) for s in spans}), [0])
         with self._torch.inference_mode():
-            for b in batches:
-                for w in (_padded_width(w) if self.pad_widths else w for w in widths):
-                    for span in {_span(s, self.n_ctx) for s in spans}:
-                        key = (b, w, span, 0)
-                        if w <= _GRAPH_WIDTH and key not in self._graphs:
-                            self._capture(key, [ForwardRow.chain(s, 0, []) for s in range(b)])
+            for key in (k for k in keys if k not in self._graphs):
+                self._capture(key, [ForwardRow.chain(s, 0, []) for s in range(key[0])])
             if max(batches, default=1) >= 2:
                 self._compile_gathered()
         return len(self._graphs) - before
