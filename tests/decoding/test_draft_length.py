@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+from collections.abc import Callable
 
 import numpy as np
 import pytest
@@ -321,6 +322,36 @@ def test_a_batch_drafts_only_for_the_promised_gain_and_only_once_costs_are_measu
     assert batch_lengths([[0.9], [], [], []], _batch_cost, required_gain=1.05) == [1, 0, 0, 0]
     assert batch_lengths([[0.9], [], [], []], _batch_cost, required_gain=1.1) == [0, 0, 0, 0]
     assert AdaptiveDraftLength().trim_together([(8, 0), (3, 0)]) == [0, 0]  # no cost measured yet
+
+
+def _copying_batch(forward_s: Callable[[int], float], rounds: int) -> list[int]:
+    """A batch of 4 whose every request rewrites given code (48-token copies that hold),
+    cut together for ``rounds`` rounds on a target whose forward over n tokens takes
+    ``forward_s(n)``, after plain decoding measured 1 to 4 tokens: each round's forward size."""
+    policy = AdaptiveDraftLength(costs=CostCurve(), batch_floor=0.97)
+    for n in (1, 2, 3, 4):
+        policy.observe(drafted=n - 1, draft_s=0.0, verify_s=forward_s(n))
+    for _ in range(6):  # earlier copies held to the end
+        for position in range(1, 49):
+            policy.learn(bucket=CopyBucket(16, True), position=position, kept=True)
+    sizes = []
+    for _ in range(rounds):
+        cut = policy.trim_together([(48, CopyBucket(16, True))] * 4)
+        sizes.append(4 + sum(cut))
+        policy.observe(drafted=sizes[-1] - 1, draft_s=0.0, verify_s=forward_s(sizes[-1]))
+    return sizes
+
+
+def test_a_batch_learns_what_a_longer_forward_costs_a_doubling_at_a_time() -> None:
+    """Every request of a batch of 4 copies with confidence. On this CPU a batch's forward
+    costs about 32 ms a token whatever its length (0.13 s over 4 tokens, 7.0 s over 196),
+    so no draft pays: the batch tries one forward of twice what it measured, and stops.
+    Where a forward costs about what one token does (a GPU's), the same rule lets the
+    drafts grow a doubling a round to the whole copies."""
+    cpu = _copying_batch(lambda n: {1: 0.053, 2: 0.091, 3: 0.124}.get(n, 0.033 * n), rounds=40)
+    assert max(cpu) <= 8 and sum(n > 4 for n in cpu) <= 2
+    gpu = _copying_batch(lambda n: 0.006 + 0.0001 * n, rounds=8)
+    assert gpu[:3] == [8, 16, 32] and gpu[-1] > 128
 
 
 def test_drafts_cut_together_are_scored_whole_and_a_fixed_policy_keeps_them() -> None:

@@ -1,11 +1,12 @@
-"""A target's cost curve that knows how old each of its points is (``CostCurve``)."""
+"""A target's cost curve that knows how old each of its points is (``CostCurve``), and
+how the engines read a curve between and past its measured sizes."""
 
 from __future__ import annotations
 
 from collections import deque
 from collections.abc import Mapping
 
-__all__ = ["CostCurve"]
+__all__ = ["CostCurve", "past_measured", "within_measured"]
 
 FLOOR_OF = 5  # the latest measurements of a point whose least is its floor (``floors``)
 
@@ -65,3 +66,36 @@ class CostCurve(dict[int, float]):
         """Whether the point n is measured, but more than ``refresh`` forwards ago."""
         latest = self._latest.get(n)
         return n in self and self.forwards - (latest[-1][0] if latest else 0) > refresh
+
+
+def within_measured(curve: Mapping[int, float], n: int) -> float | None:
+    """A measured cost curve at ``n``: its value there, linear between the nearest measured
+    sizes around ``n``, or None outside the measured range (each caller extrapolates)."""
+    if n in curve:
+        return curve[n]
+    below = [m for m in curve if m < n]
+    above = [m for m in curve if m > n]
+    if not below or not above:
+        return None
+    lo, hi = max(below), min(above)
+    w = (n - lo) / (hi - lo)
+    return (1 - w) * curve[lo] + w * curve[hi]
+
+
+def past_measured(curve: Mapping[int, float], n: int) -> float:
+    """A measured cost curve at ``n`` past its largest size ``top``: the top's cost and, per
+    token past it, what a token cost over the measured stretch that ends at the top (from
+    the largest size at most half of it), never under half the top's average per token
+    (the whole guess where no such stretch is measured).
+
+    A batch's forward on a CPU is compute-bound: at batch 4 a forward over 4 tokens cost
+    32 ms a token and one over 196 tokens 36 (``docs/bench/collective``). Half the average
+    guessed 196 tokens at 3.2 s where they took 7.0, and every request's confident copy
+    then looked worth a forward over 196 tokens; the measured stretch says what the
+    curve's own tokens cost instead, and where it bends down (a GPU's launch-bound
+    forward) half the average still lets a draft find out."""
+    top = max(curve)
+    average = curve[top] / top
+    halves = [m for m in curve if m <= top // 2]
+    stretch = (curve[top] - curve[max(halves)]) / (top - max(halves)) if halves else 0.0
+    return curve[top] + (n - top) * max(stretch, 0.5 * average)
