@@ -24,7 +24,22 @@ def test_the_same_forwards_price_the_same_whatever_the_clock_said() -> None:
     assert priced_rates(plain, PRICES) == {"all": [40.0], "edit": [40.0]}
     ratios = priced_ratios(mine, plain, PRICES)
     assert ratios == {"all": [0.909], "edit": [0.833]}  # 1000/1100 and 500/600
-    assert sizes_seen([plain, mine]) == [4, 8]
+    assert sizes_seen([plain, mine]) == ["4", "8"]
+
+
+def test_forwards_recorded_by_shape_are_priced_by_shape() -> None:
+    """Four rows of one token each cost more than one row of four tokens (each row attends
+    over its own context): a row whose runs recorded shapes is priced by them."""
+    prices = {"4": 100.0, "4x4": 140.0, "4x8": 300.0, "1x5": 120.0}
+    plain = {**_row("plain", 40, [{"4": 10}], [{"4": 5}]), "forward_shapes_runs": [{"4x4": 10}],
+             "shapes_by_category_runs": {"edit": [{"4x4": 5}]}}  # fmt: skip
+    mine = {**_row("+majority", 40, [{"4": 6, "8": 2}], [{"4": 1, "8": 2}]),
+            "forward_shapes_runs": [{"4x4": 5, "1x5": 1, "4x8": 2}],
+            "shapes_by_category_runs": {"edit": [{"4x4": 1, "4x8": 2}]}}  # fmt: skip
+    assert priced_rates(plain, prices) == {"all": [40 / 1.4], "edit": [20 / 0.7]}
+    ratios = {"all": [round(1400 / 1420, 3)], "edit": [round(700 / 740, 3)]}
+    assert priced_ratios(mine, plain, prices) == ratios
+    assert sizes_seen([mine, plain]) == ["1x5", "4x4", "4x8"]
 
 
 def test_a_forward_size_with_no_price_gives_no_rate() -> None:

@@ -83,8 +83,18 @@ def test_category_workloads_run_each_category_alone_on_a_real_model(tmp_path: Pa
     forwards = plain["forwards_by_category_runs"]
     assert set(forwards) == {"edit", "prose"} and all(len(v) == 2 for v in forwards.values())
     assert sum(forwards["edit"][0].values()) >= 4  # at least a forward per token after the first
+    shapes = plain["shapes_by_category_runs"]  # the same forwards by rows x tokens
+    for category, runs in forwards.items():
+        for sizes, by_shape in zip(runs, shapes[category], strict=True):
+            by_tokens: dict[str, int] = {}
+            for key, count in by_shape.items():
+                rows, tokens = map(int, key.split("x"))
+                assert 1 <= rows <= 2 and rows <= tokens
+                by_tokens[str(tokens)] = by_tokens.get(str(tokens), 0) + count
+            assert by_tokens == sizes
     priced = report["summary"]["priced"]["2"]
-    assert set(priced["forward_ms"]) == {str(n) for runs in forwards.values() for f in runs for n in f}
+    seen = {key for r in rows_by.values() for f in r["forward_shapes_runs"] for key in f}
+    assert set(priced["forward_ms"]) == seen
     assert set(priced["ratios"]["single:ngram"]) == {"all", "edit", "prose"}
     assert "Priced: each run" in (tmp_path / "out" / "results.md").read_text()
 

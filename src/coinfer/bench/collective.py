@@ -237,6 +237,8 @@ def measured_row(
         "decode_tokens_runs": [tokens_after_first(run) for run, _ in runs],
         "forward_sizes_runs": [r.get("forward_sizes") or {} for r in records],
         "forwards_by_category_runs": forwards_by_category(records),
+        "forward_shapes_runs": [r.get("forward_shapes") or {} for r in records],
+        "shapes_by_category_runs": forwards_by_category(records, "workload_shapes"),
         "normalized_latency_s": round(sum(latency) / len(latency), 4),
         "output_tokens": output,
         "wall_s": round(wall_s, 2),
@@ -384,7 +386,7 @@ def _run_batch(
         log(f"batch {batch} {name} (run {len(mine)}): {_decode_rate(*mine[-1]):.2f} decode tok/s")
         _write(out, report)
     sizes = sizes_seen([r for r in report["rows"] if r["batch"] == batch])
-    log(f"batch {batch}: timing the target's forwards over {len(sizes)} sizes, to price every run's forwards")
+    log(f"batch {batch}: timing the target's forwards of {len(sizes)} shapes, to price every run's forwards")
     prompt = target.chat_prompt(messages[0])
     report.setdefault("forward_ms", {})[str(batch)] = forward_prices(target, prompt, sizes)
     _write(out, report)

@@ -4,22 +4,24 @@ On a shared 2-core machine the wall time of identical work drifts: plain decodin
 runs of one category, each a minute apart, took 18.5, 24.7 and 34.6 s for the same 127
 forwards (``docs/bench/collective``). A 3% floor per category cannot be read off such
 clocks. What the engine changes is the target's work: how many verifying forwards a
-category takes and over how many tokens each. So the engine records its forwards by size
-(``forward_sizes``: tokens in a verifying forward -> forwards), and after a batch size's
-runs the bench times the target once over each size seen (``forward_ms``: the median of
-a few forwards over that many tokens on top of a prompt). A run's *priced* decode rate is
+category takes and over how many sequences and tokens each. So the engine records its
+forwards by shape (``forward_shapes``: ``"4x12"``, 4 rows and 12 tokens -> forwards), and
+after a batch size's runs the bench times the target once for each shape seen
+(``forward_ms``: the median of a few batched forwards over that many rows, each on top
+of its own copy of a prompt, the tokens spread evenly). A run's *priced* decode rate is
 its tokens after each request's first over the sum of its forwards' prices, and a
 configuration's priced ratio is that over plain decoding's at the same batch size, from
 one price table for all of them: the same forwards cost the same, whatever the machine
-did while each ran.
+did while each ran. Results from before shapes were recorded priced forwards by tokens
+alone, as if one sequence held them; at batch 4 those forwards took 1.4-1.6 times their
+price by the clock (1.04-1.08 at batch 1).
 
 What pricing leaves out, and the wall-clock figures keep: the time outside the target's
 forwards (drafting, the vote and bookkeeping, about 1% of a round on this CPU; a draft
-model's own forwards when it drafts or explores), and the cost of a forward's attention
-over a context longer or shorter than the price table's prompt. The price table times
-one sequence's tokens; a batch's forward holds several sequences' tokens, each attending
-over its own context, and at batch 4 its forwards took 1.4-1.6 times their price by the
-clock (1.04-1.08 at batch 1), so priced ratios above batch 1 are approximate.
+model's own forwards when it drafts or explores); the cost of attention over contexts
+longer or shorter than the price table's prompt; and how a forward's tokens were spread
+over its rows (one request's long draft beside three single tokens is priced as four
+even rows).
 
 The repeats' own figures live here too (``repeat_figures``): with ``--repeats``, each
 repeat's clock ratio to plain decoding in the same repeat, their median, and how far plain
@@ -53,32 +55,53 @@ Sizes = Mapping[str, float]  # tokens in a forward (a JSON key) -> forwards
 Rows = dict[tuple[str, int], dict[str, Any]]  # (configuration, batch size) -> row
 
 
-def forwards_by_category(records: Sequence[dict[str, Any]]) -> dict[str, list[dict[str, float]]]:
+def forwards_by_category(
+    records: Sequence[dict[str, Any]], key: str = "workload_forwards"
+) -> dict[str, list[dict[str, float]]]:
     """Per category, from the runs of one configuration in order: each run's verifying
-    forwards by size (category workloads only)."""
+    forwards by size (``key`` ``workload_shapes``: by shape) (category workloads only)."""
     out: dict[str, list[dict[str, float]]] = {}
     for record in records:
-        for category, sizes in (record.get("workload_forwards") or {}).items():
+        for category, sizes in (record.get(key) or {}).items():
             out.setdefault(category, []).append(dict(sizes))
     return out
 
 
-def sizes_seen(rows: Sequence[dict[str, Any]]) -> list[int]:
-    """Every forward size in the rows' runs, overall and per category."""
-    seen: set[int] = set()
+def _forwards(row: dict[str, Any]) -> tuple[list[Sizes], dict[str, list[Sizes]]]:
+    """A row's verifying forwards per run and per category and run: by shape (``"4x12"``:
+    4 rows, 12 tokens) where its runs recorded shapes, else by tokens (``"12"``)."""
+    if row.get("forward_shapes_runs"):
+        return row["forward_shapes_runs"], row.get("shapes_by_category_runs") or {}
+    return row.get("forward_sizes_runs") or [], row.get("forwards_by_category_runs") or {}
+
+
+def sizes_seen(rows: Sequence[dict[str, Any]]) -> list[str]:
+    """Every forward's size or shape in the rows' runs, overall and per category, fewest
+    rows then fewest tokens first."""
+    seen: set[str] = set()
     for row in rows:
-        for sizes in row.get("forward_sizes_runs") or []:
-            seen.update(int(n) for n in sizes)
-        for runs in (row.get("forwards_by_category_runs") or {}).values():
-            seen.update(int(n) for sizes in runs for n in sizes)
-    return sorted(seen)
+        runs, by_category = _forwards(row)
+        for sizes in [*runs, *(s for r in by_category.values() for s in r)]:
+            seen.update(sizes)
+    return sorted(seen, key=_shape)
+
+
+def _shape(key: str) -> tuple[int, int]:
+    """(rows, tokens) of a forward's key: ``"4x12"``, or ``"12"`` for one row."""
+    rows, _, tokens = key.rpartition("x")
+    return int(rows or 1), int(tokens)
 
 
 def forward_prices(
-    target: SteerableModel, prompt: list[int], sizes: Sequence[int], repeats: int = 3
+    target: SteerableModel, prompt: list[int], keys: Sequence[str], repeats: int = 3
 ) -> dict[str, float]:
-    """Ms of the target's forward over each of ``sizes`` tokens on top of ``prompt``."""
-    return {str(n): round(forward_ms(target, prompt, n, repeats), 3) for n in sizes}
+    """Ms of the target's forward of each size or shape in ``keys`` (``sizes_seen``), each
+    row on top of its own copy of ``prompt``."""
+    out = {}
+    for key in keys:
+        rows, tokens = _shape(key)
+        out[key] = round(forward_ms(target, prompt, tokens, repeats, rows=rows), 3)
+    return out
 
 
 def _priced_ms(sizes: Sizes, prices: Mapping[str, float]) -> float | None:
@@ -92,13 +115,14 @@ def priced_rates(row: dict[str, Any], prices: Mapping[str, float]) -> dict[str, 
     """A row's priced decode rate (tokens per priced second) of each run, overall
     (``"all"``) and per category where its runs ran each category alone."""
     out: dict[str, list[float]] = {}
+    forwards, by_category = _forwards(row)
     tokens_runs = row.get("decode_tokens_runs") or []
-    for tokens, sizes in zip(tokens_runs, row.get("forward_sizes_runs") or [], strict=False):
+    for tokens, sizes in zip(tokens_runs, forwards, strict=False):
         ms = _priced_ms(sizes, prices)
         if ms:
             out.setdefault("all", []).append(1000 * tokens / ms)
     by_tokens = row.get("by_category_runs") or {}
-    for category, runs in (row.get("forwards_by_category_runs") or {}).items():
+    for category, runs in by_category.items():
         pairs = zip([t for t, _ in by_tokens.get(category, [])], runs, strict=False)
         rates = [1000 * t / ms for t, sizes in pairs if (ms := _priced_ms(sizes, prices))]
         if rates and len(rates) == len(runs):

@@ -38,7 +38,7 @@ __all__ = ["WorkloadPart", "joined_run", "merged_record", "paired_ratios", "work
 
 _SUMMED = ("verifications", "predrafts_used", "predrafts_wasted", "pipelined_rounds", "pipeline_probes",
           "draft_s", "verify_s", "prefill_s", "rounds_drafting", "rounds_exploring",
-          "forward_sizes")  # fmt: skip
+          "forward_sizes", "forward_shapes")  # fmt: skip
 _CONCATENATED = ("s_history", "longest_draft", "voted_from")  # one entry per round
 _AVERAGED = ("acceptance_by_draft", "weights")  # per draft, a rate or a weight
 
@@ -58,9 +58,10 @@ def joined_run(parts: Sequence[WorkloadPart]) -> tuple[list[Response], float]:
     """A configuration's category runs as one run: the responses in suite order, each
     carrying one record of every part (``merged_record``, with each category's tokens
     after each request's first and decode seconds in ``workloads``, and its verifying
-    forwards by size in ``workload_forwards``), and the summed wall time."""
+    forwards by size in ``workload_forwards`` and by shape, rows x tokens, in
+    ``workload_shapes``), and the summed wall time."""
     by_index: dict[int, Response] = {}
-    records, workloads, forwards = [], {}, {}
+    records, workloads, forwards, shapes = [], {}, {}, {}
     for part in parts:
         by_index.update(zip(part.indices, part.responses, strict=True))
         record = part.responses[0].extras if part.responses else {}
@@ -68,7 +69,9 @@ def joined_run(parts: Sequence[WorkloadPart]) -> tuple[list[Response], float]:
         tokens = tokens_after_first(part.responses)
         workloads[part.category] = [tokens, round(part.wall_s - float(record.get("prefill_s", 0.0)), 4)]
         forwards[part.category] = dict(record.get("forward_sizes") or {})
-    record = {**merged_record(records), "workloads": workloads, "workload_forwards": forwards}
+        shapes[part.category] = dict(record.get("forward_shapes") or {})
+    merged = merged_record(records)
+    record = {**merged, "workloads": workloads, "workload_forwards": forwards, "workload_shapes": shapes}
     return [replace(by_index[i], extras=record) for i in sorted(by_index)], sum(p.wall_s for p in parts)
 
 

@@ -61,23 +61,31 @@ def _decode_rate(model: SteerableModel, prompt: list[int], n: int) -> float:
         model.release(seq)
 
 
-def forward_ms(model: SteerableModel, prompt: list[int], k: int, repeats: int) -> float:
-    """Median ms of one forward over k tokens on top of the cached prompt (then rolled back)."""
-    seq = model.new_sequence()
+def forward_ms(model: SteerableModel, prompt: list[int], k: int, repeats: int, rows: int = 1) -> float:
+    """Median ms of one forward over k tokens on top of the cached prompt (then rolled
+    back); with ``rows``, one batched forward over as many sequences, each on top of its
+    own copy of the prompt, with the k tokens spread as evenly as the rows allow."""
+    if not 1 <= rows <= k:
+        raise ConfigError(f"a forward over {k} tokens has 1 to {k} rows, not {rows}")
+    seqs = [model.new_sequence() for _ in range(rows)]
     try:
-        model.extend(seq, prompt, last_only=True)
+        model.extend_many([(seq, prompt) for seq in seqs], last_only=True)
         tokens = (prompt * (k // len(prompt) + 1))[:k]
+        cuts = [k * i // rows for i in range(rows + 1)]
+        items = [(seq, tokens[a:b]) for seq, a, b in zip(seqs, cuts, cuts[1:], strict=False)]
         times = []
         for i in range(repeats + 1):
             start = time.perf_counter()
-            model.extend(seq, tokens)
+            model.extend_many(items)
             elapsed = time.perf_counter() - start
-            model.truncate(seq, len(prompt))
+            for seq in seqs:
+                model.truncate(seq, len(prompt))
             if i:  # the first run warms caches and allocators
                 times.append(elapsed)
         return 1000 * statistics.median(times)
     finally:
-        model.release(seq)
+        for seq in seqs:
+            model.release(seq)
 
 
 def measure_model(model: SteerableModel, config: DecodeBenchConfig) -> dict[str, Any]:

@@ -55,6 +55,7 @@ class RunRecord:
     verify_s: float = 0.0
     verifications: int = 0  # batched target forwards after the prefills
     forward_sizes: dict[int, int] = field(default_factory=dict)  # tokens of a verifying forward -> forwards
+    forward_shapes: dict[tuple[int, int], int] = field(default_factory=dict)  # (rows, tokens) -> forwards
     prefill_s: float = 0.0  # the target reading prompts (batched, as requests join)
     longest_draft: list[int] = field(default_factory=list)  # per verification: its longest voted draft
     source_rates: list[list[float]] = field(default_factory=list)  # per draft, per draft it made
@@ -101,6 +102,7 @@ class RunRecord:
             "draft_s": round(self.draft_s, 4),
             "verify_s": round(self.verify_s, 4),
             "forward_sizes": {str(n): k for n, k in sorted(self.forward_sizes.items())},
+            "forward_shapes": {f"{r}x{n}": k for (r, n), k in sorted(self.forward_shapes.items())},
             "prefill_s": round(self.prefill_s, 4),
             "longest_draft": list(self.longest_draft),
             "voted_from": list(self.voted_from),
@@ -354,6 +356,8 @@ class Learner:
             verify_s += seconds
             n_tokens = sum(len(ids) for _, ids in part)
             run.forward_sizes[n_tokens] = run.forward_sizes.get(n_tokens, 0) + 1
+            shape = (len(part), n_tokens)
+            run.forward_shapes[shape] = run.forward_shapes.get(shape, 0) + 1
             self._observe(n_tokens, seconds)
         if self.gate is not None:
             self.gate.verified(sum(len(ids) for _, ids in items), verify_s)
