@@ -73,11 +73,11 @@ class ShapeCosts:
     ``CostCurve`` per number of rows, over tokens, whose windows count every forward of
     any shape, so ``floors(within=...)`` means the latest forwards of the whole engine.
 
-    The same tokens cost more over more rows, each row attending over its own context: at
-    batch 4 on this CPU two rows of one token cost 111 ms, one row of two tokens 96, four
-    rows of one token 183 and one row of four 195 (``docs/bench/collective``,
+    The same tokens cost differently over different rows, each row attending over its own
+    context: at batch 4 on this CPU two rows of one token cost 111 ms, one row of two tokens
+    96, four rows of one token 183 and one row of four 195 (``docs/bench/collective``,
     ``held-out16-shaped-b4``). A split of four rows into 2 + 2 priced on a curve by tokens
-    alone, whose point at 2 tokens were mostly single requests drafting one token, looked
+    alone, whose point at 2 tokens was mostly single requests drafting one token, looked
     cheaper than the whole; its halves cost 21% more, and plain decoding and a configuration
     that never drafted split the same category differently (scratch: no forward over 2
     rows of 1 token, and 62). Whatever compares a forward with its parts compares like
@@ -131,12 +131,13 @@ def past_measured(curve: Mapping[int, float], n: int) -> float:
     the largest size at most half of it), never under half the top's average per token
     (the whole guess where no such stretch is measured).
 
-    A batch's forward on a CPU is compute-bound: at batch 4 a forward over 4 tokens cost
-    32 ms a token and one over 196 tokens 36 (``docs/bench/collective``). Half the average
-    guessed 196 tokens at 3.2 s where they took 7.0, and every request's confident copy
-    then looked worth a forward over 196 tokens; the measured stretch says what the
-    curve's own tokens cost instead, and where it bends down (a GPU's launch-bound
-    forward) half the average still lets a draft find out."""
+    On this CPU a forward's cost per token does not fall away past the sizes measured:
+    over four rows it was 46 ms a token at 4 tokens, 29 at 24 and 30 at 64, over one row 33
+    at 49 and 36 at 196 (``docs/bench/collective``). Half the average from a curve measured
+    up to 4 tokens guessed 196 tokens at 3.2 s where they took 7.0, and every request's
+    confident copy then looked worth a forward over 196 tokens; the measured stretch says
+    what the curve's own tokens cost instead, and where it bends down (a GPU's
+    launch-bound forward) half the average still lets a draft find out."""
     top = max(curve)
     average = curve[top] / top
     halves = [m for m in curve if m <= top // 2]
