@@ -434,8 +434,8 @@ def test_floors_within_the_latest_forwards_leave_out_a_point_measured_only_befor
     curve.record(2, 0.06, smoothing=0.3, refresh=64)
     for _ in range(FLOOR_WINDOW + 1):
         curve.record(4, 0.19, smoothing=0.3, refresh=64)
-    assert split_forward([1] * 4, {n: {n: v} for n, v in curve.floors().items()}) == 2
+    assert split_forward([1] * 4, curve.floors()) == 2
     assert curve.floors(within=FLOOR_WINDOW) == {4: 0.19}
-    assert split_forward([1] * 4, {4: {4: 0.19}}) == 0
+    assert split_forward([1] * 4, curve.floors(within=FLOOR_WINDOW)) == 0
     curve.record(2, 0.11, smoothing=0.3, refresh=64)  # measured again: back in, at its new cost
     assert curve.floors(within=FLOOR_WINDOW) == {2: 0.11, 4: 0.19}

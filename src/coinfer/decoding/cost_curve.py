@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Mapping
 
-__all__ = ["CostCurve", "ShapeCosts", "past_measured", "within_measured"]
+__all__ = ["CostCurve", "past_measured", "within_measured"]
 
 FLOOR_OF = 5  # the latest measurements of a point whose least is its floor (``floors``)
 
@@ -66,49 +66,6 @@ class CostCurve(dict[int, float]):
         """Whether the point n is measured, but more than ``refresh`` forwards ago."""
         latest = self._latest.get(n)
         return n in self and self.forwards - (latest[-1][0] if latest else 0) > refresh
-
-
-class ShapeCosts:
-    """A target's forwards' costs by shape: how many rows (requests) and tokens. One
-    ``CostCurve`` per number of rows, over tokens, whose windows count every forward of
-    any shape, so ``floors(within=...)`` means the latest forwards of the whole engine.
-
-    The same tokens cost differently over different rows, each row attending over its own
-    context: at batch 4 on this CPU two rows of one token cost 111 ms, one row of two tokens
-    96, four rows of one token 183 and one row of four 195 (``docs/bench/collective``,
-    ``held-out16-shaped-b4``). A split of four rows into 2 + 2 priced on a curve by tokens
-    alone, whose point at 2 tokens was mostly single requests drafting one token, looked
-    cheaper than the whole; its halves cost 21% more, and plain decoding and a configuration
-    that never drafted split the same category differently (scratch: no forward over 2
-    rows of 1 token, and 62). Whatever compares a forward with its parts compares like
-    with like here.
-    """
-
-    def __init__(self, points: Mapping[tuple[int, int], float] | None = None) -> None:
-        self.curves: dict[int, CostCurve] = {}
-        self.forwards = 0
-        self.update(points or {})
-
-    def update(self, points: Mapping[tuple[int, int], float]) -> None:
-        """Set (rows, tokens) -> seconds as if measured before (a test, a saved curve)."""
-        for (rows, n), seconds in points.items():
-            self.curves.setdefault(rows, CostCurve())[n] = seconds
-
-    def record(self, rows: int, n: int, seconds: float, smoothing: float, refresh: int) -> None:
-        """A forward over ``rows`` requests' ``n`` tokens took ``seconds``."""
-        curve = self.curves.setdefault(rows, CostCurve())
-        curve.forwards = self.forwards  # its windows count every shape's forwards
-        curve.record(n, seconds, smoothing, refresh)
-        self.forwards += 1
-
-    def floors(self, within: int | None = None) -> dict[int, dict[int, float]]:
-        """Rows -> tokens -> each point's floor (``CostCurve.floors``), over the latest
-        ``within`` forwards of every shape."""
-        out = {}
-        for rows, curve in self.curves.items():
-            curve.forwards = self.forwards
-            out[rows] = curve.floors(within)
-        return out
 
 
 def within_measured(curve: Mapping[int, float], n: int) -> float | None:

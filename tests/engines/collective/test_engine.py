@@ -8,10 +8,11 @@ from tests.conftest import needs_torch, plain
 
 from coinfer.decoding import ModelDrafter, NgramDrafter, Response, SamplingParams
 from coinfer.decoding.draft_length import CostCurve
+from coinfer.decoding.speculative import target_costs
 from coinfer.engines.collective import CollectiveConfig, LengthSelectorConfig, generate, stream
 from coinfer.engines.collective.gate import gate_memory
 from coinfer.engines.collective.pipeline import CoreSplit
-from coinfer.engines.collective.rounds import split_forward, target_shapes
+from coinfer.engines.collective.rounds import split_forward
 from coinfer.errors import ConfigError
 from coinfer.models.base import SteerableModel
 from coinfer.testing import FixedDrafter, ScriptedModel
@@ -276,31 +277,14 @@ def test_a_batch_of_copies_verifies_the_ngram_drafts_past_s() -> None:
     assert sum(r.stats.accepted for r in out) > 120
 
 
-def _one_token_rows(curve: dict[int, float]) -> dict[int, dict[int, float]]:
-    """A curve of forwards whose every row holds one token, by rows and tokens."""
-    return {n: {n: ms} for n, ms in curve.items()}
-
-
 def test_split_forward_cuts_only_where_the_measured_curve_says_two_cost_less() -> None:
-    # ms on this CPU: 8 rows dearer than two 4s
-    tiled = _one_token_rows({1: 32.0, 4: 104.0, 8: 225.0, 16: 276.0})
+    tiled = {1: 32.0, 4: 104.0, 8: 225.0, 16: 276.0}  # ms on this CPU: 8 rows dearer than two 4s
     assert split_forward([1] * 8, tiled) == 4
     assert split_forward([1] * 16, tiled) == 0  # 276 against 450
-    five_and_five = {**tiled, 4: {5: 118.0}, 5: {5: 118.0}, 9: {10: 250.0}}  # 4 + 5 rows, 5 + 5 tokens
-    assert split_forward([2] + [1] * 8, five_and_five) == 4
-    assert split_forward([1] * 8, _one_token_rows({4: 104.0, 9: 239.0})) == 0  # 8 rows never measured: whole
-    assert split_forward([1] * 8, _one_token_rows({4: 104.0, 8: 210.0})) == 0  # under the margin
+    assert split_forward([2] + [1] * 8, {**tiled, 5: 118.0, 10: 250.0}) == 4  # 5 + 5 rows
+    assert split_forward([1] * 8, {4: 104.0, 9: 239.0}) == 0  # 8 itself never measured: run it whole
+    assert split_forward([1] * 8, {4: 104.0, 8: 210.0}) == 0  # under the margin
     assert split_forward([8], tiled) == 0  # one request: nothing to cut
-
-
-def test_split_forward_prices_each_part_at_its_own_rows() -> None:
-    """At batch 4 here: four rows of one token 183 ms, two rows of one token 111, one row
-    of two tokens 96 (single requests drafting one). By tokens alone two forwards over 2
-    look cheaper than one over 4 (192 against 183, and a fast minute's floors lower);
-    at their own rows the halves cost 222, and the batch stays whole."""
-    shapes = {4: {4: 183.0}, 2: {2: 111.0}, 1: {2: 80.0, 1: 53.0}}
-    assert split_forward([1] * 4, shapes) == 0
-    assert split_forward([1] * 4, {**shapes, 2: {2: 80.0}}) == 2  # were two rows that cheap, it would cut
 
 
 def test_one_slow_forward_over_a_whole_batch_does_not_split_the_next_rounds() -> None:
@@ -310,8 +294,8 @@ def test_one_slow_forward_over_a_whole_batch_does_not_split_the_next_rounds() ->
     curve = CostCurve()
     for n, seconds in ((1, 0.044), (3, 0.123), (4, 0.131), (4, 0.40)):
         curve.record(n, seconds, smoothing=0.3, refresh=64)
-    assert split_forward([1] * 4, _one_token_rows(curve)) != 0  # the moving average: 1 + 3 looks cheaper
-    assert split_forward([1] * 4, _one_token_rows(curve.floors())) == 0
+    assert split_forward([1] * 4, curve) != 0  # the moving average: 1 + 3 looks cheaper
+    assert split_forward([1] * 4, curve.floors()) == 0
 
 
 def test_a_batch_whose_one_forward_costs_more_than_two_is_verified_in_two() -> None:
@@ -319,8 +303,7 @@ def test_a_batch_whose_one_forward_costs_more_than_two_is_verified_in_two() -> N
         return ord("a") + (len(prefix) * 7) % 26
 
     target = ScriptedModel(cycle, n_ctx=64)
-    # as if measured: 8 rows of one token dearer than two forwards of 4 rows
-    target_shapes(target).update({(1, 1): 1.0, (4, 4): 4.0, (8, 8): 10.0})
+    target_costs(target).update({1: 1.0, 4: 4.0, 8: 10.0})  # as if measured: 8 rows dearer than two 4s
     calls: list[int] = []
     extend_many = target.extend_many
 
@@ -336,7 +319,7 @@ def test_a_batch_whose_one_forward_costs_more_than_two_is_verified_in_two() -> N
 
 
 def test_split_forward_explores_a_cut_whose_halves_are_not_measured() -> None:
-    assert split_forward([1] * 8, {8: {8: 225.0}}) == 0
-    assert split_forward([1] * 8, {8: {8: 225.0}}, explore=True) == 4
-    assert split_forward([1] * 8, {4: {1: 100.0, 8: 130.0}, 8: {8: 225.0}}, explore=True) == 0  # no gain
-    assert split_forward([3, 1], {2: {4: 104.0}}, explore=True) == 1
+    assert split_forward([1] * 8, {8: 225.0}) == 0
+    assert split_forward([1] * 8, {8: 225.0}, explore=True) == 4
+    assert split_forward([1] * 8, {1: 32.0, 8: 225.0}, explore=True) == 0  # measured around: no gain
+    assert split_forward([3, 1], {4: 104.0}, explore=True) == 1

@@ -38,7 +38,6 @@ from collections import deque
 from collections.abc import Generator, Iterator, Sequence
 from typing import Protocol
 
-from coinfer.decoding.cost_curve import ShapeCosts
 from coinfer.decoding.detok import IncrementalDetokenizer
 from coinfer.decoding.draft_length import AdaptiveDraftLength, CostCurve, DraftSizer
 from coinfer.decoding.drafters import Drafter
@@ -48,7 +47,7 @@ from coinfer.decoding.speculative import target_costs
 from coinfer.engines.collective.config import CollectiveConfig
 from coinfer.engines.collective.gate import SourceGate, gate_memory
 from coinfer.engines.collective.pipeline import run_pipelined
-from coinfer.engines.collective.rounds import Learner, Request, RunRecord, Session, target_shapes
+from coinfer.engines.collective.rounds import Learner, Request, RunRecord, Session
 from coinfer.engines.collective.selector import SpeculationLengthSelector
 from coinfer.engines.collective.voting import VoteWeights
 from coinfer.errors import ConfigError
@@ -196,18 +195,15 @@ def _learner(target: SteerableModel, drafts: Sequence[Drafter], config: Collecti
         sizers,
         own_lengths=own_lengths,
         costs=costs,
-        shapes=ShapeCosts() if config.pipeline else target_shapes(target),
     )
 
 
 def _costs(target: SteerableModel, config: CollectiveConfig) -> CostCurve:
-    """The verification cost curve, per forward over n tokens, that cheap drafts' sizers
-    cut them by: a forward costs roughly the same whether its tokens are one request's or
-    a batch's (at batch 4 here, four rows of one token 0.94 times one row of four), so the
-    sequential engine shares the speculative engine's curve for the target
-    (``target_costs``); the pipeline's split cores cost otherwise, so it measures its own.
-    A split, which compares a forward with its parts, uses the costs by shape instead
-    (``target_shapes``)."""
+    """The verification cost curve, per forward over n tokens, that the learner splits
+    forwards by and cheap drafts' sizers cut them by: on every core a forward costs about
+    the same whether its tokens are one request's or a batch's, so the sequential engine
+    shares the speculative engine's curve for the target (``target_costs``); the
+    pipeline's split cores cost otherwise, so it measures its own."""
     return CostCurve() if config.pipeline else target_costs(target)
 
 

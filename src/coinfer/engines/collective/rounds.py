@@ -9,13 +9,11 @@ target's own next token, and rolls the rest back.
 from __future__ import annotations
 
 import time
-import weakref
 from collections import deque
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from coinfer.decoding.cost_curve import ShapeCosts
 from coinfer.decoding.draft_length import CostCurve, DraftSizer, within_measured
 from coinfer.decoding.drafters import Drafter
 from coinfer.decoding.response import DecodeStats
@@ -40,7 +38,6 @@ __all__ = [
     "new_request",
     "prefill",
     "split_forward",
-    "target_shapes",
 ]
 
 SPLIT_PROBE = 32  # every this many split verifications, one runs whole
@@ -304,7 +301,6 @@ class Learner:
         *,
         own_lengths: bool = False,
         costs: CostCurve | None = None,
-        shapes: ShapeCosts | None = None,
     ) -> None:
         self.weights = weights
         self.selector = selector
@@ -317,8 +313,6 @@ class Learner:
         self.own_lengths = own_lengths  # sized drafters draft past s (``draft_and_vote``)
         # seconds of a target forward over n tokens, whatever its requests: the sizers' curve
         self.costs = costs if costs is not None else CostCurve()
-        # seconds of a target forward by rows and tokens: what a split is decided on
-        self.shapes = shapes if shapes is not None else ShapeCosts()
         self._verified = 0
         self._splits = 0  # verifications run as two forwards
 
@@ -365,7 +359,6 @@ class Learner:
             shape = (len(part), n_tokens)
             run.forward_shapes[shape] = run.forward_shapes.get(shape, 0) + 1
             self._observe(n_tokens, seconds)
-            self.shapes.record(len(part), n_tokens, seconds, SMOOTHING, REFRESH)
         if self.gate is not None:
             self.gate.verified(sum(len(ids) for _, ids in items), verify_s)
         events = []
@@ -389,15 +382,14 @@ class Learner:
         return events
 
     def _forwards(self, items: list[tuple[Seq, list[int]]]) -> list[list[tuple[Seq, list[int]]]]:
-        """The verification's items in one forward, or in two where the floors of the
-        forwards measured by shape (rows and tokens) over the latest ``FLOOR_WINDOW``
-        forwards say two cost less (``split_forward``, ``ShapeCosts.floors``). Every
-        ``SPLIT_PROBE`` verifications it splits one whose halves' cost is not measured
-        within them, and every ``SPLIT_PROBE`` splits it runs one whole again, so that both
-        sides of the choice stay measured."""
+        """The verification's items in one forward, or in two where the measured curve's
+        floors over the latest ``FLOOR_WINDOW`` forwards say two cost less (``split_forward``,
+        ``CostCurve.floors``). Every ``SPLIT_PROBE`` verifications it splits one whose
+        halves' cost is not measured within them, and every ``SPLIT_PROBE`` splits it runs
+        one whole again, so that both sides of the choice stay measured."""
         self._verified += 1
         explore = self._verified % SPLIT_PROBE == 0
-        floors = self.shapes.floors(within=FLOOR_WINDOW)
+        floors = self.costs.floors(within=FLOOR_WINDOW)
         at = split_forward([len(ids) for _, ids in items], floors, explore=explore)
         if not at:
             return [items]
@@ -416,51 +408,33 @@ class Learner:
             self.costs.record(n_tokens, seconds, SMOOTHING, REFRESH)
 
 
-_SHAPES: weakref.WeakKeyDictionary[SteerableModel, ShapeCosts] = weakref.WeakKeyDictionary()
-
-
-def target_shapes(target: SteerableModel) -> ShapeCosts:
-    """The target's forwards' costs by rows and tokens, shared by every call of the
-    sequential engine on it, as ``target_costs`` is by every speculative request."""
-    return _SHAPES.setdefault(target, ShapeCosts())
-
-
 def split_forward(
-    sizes: Sequence[int],
-    costs: Mapping[int, Mapping[int, float]],
-    margin: float = 0.03,
-    *,
-    explore: bool = False,
+    sizes: Sequence[int], costs: Mapping[int, float], margin: float = 0.03, *, explore: bool = False
 ) -> int:
     """Where to cut a batched forward's items (their token counts, ``sizes``) into two
-    forwards, or 0 for one. ``costs``: rows -> tokens -> a forward's cost (``ShapeCosts``).
-    On a CPU a forward's cost is not monotonic in its rows: in llama.cpp a kernel that
-    pays from 8 rows on some machines costs more than the rows it saves from 8 to about 15
-    on this one (``docs/bench/collective``), so two forwards of 4 cost less than one of 8.
-    Only measured costs decide: the whole forward's own, and each part's at its own number
-    of rows, within the measured range of tokens; the cut must save ``margin`` of the
-    whole. With ``explore``, a whole forward that is measured but whose halves are not is
-    cut in the middle, to measure them."""
-    n, rows = sum(sizes), len(sizes)
-    whole = costs.get(rows, {}).get(n)
-    if whole is None or rows < 2:
+    forwards, or 0 for one. On a CPU a forward's cost is not monotonic in its tokens: in
+    llama.cpp a kernel that pays from 8 rows on some machines costs more than the rows it
+    saves from 8 to about 15 on this one (``docs/bench/collective``), so two forwards of 4
+    cost less than one of 8. Only measured costs decide: the whole forward's own, and its
+    parts' within the measured range; the cut must save ``margin`` of the whole. With
+    ``explore``, a whole forward that is measured but whose halves are not is cut in the
+    middle, to measure them."""
+    n = sum(sizes)
+    whole = costs.get(n)
+    if whole is None or len(sizes) < 2:
         return 0
-
-    def part(i: int, tokens: int) -> float | None:
-        return within_measured(costs.get(i, {}), tokens)
-
     best, at, head = whole * (1.0 - margin), 0, 0
     middle, middle_head = 1, sizes[0]  # the most even cut
-    for i in range(1, rows):
+    for i in range(1, len(sizes)):
         head += sizes[i - 1]
-        first, second = part(i, head), part(rows - i, n - head)
+        first, second = within_measured(costs, head), within_measured(costs, n - head)
         if first is not None and second is not None and first + second < best:
             best, at = first + second, i
         if abs(2 * head - n) < abs(2 * middle_head - n):
             middle, middle_head = i, head
     if at or not explore:
         return at
-    halves = part(middle, middle_head), part(rows - middle, n - middle_head)
+    halves = within_measured(costs, middle_head), within_measured(costs, n - middle_head)
     return middle if None in halves else 0
 
 
