@@ -28,8 +28,8 @@ def test_the_same_forwards_price_the_same_whatever_the_clock_said() -> None:
 
 
 def test_forwards_recorded_by_shape_are_priced_by_shape() -> None:
-    """Four rows of one token each cost more than one row of four tokens (each row attends
-    over its own context): a row whose runs recorded shapes is priced by them."""
+    """A forward's price depends on its rows as well as its tokens (each row attends over
+    its own context): a row whose runs recorded shapes is priced by them."""
     prices = {"4": 100.0, "4x4": 140.0, "4x8": 300.0, "1x5": 120.0}
     plain = {**_row("plain", 40, [{"4": 10}], [{"4": 5}]), "forward_shapes_runs": [{"4x4": 10}],
              "shapes_by_category_runs": {"edit": [{"4x4": 5}]}}  # fmt: skip

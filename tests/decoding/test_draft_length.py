@@ -343,9 +343,9 @@ def _copying_batch(forward_s: Callable[[int], float], rounds: int) -> list[int]:
 
 
 def test_a_batch_learns_what_a_longer_forward_costs_a_doubling_at_a_time() -> None:
-    """Every request of a batch of 4 copies with confidence. On this CPU a batch's forward
-    costs about 32 ms a token whatever its length (0.13 s over 4 tokens, 7.0 s over 196),
-    so no draft pays: the batch tries one forward of twice what it measured, and stops.
+    """Every request of a batch of 4 copies with confidence. On a curve like this CPU's
+    one-sequence table (about 33 ms a token from 4 tokens to 196: 0.13 s and 7.0 s), no
+    draft pays: the batch tries one forward of twice what it measured, and stops.
     Where a forward costs about what one token does (a GPU's), the same rule lets the
     drafts grow a doubling a round to the whole copies."""
     cpu = _copying_batch(lambda n: {1: 0.053, 2: 0.091, 3: 0.124}.get(n, 0.033 * n), rounds=40)
