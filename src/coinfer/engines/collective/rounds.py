@@ -54,7 +54,6 @@ class RunRecord:
     draft_s: float = 0.0  # drafting and voting (overlapped with verifying when pipelined)
     verify_s: float = 0.0
     verifications: int = 0  # batched target forwards after the prefills
-    forward_sizes: dict[int, int] = field(default_factory=dict)  # tokens of a verifying forward -> forwards
     forward_shapes: dict[tuple[int, int], int] = field(default_factory=dict)  # (rows, tokens) -> forwards
     prefill_s: float = 0.0  # the target reading prompts (batched, as requests join)
     longest_draft: list[int] = field(default_factory=list)  # per verification: its longest voted draft
@@ -67,6 +66,13 @@ class RunRecord:
 
     def __post_init__(self) -> None:
         self.source_rates = self.source_rates or [[] for _ in self.drafts]
+
+    def forward_sizes(self) -> dict[int, int]:
+        """Tokens of a verifying forward -> forwards, whatever their rows."""
+        out: dict[int, int] = {}
+        for (_, n), count in self.forward_shapes.items():
+            out[n] = out.get(n, 0) + count
+        return out
 
     def acceptance(self) -> dict[str, float | None]:
         """Mean acceptance rate of each draft's drafts and of the voted drafts."""
@@ -101,7 +107,7 @@ class RunRecord:
             "pipeline_probes": 0 if self.pipeline is None else self.pipeline.probes,
             "draft_s": round(self.draft_s, 4),
             "verify_s": round(self.verify_s, 4),
-            "forward_sizes": {str(n): k for n, k in sorted(self.forward_sizes.items())},
+            "forward_sizes": {str(n): k for n, k in sorted(self.forward_sizes().items())},
             "forward_shapes": {f"{r}x{n}": k for (r, n), k in sorted(self.forward_shapes.items())},
             "prefill_s": round(self.prefill_s, 4),
             "longest_draft": list(self.longest_draft),
@@ -355,7 +361,6 @@ class Learner:
             seconds = time.perf_counter() - t0
             verify_s += seconds
             n_tokens = sum(len(ids) for _, ids in part)
-            run.forward_sizes[n_tokens] = run.forward_sizes.get(n_tokens, 0) + 1
             shape = (len(part), n_tokens)
             run.forward_shapes[shape] = run.forward_shapes.get(shape, 0) + 1
             self._observe(n_tokens, seconds)
