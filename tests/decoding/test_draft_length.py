@@ -439,3 +439,16 @@ def test_floors_within_the_latest_forwards_leave_out_a_point_measured_only_befor
     assert split_forward([1] * 4, curve.floors(within=FLOOR_WINDOW)) == 0
     curve.record(2, 0.11, smoothing=0.3, refresh=64)  # measured again: back in, at its new cost
     assert curve.floors(within=FLOOR_WINDOW) == {2: 0.11, 4: 0.19}
+
+
+def test_survival_up_to_a_drafts_length_is_the_start_of_the_whole_curve() -> None:
+    """A batch's round asks each bucket only as far as its draft goes; the answer is the
+    same as the full curve's, whatever the bucket's record."""
+    policy = AdaptiveDraftLength()
+    for position, kept in ((1, True), (2, True), (3, False), (1, False)):
+        for bucket in (CopyBucket(6, True), "prose"):
+            policy.learn(bucket=bucket, position=position, kept=kept)
+    for bucket in (None, CopyBucket(6, True), CopyBucket(30, True), "prose", "never seen"):
+        full = policy.survival(bucket)
+        for upto in (0, 1, 5, policy.k_max, policy.k_max + 9):
+            assert policy.survival(bucket, upto=upto) == full[: upto + 1]

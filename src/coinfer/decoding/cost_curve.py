@@ -32,7 +32,8 @@ class CostCurve(dict[int, float]):
     Floors ``within`` the latest forwards compare like with like: with the floor fix plain
     decoding still split a third of its rounds in two categories (2 + 2, 41% dearer than
     one forward over 4 in the same run's prices), since the halves, measured seldom, kept
-    floors from a fast minute while the whole's followed the machine's slow one.
+    floors from a fast minute while the whole's followed the machine's slow one. So the
+    floors now only propose a split, and paired measurements decide (``engines.collective.split``).
     """
 
     def __init__(self, points: Mapping[int, float] | None = None) -> None:

@@ -279,8 +279,9 @@ class AdaptiveDraftLength:
             raise ConfigError("need 0 <= k_start <= k_max, 0 < smoothing <= 1 and explore_every >= 1")
         self._overall = _Survival(self.k_max)
 
-    def _continuation(self, bucket: Hashable | None) -> list[float]:
-        """Chance of draft position j being kept given j - 1 were, for j = 0 … k_max.
+    def _continuation(self, bucket: Hashable | None, upto: int | None = None) -> list[float]:
+        """Chance of draft position j being kept given j - 1 were, for j = 0 … k_max (or
+        ``upto``: a batch's round asks only as far as each draft goes).
 
         All proposals together (``bucket`` None): each position shrunk towards the
         previous position's estimate (1/2 for the first), so positions never reached
@@ -288,19 +289,20 @@ class AdaptiveDraftLength:
         say there, so a new bucket starts from the drafter's record so far (while copying,
         a longer match is as good as the shorter ones before it) and moves to its own.
         """
+        last = self.k_max if upto is None else min(upto, self.k_max)
         if bucket is None:
-            return self._shrunk(self._overall, None)
+            return self._shrunk(self._overall, None, last)
         record = self._buckets.get(bucket)
         if isinstance(bucket, CopyBucket):
-            return self._copy_continuation(bucket.match, record)
-        return self._cautious(self._shrunk(record, self._shrunk(self._overall, None)), record)
+            return self._copy_continuation(bucket.match, record, last)
+        return self._cautious(self._shrunk(record, self._shrunk(self._overall, None, last), last), record)
 
-    def _copy_continuation(self, match: int, record: _Survival | None) -> list[float]:
+    def _copy_continuation(self, match: int, record: _Survival | None, last: int) -> list[float]:
         """A copy bucket's own evidence over ``copy_prior`` (its misses scaled by the
         request's ``copy_miss_ratio``), worth as many observations as the tokens that agree
         so far (up to ``copy_strength``), then made cautious."""
         ratio, out = self.copy_miss_ratio(), [1.0]
-        for j in range(1, self.k_max + 1):
+        for j in range(1, last + 1):
             agreed = match + j - 1
             strength = min(self.copy_strength, agreed)
             prior = max(0.0, 1.0 - ratio * (1.0 - copy_prior(match, j, self.copy_miss)))
@@ -321,9 +323,9 @@ class AdaptiveDraftLength:
         sd = math.sqrt(self._copy_misses + a) / (self._copy_expected + a)
         return max(self.copy_ratio_floor, mean + self.copy_ratio_caution * sd)
 
-    def _shrunk(self, record: _Survival | None, towards: list[float] | None) -> list[float]:
+    def _shrunk(self, record: _Survival | None, towards: list[float] | None, last: int) -> list[float]:
         out, previous = [1.0], 0.5 if towards is None else 1.0
-        for j in range(1, self.k_max + 1):
+        for j in range(1, last + 1):
             prior = previous if towards is None else min(previous, towards[j])
             t, p = (record.tries[j], record.passes[j]) if record else (0.0, 0.0)
             previous = (p + self.prior_strength * prior) / (t + self.prior_strength)
@@ -339,10 +341,11 @@ class AdaptiveDraftLength:
             out.append(max(0.0, c - self.caution * math.sqrt(c * (1 - c) / n)))
         return out
 
-    def survival(self, bucket: Hashable | None = None) -> list[float]:
-        """P(the first j draft tokens are all kept), j = 0 … k_max (position 0: always 1)."""
+    def survival(self, bucket: Hashable | None = None, upto: int | None = None) -> list[float]:
+        """P(the first j draft tokens are all kept), j = 0 … k_max (position 0: always 1),
+        or j = 0 … ``upto``."""
         out, s = [1.0], 1.0
-        for c in self._continuation(bucket)[1:]:
+        for c in self._continuation(bucket, upto)[1:]:
             s *= c
             out.append(s)
         return out
@@ -429,7 +432,7 @@ class AdaptiveDraftLength:
         ``most``): what a forward costs is learned a doubling at a time, not bet on."""
         if not self.costs or self._stale(len(proposals)):
             return [0] * len(proposals)
-        survivals = [self.survival(bucket)[1 : n + 1] if n else [] for n, bucket in proposals]
+        survivals = [self.survival(bucket, upto=n)[1:] if n else [] for n, bucket in proposals]
         explore = bool(self._rounds) and self._rounds % self.explore_every == 0
         return batch_lengths(
             survivals,

@@ -3,6 +3,8 @@ the scheduler's pools, and weights that follow the drafts that hold."""
 
 from __future__ import annotations
 
+import time
+
 import pytest
 from tests.conftest import needs_torch, plain
 
@@ -303,19 +305,22 @@ def test_a_batch_whose_one_forward_costs_more_than_two_is_verified_in_two() -> N
         return ord("a") + (len(prefix) * 7) % 26
 
     target = ScriptedModel(cycle, n_ctx=64)
-    target_costs(target).update({1: 1.0, 4: 4.0, 8: 10.0})  # as if measured: 8 rows dearer than two 4s
+    seconds = {1: 0.001, 4: 0.004, 8: 0.010}  # 8 rows dearer than two 4s
+    target_costs(target).update(seconds)  # as if measured
     calls: list[int] = []
     extend_many = target.extend_many
 
     def counted(items, **kwargs):  # type: ignore[no-untyped-def]
         calls.append(len(items))
+        time.sleep(seconds.get(len(items), 0.001))  # what the forward costs, for the pairs to see
         return extend_many(items, **kwargs)
 
     target.extend_many = counted  # type: ignore[method-assign]
     prompts = [[ord("a") + i, ord("b")] for i in range(8)]
-    out = generate(target, prompts, config=CollectiveConfig(max_tokens=12, draft_tokens=0, max_batch=8))
-    assert [r.tokens for r in out] == _alone(target, prompts, 12)
-    assert calls.count(4) >= 20 and calls.count(8) <= 2  # the prefill, and a probe of the whole
+    out = generate(target, prompts, config=CollectiveConfig(max_tokens=24, draft_tokens=0, max_batch=8))
+    assert [r.tokens for r in out] == _alone(target, prompts, 24)
+    # the prefill, three probes' whole forwards (each beside a split), then split
+    assert calls.count(8) <= 4 and calls.count(4) >= 2 * 19
 
 
 def test_split_forward_explores_a_cut_whose_halves_are_not_measured() -> None:

@@ -23,6 +23,7 @@ from coinfer.decoding.verify import accept_deterministic
 from coinfer.engines.collective.config import CollectiveConfig
 from coinfer.engines.collective.gate import SourceGate
 from coinfer.engines.collective.selector import SpeculationLengthSelector
+from coinfer.engines.collective.split import SPLIT_PROBE, SplitJudge
 from coinfer.engines.collective.switch import PipelineSwitch
 from coinfer.engines.collective.voting import VoteWeights, held_prefix, majority_vote
 from coinfer.models.base import Seq, SteerableModel
@@ -40,7 +41,6 @@ __all__ = [
     "split_forward",
 ]
 
-SPLIT_PROBE = 32  # every this many split verifications, one runs whole
 FLOOR_WINDOW = 4 * SPLIT_PROBE  # forwards whose measurements the split compares (CostCurve.floors)
 SMOOTHING = 0.3  # weight of a new measurement in the cost curve (``AdaptiveDraftLength``'s)
 REFRESH = 64  # forwards after which a point of the cost curve is stale (``CostCurve``)
@@ -319,8 +319,7 @@ class Learner:
         self.own_lengths = own_lengths  # sized drafters draft past s (``draft_and_vote``)
         # seconds of a target forward over n tokens, whatever its requests: the sizers' curve
         self.costs = costs if costs is not None else CostCurve()
-        self._verified = 0
-        self._splits = 0  # verifications run as two forwards
+        self.judge = SplitJudge()  # whether a proposed split pays, by paired measurements
 
     @property
     def s(self) -> int:
@@ -355,7 +354,8 @@ class Learner:
         items = [(r.seq, [r.context[-1], *v.draft]) for r, v in batch]
         rows: list[Any] = []
         verify_s = 0.0
-        for part in self._forwards(items):
+        parts = self._forwards(items)
+        for part in parts:
             t0 = time.perf_counter()
             rows += target.extend_many(part)
             seconds = time.perf_counter() - t0
@@ -364,6 +364,7 @@ class Learner:
             shape = (len(part), n_tokens)
             run.forward_shapes[shape] = run.forward_shapes.get(shape, 0) + 1
             self._observe(n_tokens, seconds)
+        self.judge.measured(_shape(items), split=len(parts) > 1, seconds=verify_s)
         if self.gate is not None:
             self.gate.verified(sum(len(ids) for _, ids in items), verify_s)
         events = []
@@ -388,18 +389,14 @@ class Learner:
 
     def _forwards(self, items: list[tuple[Seq, list[int]]]) -> list[list[tuple[Seq, list[int]]]]:
         """The verification's items in one forward, or in two where the measured curve's
-        floors over the latest ``FLOOR_WINDOW`` forwards say two cost less (``split_forward``,
-        ``CostCurve.floors``). Every ``SPLIT_PROBE`` verifications it splits one whose
-        halves' cost is not measured within them, and every ``SPLIT_PROBE`` splits it runs
-        one whole again, so that both sides of the choice stay measured."""
-        self._verified += 1
-        explore = self._verified % SPLIT_PROBE == 0
+        floors over the latest ``FLOOR_WINDOW`` forwards propose a cut (``split_forward``,
+        ``CostCurve.floors``; every ``SPLIT_PROBE`` verifications it proposes one whose
+        halves are not measured within them) and forwards of the same shape, split and whole
+        a few verifications apart, say it pays (``SplitJudge``)."""
+        explore = self.judge.verified % SPLIT_PROBE == SPLIT_PROBE - 1
         floors = self.costs.floors(within=FLOOR_WINDOW)
         at = split_forward([len(ids) for _, ids in items], floors, explore=explore)
-        if not at:
-            return [items]
-        self._splits += 1
-        if self._splits % SPLIT_PROBE == 0:
+        if not self.judge.choose(_shape(items), proposed=bool(at)):
             return [items]
         return [items[:at], items[at:]]
 
@@ -441,6 +438,11 @@ def split_forward(
         return at
     halves = within_measured(costs, middle_head), within_measured(costs, n - middle_head)
     return middle if None in halves else 0
+
+
+def _shape(items: Sequence[tuple[Seq, list[int]]]) -> tuple[int, int]:
+    """A verification's shape: rows, tokens."""
+    return len(items), sum(len(ids) for _, ids in items)
 
 
 def _score(run: RunRecord, v: Voted, produced: list[int], n_acc: int, gate: SourceGate | None) -> None:
