@@ -39,13 +39,17 @@ def _fake_serve(monkeypatch: pytest.MonkeyPatch, *argv: str) -> dict[str, object
     import coinfer.chat
     import coinfer.serve
 
-    made: dict[str, object] = {"chats": []}
+    made: dict[str, object] = {"chats": [], "captured": []}
 
     class Model:
         name = "m"
 
         def close(self) -> None:
             made["model_closed"] = True
+
+        def capture_shapes(self, batches: object, spans: object) -> int:  # a model on static caches
+            made["captured"].append(list(batches))  # type: ignore[attr-defined, call-overload]
+            return 0
 
     class Chat:
         model, name, max_concurrent = Model(), "m", 3
@@ -98,6 +102,7 @@ def test_the_model_flag_and_the_batch_reach_the_server(monkeypatch: pytest.Monke
         "n_threads": None, "device": None,
     }]  # fmt: skip
     assert made["stopped"] and made["model_closed"]  # the model the CLI loaded, closed by it
+    assert made["captured"] == [[1, 2, 3]]  # on a GPU, every batch's shapes before the first request
 
 
 def test_a_config_file_serves_several_models_by_name(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:

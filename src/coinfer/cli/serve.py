@@ -88,6 +88,7 @@ def _served(args: argparse.Namespace) -> dict[str, Any]:
         chat = open_chat_from_args(
             args, args.model, n_ctx=args.ctx, parallel=args.max_batch, keep=args.keep, quiet=True
         )
+        _captured(chat.model, range(1, args.max_batch + 1))
         return {name: engines.plain_served(chat, name=name, max_queue=args.max_queue)}
     if args.engine == "minions":
         return {name: _minions(args, name)}
@@ -198,7 +199,14 @@ def _loaded(args: argparse.Namespace, spec: str | None, batches: Any, **options:
     """``load_from_args``, then on a GPU the forward shapes of ``batches`` sequences
     captured before the first request, which would otherwise pay each one (a CUDA graph
     capture costs tens of forwards, a first compile seconds)."""
-    model = load_from_args(args, spec, quiet=True, **options)
+    return _captured(load_from_args(args, spec, quiet=True, **options), batches)
+
+
+def _captured(model: Any, batches: Any) -> Any:
+    """``model``, with the forward shapes of ``batches`` sequences captured where it runs
+    on static caches with CUDA graphs (plain batched decoding as much as the engines: on an
+    H200 a plain server that captured nothing served 4 clients at 50 tokens/s, paying
+    its captures and compiles inside the requests, ``docs/bench/decode-cuda``)."""
     capture = getattr(model, "capture_shapes", None)  # models on static caches; none without graphs
     started = time.perf_counter()
     if capture is not None and (count := capture(batches=batches, spans=_CAPTURED_SPANS)):
