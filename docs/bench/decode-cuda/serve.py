@@ -4,7 +4,8 @@ used through HTTP by four concurrent clients whose requests ask for different nu
 tokens, so that requests finish mid-batch and the batch runs with gaps between its slots.
 
 Each server captures its forward shapes at start (printed on its stderr, kept here). The
-clients send the same requests to both; greedy, so every answer must be the same text.
+clients send the same requests to both, and to a plain server that decodes one request
+at a time (the reference); greedy, so every answer should be the reference's text.
 
     OUT=/tmp/out PYTHONPATH=src python3 docs/bench/decode-cuda/serve.py
     # on a CPU, to try it: ARCH=tiny DEVICE=cpu REQUESTS=4 ... (a two-layer model)
@@ -14,6 +15,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import sys
 import tempfile
 import time
@@ -77,11 +79,11 @@ def complete(url: str, prompt: str, max_tokens: int) -> dict:
         raise SystemExit(f"{exc}: {exc.read().decode()[:500]}") from exc
 
 
-def serve(folder: str, engine: list[str], texts: list[str]) -> dict:
+def serve(folder: str, engine: list[str], texts: list[str], batch: int = CLIENTS) -> dict:
     args = ["--backend", "transformers", "--device", DEVICE, "--kv", "static", "--name", "m",
             "--api-key", KEY, *engine]  # fmt: skip
     started = time.perf_counter()
-    server = ServerProcess(folder, ctx=4096, max_batch=CLIENTS, extra_args=args, startup_s=900).start()
+    server = ServerProcess(folder, ctx=4096, max_batch=batch, extra_args=args, startup_s=900).start()
     ready_s = time.perf_counter() - started
     try:
         budgets = [BUDGETS[i % len(BUDGETS)] for i in range(len(texts))]
@@ -101,6 +103,7 @@ def serve(folder: str, engine: list[str], texts: list[str]) -> dict:
     tokens = sum(a["usage"]["completion_tokens"] for a in answers)
     return {
         "engine": " ".join(engine),
+        "max_batch": batch,
         "start_s": round(ready_s, 1),
         "server_stderr": [line.rstrip() for line in server._stderr if "captured" in line or "rror" in line][
             -8:
@@ -113,6 +116,15 @@ def serve(folder: str, engine: list[str], texts: list[str]) -> dict:
     }
 
 
+def _first_difference(a: str, b: str) -> int | None:
+    """The first token (a character or an ``<i>``) where two answers part, None where equal."""
+    ta, tb = re.findall(r"<\d+>|.", a, re.S), re.findall(r"<\d+>|.", b, re.S)
+    return next(
+        (i for i, (x, y) in enumerate(zip(ta, tb, strict=False)) if x != y),
+        None if len(ta) == len(tb) else min(len(ta), len(tb)),
+    )
+
+
 def main() -> None:
     folder = tempfile.mkdtemp(prefix="coinfer-serve-")
     t0 = time.perf_counter()
@@ -120,17 +132,27 @@ def main() -> None:
     texts = prompts()
     report = {"arch": ARCH, "device": DEVICE, "dtype": DTYPE, "requests": len(texts), "clients": CLIENTS,
               "budgets": BUDGETS, "save_s": round(time.perf_counter() - t0, 1), "runs": []}  # fmt: skip
-    for engine in (["--engine", "plain"], ["--engine", "collective", "--drafts", "ngram"]):
-        report["runs"].append(serve(folder, engine, texts))
-        print(
-            json.dumps({k: v for k, v in report["runs"][-1].items() if k not in ("texts", "metrics")}),
-            flush=True,
-        )
-    plain, collective = report["runs"]
-    same = sum(a == b for a, b in zip(plain["texts"], collective["texts"], strict=True))
-    report["identical"] = f"{same}/{len(texts)}"
+    engines = (["--engine", "plain"], ["--engine", "plain"], ["--engine", "collective", "--drafts", "ngram"])
+    for engine, batch in zip(engines, (1, CLIENTS, CLIENTS), strict=True):
+        report["runs"].append(serve(folder, engine, texts, batch))
+        shown = {k: v for k, v in report["runs"][-1].items() if k not in ("texts", "metrics")}
+        print(json.dumps(shown), flush=True)
+    alone, plain, collective = report["runs"]
+    for run in (plain, collective):  # each request's answer decoded alone is the reference
+        run["identical_to_alone"] = sum(a == b for a, b in zip(alone["texts"], run["texts"], strict=True))
+        run["first_difference"] = [
+            _first_difference(a, b) for a, b in zip(alone["texts"], run["texts"], strict=True)
+        ]
     report["collective_vs_plain"] = round(collective["tok_s"] / plain["tok_s"], 3)
-    print("identical", report["identical"], "collective/plain", report["collective_vs_plain"], flush=True)
+    same = f"plain {plain['identical_to_alone']}, collective {collective['identical_to_alone']}"
+    print(f"identical to alone: {same} of {len(texts)}", flush=True)
+    print("collective/plain", report["collective_vs_plain"], flush=True)
+    print(
+        "first differences (tokens): plain",
+        plain["first_difference"],
+        "collective",
+        collective["first_difference"],
+    )
     if os.environ.get("OUT"):
         with open(os.path.join(os.environ["OUT"], f"serve-{ARCH}-{DTYPE}.json"), "w") as f:
             json.dump(report, f, indent=1)
