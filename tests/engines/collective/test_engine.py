@@ -305,7 +305,7 @@ def test_a_batch_whose_one_forward_costs_more_than_two_is_verified_in_two() -> N
         return ord("a") + (len(prefix) * 7) % 26
 
     target = ScriptedModel(cycle, n_ctx=64)
-    seconds = {1: 0.001, 4: 0.004, 8: 0.010}  # 8 rows dearer than two 4s
+    seconds = {1: 0.001, 4: 0.004, 8: 0.020}  # 8 rows dearer than two 4s (a wide margin for a busy CI)
     target_costs(target).update(seconds)  # as if measured
     calls: list[int] = []
     extend_many = target.extend_many
