@@ -352,9 +352,10 @@ class Learner:
         time on the round's critical path (0 when drafting ran beside the target), which
         the selector counts with the verification's."""
         items = [(r.seq, [r.context[-1], *v.draft]) for r, v in batch]
+        whole = len(items), sum(len(ids) for _, ids in items)  # the verification's rows, tokens
         rows: list[Any] = []
         verify_s = 0.0
-        parts = self._forwards(items)
+        parts = self._forwards(items, whole)
         for part in parts:
             t0 = time.perf_counter()
             rows += target.extend_many(part)
@@ -364,9 +365,9 @@ class Learner:
             shape = (len(part), n_tokens)
             run.forward_shapes[shape] = run.forward_shapes.get(shape, 0) + 1
             self._observe(n_tokens, seconds)
-        self.judge.measured(_shape(items), split=len(parts) > 1, seconds=verify_s)
+        self.judge.measured(whole, split=len(parts) > 1, seconds=verify_s)
         if self.gate is not None:
-            self.gate.verified(sum(len(ids) for _, ids in items), verify_s)
+            self.gate.verified(whole[1], verify_s)
         events = []
         for (r, v), logits in zip(batch, rows, strict=True):
             n_acc, nxt = accept_deterministic(v.draft, logits, self.sampling, r.draws, len(r.context))
@@ -387,16 +388,18 @@ class Learner:
             self.selector.observe(draft_s + verify_s, gained)
         return events
 
-    def _forwards(self, items: list[tuple[Seq, list[int]]]) -> list[list[tuple[Seq, list[int]]]]:
-        """The verification's items in one forward, or in two where the measured curve's
-        floors over the latest ``FLOOR_WINDOW`` forwards propose a cut (``split_forward``,
-        ``CostCurve.floors``; every ``SPLIT_PROBE`` verifications it proposes one whose
-        halves are not measured within them) and forwards of the same shape, split and whole
-        a few verifications apart, say it pays (``SplitJudge``)."""
+    def _forwards(
+        self, items: list[tuple[Seq, list[int]]], shape: tuple[int, int]
+    ) -> list[list[tuple[Seq, list[int]]]]:
+        """The verification's items (of ``shape``: rows, tokens) in one forward, or in two
+        where the measured curve's floors over the latest ``FLOOR_WINDOW`` forwards propose
+        a cut (``split_forward``, ``CostCurve.floors``; every ``SPLIT_PROBE`` verifications
+        it proposes one whose halves are not measured within them) and forwards of the same
+        shape, split and whole a few verifications apart, say it pays (``SplitJudge``)."""
         explore = self.judge.verified % SPLIT_PROBE == SPLIT_PROBE - 1
         floors = self.costs.floors(within=FLOOR_WINDOW)
         at = split_forward([len(ids) for _, ids in items], floors, explore=explore)
-        if not self.judge.choose(_shape(items), proposed=bool(at)):
+        if not self.judge.choose(shape, proposed=bool(at)):
             return [items]
         return [items[:at], items[at:]]
 
@@ -438,11 +441,6 @@ def split_forward(
         return at
     halves = within_measured(costs, middle_head), within_measured(costs, n - middle_head)
     return middle if None in halves else 0
-
-
-def _shape(items: Sequence[tuple[Seq, list[int]]]) -> tuple[int, int]:
-    """A verification's shape: rows, tokens."""
-    return len(items), sum(len(ids) for _, ids in items)
 
 
 def _score(run: RunRecord, v: Voted, produced: list[int], n_acc: int, gate: SourceGate | None) -> None:

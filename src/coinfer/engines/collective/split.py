@@ -62,9 +62,7 @@ class SplitJudge:
 
     def measured(self, shape: tuple[int, int], split: bool, seconds: float) -> None:
         """The verification just chosen ran ``split`` or whole and took ``seconds``."""
-        s = self._shapes.get(shape)
-        if s is None:
-            s = self._shapes[shape] = _Shape()
+        s = self._shapes.setdefault(shape, _Shape())
         mine = (self.verified, seconds)
         other = s.whole if split else s.split
         if self._fresh(other):
