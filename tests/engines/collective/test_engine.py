@@ -14,7 +14,7 @@ from coinfer.decoding.speculative import target_costs
 from coinfer.engines.collective import CollectiveConfig, LengthSelectorConfig, generate, stream
 from coinfer.engines.collective.gate import gate_memory
 from coinfer.engines.collective.pipeline import CoreSplit
-from coinfer.engines.collective.rounds import split_forward
+from coinfer.engines.collective.split import split_forward
 from coinfer.errors import ConfigError
 from coinfer.models.base import SteerableModel
 from coinfer.testing import FixedDrafter, ScriptedModel
@@ -321,6 +321,51 @@ def test_a_batch_whose_one_forward_costs_more_than_two_is_verified_in_two() -> N
     assert [r.tokens for r in out] == _alone(target, prompts, 24)
     # the prefill, three probes' whole forwards (each beside a split), then split
     assert calls.count(8) <= 4 and calls.count(4) >= 2 * 19
+
+
+def _timed(target: ScriptedModel, seconds: dict[int, float]) -> list[int]:
+    """Make each batched forward of ``target`` take ``seconds[rows]``; the rows of every
+    forward, as they run."""
+    calls: list[int] = []
+    extend_many = target.extend_many
+
+    def timed(items, **kwargs):  # type: ignore[no-untyped-def]
+        calls.append(len(items))
+        time.sleep(seconds.get(len(items), 0.001))
+        return extend_many(items, **kwargs)
+
+    target.extend_many = timed  # type: ignore[method-assign]
+    return calls
+
+
+def _cycle(prefix: list[int]) -> int:
+    return ord("a") + (len(prefix) * 7) % 26
+
+
+def test_a_batch_of_eight_is_split_where_it_pays_with_no_curve_to_propose_it() -> None:
+    """Nothing measured beforehand (run F, batch 8: the curve proposed the cut seldom and
+    batches of 8 ran whole at 290 ms against two forwards of 4 at 206): the even cut is
+    probed, judged in pairs and kept; the next run on the target starts split."""
+    target = ScriptedModel(_cycle, n_ctx=64)
+    calls = _timed(target, {1: 0.001, 4: 0.004, 8: 0.020})
+    prompts = [[ord("a") + i, ord("b")] for i in range(8)]
+    config = CollectiveConfig(max_tokens=24, draft_tokens=0, max_batch=8)
+    out = generate(target, prompts, config=config)
+    assert [r.tokens for r in out] == _alone(target, prompts, 24)
+    assert calls.count(8) <= 5 and calls.count(4) >= 2 * 18  # the prefill and the probes whole
+    calls.clear()
+    generate(target, prompts, config=config)
+    assert calls.count(8) <= 2  # the prefill, and a whole now and then
+
+
+def test_a_batch_of_eight_whose_halves_cost_more_stays_whole_after_its_probes() -> None:
+    """As on a GPU, where a forward's cost hardly grows with its rows."""
+    target = ScriptedModel(_cycle, n_ctx=64)
+    calls = _timed(target, {4: 0.010, 8: 0.011})
+    prompts = [[ord("a") + i, ord("b")] for i in range(8)]
+    generate(target, prompts, config=CollectiveConfig(max_tokens=40, draft_tokens=0, max_batch=8))
+    assert calls.count(4) <= 2 * 4  # three pairs' splits, and at most one probe again
+    assert calls.count(8) >= 40 - 8
 
 
 def test_split_forward_explores_a_cut_whose_halves_are_not_measured() -> None:

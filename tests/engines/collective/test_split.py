@@ -1,11 +1,18 @@
 """The split judge: a verification runs as two forwards only where paired measurements of
-its shape, split and whole a few verifications apart, say two cost less."""
+forwards over its tokens, split and whole a few verifications apart, say two cost less."""
 
 from __future__ import annotations
 
-from coinfer.engines.collective.split import PAIR_GAP, SPLIT_PROBE, SplitJudge
+from coinfer.engines.collective.split import (
+    PAIR_GAP,
+    SPLIT_PROBE,
+    SplitJudge,
+    even_cut,
+    probe_cut,
+    split_judge,
+)
 
-SHAPE = (4, 4)  # four requests, one token each
+SHAPE = 4  # four requests, one token each
 
 
 def _run(judge: SplitJudge, proposed: bool, whole_s: float, split_s: float) -> bool:
@@ -30,14 +37,14 @@ def test_a_proposed_split_is_probed_in_pairs_and_dropped_where_it_costs_more() -
 def test_a_split_that_pays_is_kept_and_its_whole_measured_now_and_then() -> None:
     """Eight rows in one forward 225 ms, in two of four 208 (llama.cpp's tiled kernel here)."""
     judge = SplitJudge()
-    judge.choose((8, 8), False)
-    judge.measured((8, 8), False, 0.225)
+    judge.choose(8, False)
+    judge.measured(8, False, 0.225)
     choices = []
     for _ in range(3 * SPLIT_PROBE):
-        split = judge.choose((8, 8), True)
-        judge.measured((8, 8), split, 0.208 if split else 0.225)
+        split = judge.choose(8, True)
+        judge.measured(8, split, 0.208 if split else 0.225)
         choices.append(split)
-    assert judge.pays((8, 8))
+    assert judge.pays(8)
     assert choices.count(False) <= 4  # the probes' whole forwards only
 
 
@@ -56,8 +63,8 @@ def test_a_split_is_paired_only_with_a_whole_forward_close_beside_it() -> None:
     judge = SplitJudge()
     _run(judge, False, 0.183, 0.22)
     for _ in range(PAIR_GAP + 1):  # other shapes in between
-        judge.choose((3, 3), False)
-        judge.measured((3, 3), False, 0.15)
+        judge.choose(3, False)
+        judge.measured(3, False, 0.15)
     assert _run(judge, True, 0.183, 0.22)  # unpaired: the whole is too old
     assert not _run(judge, True, 0.183, 0.22)  # so the next runs whole, beside it
     assert not judge.pays(SHAPE)
@@ -66,7 +73,30 @@ def test_a_split_is_paired_only_with_a_whole_forward_close_beside_it() -> None:
 def test_shapes_are_judged_apart() -> None:
     judge = SplitJudge()
     for _ in range(8):
-        for shape, whole, split in (((4, 4), 0.183, 0.22), ((8, 8), 0.225, 0.208)):
+        for shape, whole, split in ((4, 0.183, 0.22), (8, 0.225, 0.208)):
             s = judge.choose(shape, True)
             judge.measured(shape, s, split if s else whole)
-    assert judge.pays((8, 8)) and not judge.pays((4, 4))
+    assert judge.pays(8) and not judge.pays(4)
+
+
+def test_the_even_cut_of_a_forward_of_eight_tokens_or_more_is_probed_unless_the_curve_rules_it_out() -> None:
+    """The curve proposed batch 8's cut too seldom to be judged within a run; the even cut
+    is offered to the judge whenever the curve does not measure two forwards clearly
+    dearer than one."""
+    assert even_cut([1] * 8) == 4 and even_cut([5, 1, 1, 1]) == 1 and even_cut([3]) == 0
+    assert probe_cut([1] * 8, {}) == 4  # nothing measured: probe
+    assert probe_cut([1] * 8, {4: 0.104, 8: 0.290}) == 4  # the curve says two pay: probe too
+    assert probe_cut([1] * 8, {4: 0.104, 8: 0.130}) == 0  # 0.208 against 0.130: no probe
+    assert probe_cut([1] * 4, {}) == 0  # under 8 tokens: only where the curve proposes
+    assert probe_cut([7, 1], {}) == 0  # no cut leaves a third on each side
+    assert probe_cut([3, 3, 2, 1, 1], {}) == 2  # 6 + 4 tokens
+
+
+def test_what_a_judge_learned_stays_with_the_target() -> None:
+    class Target:  # a model object, weakly referenced
+        pass
+
+    a, b = Target(), Target()
+    assert split_judge(a, pipeline=False) is split_judge(a, pipeline=False)
+    assert split_judge(a, pipeline=False) is not split_judge(a, pipeline=True)
+    assert split_judge(a, pipeline=False) is not split_judge(b, pipeline=False)

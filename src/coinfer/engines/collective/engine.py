@@ -49,6 +49,7 @@ from coinfer.engines.collective.gate import SourceGate, gate_memory
 from coinfer.engines.collective.pipeline import run_pipelined
 from coinfer.engines.collective.rounds import Learner, Request, RunRecord, Session
 from coinfer.engines.collective.selector import SpeculationLengthSelector
+from coinfer.engines.collective.split import split_judge
 from coinfer.engines.collective.voting import VoteWeights
 from coinfer.errors import ConfigError
 from coinfer.models.base import SteerableModel
@@ -195,6 +196,7 @@ def _learner(target: SteerableModel, drafts: Sequence[Drafter], config: Collecti
         sizers,
         own_lengths=own_lengths,
         costs=costs,
+        judge=split_judge(target, config.pipeline),
     )
 
 

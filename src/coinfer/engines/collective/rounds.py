@@ -10,11 +10,11 @@ from __future__ import annotations
 
 import time
 from collections import deque
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from coinfer.decoding.draft_length import CostCurve, DraftSizer, within_measured
+from coinfer.decoding.draft_length import CostCurve, DraftSizer
 from coinfer.decoding.drafters import Drafter
 from coinfer.decoding.response import DecodeStats
 from coinfer.decoding.sampling import PositionDraws, SamplingParams, probs_from_logits, sample_at
@@ -23,7 +23,7 @@ from coinfer.decoding.verify import accept_deterministic
 from coinfer.engines.collective.config import CollectiveConfig
 from coinfer.engines.collective.gate import SourceGate
 from coinfer.engines.collective.selector import SpeculationLengthSelector
-from coinfer.engines.collective.split import SPLIT_PROBE, SplitJudge
+from coinfer.engines.collective.split import SPLIT_PROBE, SplitJudge, probe_cut, split_forward
 from coinfer.engines.collective.switch import PipelineSwitch
 from coinfer.engines.collective.voting import VoteWeights, held_prefix, majority_vote
 from coinfer.models.base import Seq, SteerableModel
@@ -38,7 +38,6 @@ __all__ = [
     "draft_and_vote",
     "new_request",
     "prefill",
-    "split_forward",
 ]
 
 FLOOR_WINDOW = 4 * SPLIT_PROBE  # forwards whose measurements the split compares (CostCurve.floors)
@@ -307,6 +306,7 @@ class Learner:
         *,
         own_lengths: bool = False,
         costs: CostCurve | None = None,
+        judge: SplitJudge | None = None,
     ) -> None:
         self.weights = weights
         self.selector = selector
@@ -319,7 +319,8 @@ class Learner:
         self.own_lengths = own_lengths  # sized drafters draft past s (``draft_and_vote``)
         # seconds of a target forward over n tokens, whatever its requests: the sizers' curve
         self.costs = costs if costs is not None else CostCurve()
-        self.judge = SplitJudge()  # whether a proposed split pays, by paired measurements
+        # whether a proposed split pays, by paired measurements (the target's, ``split_judge``)
+        self.judge = judge if judge is not None else SplitJudge()
 
     @property
     def s(self) -> int:
@@ -365,7 +366,7 @@ class Learner:
             shape = (len(part), n_tokens)
             run.forward_shapes[shape] = run.forward_shapes.get(shape, 0) + 1
             self._observe(n_tokens, seconds)
-        self.judge.measured(whole, split=len(parts) > 1, seconds=verify_s)
+        self.judge.measured(whole[1], split=len(parts) > 1, seconds=verify_s)
         if self.gate is not None:
             self.gate.verified(whole[1], verify_s)
         events = []
@@ -392,14 +393,16 @@ class Learner:
         self, items: list[tuple[Seq, list[int]]], shape: tuple[int, int]
     ) -> list[list[tuple[Seq, list[int]]]]:
         """The verification's items (of ``shape``: rows, tokens) in one forward, or in two
-        where the measured curve's floors over the latest ``FLOOR_WINDOW`` forwards propose
-        a cut (``split_forward``, ``CostCurve.floors``; every ``SPLIT_PROBE`` verifications
-        it proposes one whose halves are not measured within them) and forwards of the same
-        shape, split and whole a few verifications apart, say it pays (``SplitJudge``)."""
+        where a cut is proposed and forwards over as many tokens, split and whole a few
+        verifications apart, say it pays (``SplitJudge``). The measured curve's floors over
+        the latest ``FLOOR_WINDOW`` forwards propose a cut (``split_forward``; every
+        ``SPLIT_PROBE`` verifications one whose halves are not measured within them), and
+        a forward of ``PROBE_FROM`` tokens or more its even cut otherwise (``probe_cut``)."""
         explore = self.judge.verified % SPLIT_PROBE == SPLIT_PROBE - 1
         floors = self.costs.floors(within=FLOOR_WINDOW)
-        at = split_forward([len(ids) for _, ids in items], floors, explore=explore)
-        if not self.judge.choose(shape, proposed=bool(at)):
+        sizes = [len(ids) for _, ids in items]
+        at = split_forward(sizes, floors, explore=explore) or probe_cut(sizes, floors)
+        if not self.judge.choose(shape[1], proposed=bool(at)):
             return [items]
         return [items[:at], items[at:]]
 
@@ -411,36 +414,6 @@ class Learner:
             sizer.observe(drafted=n_tokens - 1, draft_s=0.0, verify_s=seconds)
         if not sizers:
             self.costs.record(n_tokens, seconds, SMOOTHING, REFRESH)
-
-
-def split_forward(
-    sizes: Sequence[int], costs: Mapping[int, float], margin: float = 0.03, *, explore: bool = False
-) -> int:
-    """Where to cut a batched forward's items (their token counts, ``sizes``) into two
-    forwards, or 0 for one. On a CPU a forward's cost is not monotonic in its tokens: in
-    llama.cpp a kernel that pays from 8 rows on some machines costs more than the rows it
-    saves from 8 to about 15 on this one (``docs/bench/collective``), so two forwards of 4
-    cost less than one of 8. Only measured costs decide: the whole forward's own, and its
-    parts' within the measured range; the cut must save ``margin`` of the whole. With
-    ``explore``, a whole forward that is measured but whose halves are not is cut in the
-    middle, to measure them."""
-    n = sum(sizes)
-    whole = costs.get(n)
-    if whole is None or len(sizes) < 2:
-        return 0
-    best, at, head = whole * (1.0 - margin), 0, 0
-    middle, middle_head = 1, sizes[0]  # the most even cut
-    for i in range(1, len(sizes)):
-        head += sizes[i - 1]
-        first, second = within_measured(costs, head), within_measured(costs, n - head)
-        if first is not None and second is not None and first + second < best:
-            best, at = first + second, i
-        if abs(2 * head - n) < abs(2 * middle_head - n):
-            middle, middle_head = i, head
-    if at or not explore:
-        return at
-    halves = within_measured(costs, middle_head), within_measured(costs, n - middle_head)
-    return middle if None in halves else 0
 
 
 def _score(run: RunRecord, v: Voted, produced: list[int], n_acc: int, gate: SourceGate | None) -> None:

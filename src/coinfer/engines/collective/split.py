@@ -1,35 +1,50 @@
-"""Whether a batched verification runs as two forwards: the measured cost curve proposes a
-cut (``rounds.split_forward``), and paired measurements of the same shape decide.
+"""Whether a batched verification runs as two forwards: a cut is proposed, and paired
+measurements of forwards over the same number of tokens decide.
 
 A curve's points are measured at different minutes, and on a shared machine a minute can
 be slow. Compared point against point, a split's halves measured in a fast minute looked
 cheaper than the whole measured in a slow one, and the split then held itself in place,
 since the side it runs is the side measured again (``docs/bench/collective``: plain
 decoding split its own batches of 4 into 2 + 2, 21% dearer than one forward, 25 to 102
-times a run). So a split runs only where forwards of the same shape, split and whole,
+times a run). So a split runs only where forwards of the same tokens, split and whole,
 measured a few verifications apart, say it pays: the ratio of such a pair is free of the
-machine's minute. Proposed splits of a shape without enough pairs are probed, split and
-whole in turn; a shape that pays is still run whole once every ``SPLIT_PROBE`` splits,
+machine's minute. Proposed splits of a size without enough pairs are probed, split and
+whole in turn; a size that pays is still run whole once every ``SPLIT_PROBE`` splits,
 and one that does not is probed again once every ``SPLIT_PROBE`` proposals.
+
+Two places propose a cut: the measured cost curve's floors (``split_forward``), and, for
+a forward of ``PROBE_FROM`` tokens or more, its most even cut (``probe_cut``), since the
+curve alone proposed too seldom to be judged within a run (batch 8 on this CPU: 8 rows in
+one forward 290 ms, in two of 4 206, yet plain decoding left 127 of scratch's forwards
+whole). A size is keyed by its tokens, not its sequences: llama.cpp picks its kernels by
+a batch's token rows. What a judge learned stays with the target (``split_judge``), as
+the gate's record does, so a later run on it starts from the verdicts.
 """
 
 from __future__ import annotations
 
+import weakref
 from collections import deque
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from statistics import median
+from typing import Any
 
-__all__ = ["PAIR_GAP", "SPLIT_PROBE", "SplitJudge"]
+from coinfer.decoding.cost_curve import within_measured
+
+__all__ = ["PAIR_GAP", "PROBE_FROM", "SPLIT_PROBE", "SplitJudge", "probe_cut", "split_forward", "split_judge"]
 
 SPLIT_PROBE = 32  # splits between whole probes of a paying shape; proposals between probes of the rest
 PAIR_GAP = 4  # a split and a whole forward of one shape at most this many verifications apart make a pair
 PAIRS = 3  # a shape's latest pairs, whose median ratio decides
-ENOUGH = 3  # pairs a shape needs before its verdict holds: one odd pair is outvoted
+ENOUGH = 3  # pairs a size needs before its verdict holds: one odd pair is outvoted
+PROBE_FROM = 8  # tokens from which a forward's even cut is probed, proposed by the curve or not
+DEARER = 1.25  # an even cut whose halves the curve measures this much dearer is not probed
 
 
 @dataclass
-class _Shape:
-    """One shape's paired record: split over whole seconds, and its unpaired latest
+class _Size:
+    """One size's paired record: split over whole seconds, and its unpaired latest
     measurements, each as (verification, seconds)."""
 
     ratios: deque[float] = field(default_factory=lambda: deque(maxlen=PAIRS))
@@ -39,30 +54,30 @@ class _Shape:
 
 
 class SplitJudge:
-    """Paired measurements per shape, (rows, tokens), and the choice they make."""
+    """Paired measurements per size (a forward's tokens), and the choice they make."""
 
     def __init__(self, margin: float = 0.03) -> None:
         self.margin = margin  # what a split must save, as a share of the whole
         self.verified = 0  # verifications seen (``choose`` calls)
-        self._shapes: dict[tuple[int, int], _Shape] = {}
+        self._sizes: dict[int, _Size] = {}
 
-    def choose(self, shape: tuple[int, int], proposed: bool) -> bool:
-        """Whether to split this verification, of ``shape``, which the curve proposes to cut
+    def choose(self, tokens: int, proposed: bool) -> bool:
+        """Whether to split this verification, over ``tokens``, which a cut is proposed for
         (``proposed``) or not; one call per verification."""
         self.verified += 1
         if not proposed:
             return False
-        s = self._shapes.setdefault(shape, _Shape())
+        s = self._sizes.setdefault(tokens, _Size())
         s.since += 1
-        if self.pays(shape):
+        if self.pays(tokens):
             return s.since % SPLIT_PROBE != 0  # a whole now and then, paired with the latest split
         if self._fresh(s.split):
             return False  # a probe's split waits for its whole
         return len(s.ratios) < ENOUGH or s.since >= SPLIT_PROBE  # probe, or probe again
 
-    def measured(self, shape: tuple[int, int], split: bool, seconds: float) -> None:
+    def measured(self, tokens: int, split: bool, seconds: float) -> None:
         """The verification just chosen ran ``split`` or whole and took ``seconds``."""
-        s = self._shapes.setdefault(shape, _Shape())
+        s = self._sizes.setdefault(tokens, _Size())
         mine = (self.verified, seconds)
         other = s.whole if split else s.split
         if self._fresh(other):
@@ -75,10 +90,73 @@ class SplitJudge:
         else:
             s.whole = mine
 
-    def pays(self, shape: tuple[int, int]) -> bool:
-        """Whether the shape's pairs say its split saves the margin."""
-        s = self._shapes.get(shape)
+    def pays(self, tokens: int) -> bool:
+        """Whether the size's pairs say its split saves the margin."""
+        s = self._sizes.get(tokens)
         return s is not None and len(s.ratios) >= ENOUGH and median(s.ratios) < 1.0 - self.margin
 
     def _fresh(self, at: tuple[int, float] | None) -> bool:
         return at is not None and self.verified - at[0] <= PAIR_GAP
+
+
+def split_forward(
+    sizes: Sequence[int], costs: Mapping[int, float], margin: float = 0.03, *, explore: bool = False
+) -> int:
+    """Where to cut a batched forward's items (their token counts, ``sizes``) into two
+    forwards, or 0 for one. On a CPU a forward's cost is not monotonic in its tokens: in
+    llama.cpp a kernel that pays from 8 rows on some machines costs more than the rows it
+    saves from 8 to about 15 on this one (``docs/bench/collective``), so two forwards of 4
+    cost less than one of 8. Only measured costs decide: the whole forward's own, and its
+    parts' within the measured range; the cut must save ``margin`` of the whole. With
+    ``explore``, a whole forward that is measured but whose halves are not is cut in the
+    middle (``even_cut``), to measure them."""
+    n = sum(sizes)
+    whole = costs.get(n)
+    if whole is None or len(sizes) < 2:
+        return 0
+    best, at, head = whole * (1.0 - margin), 0, 0
+    for i in range(1, len(sizes)):
+        head += sizes[i - 1]
+        first, second = within_measured(costs, head), within_measured(costs, n - head)
+        if first is not None and second is not None and first + second < best:
+            best, at = first + second, i
+    if at or not explore:
+        return at
+    middle = even_cut(sizes)
+    middle_head = sum(sizes[:middle])
+    halves = within_measured(costs, middle_head), within_measured(costs, n - middle_head)
+    return middle if None in halves else 0
+
+
+def even_cut(sizes: Sequence[int]) -> int:
+    """The index that cuts items of ``sizes`` tokens into two parts nearest in tokens (0
+    for fewer than two items)."""
+    n, head, best, best_head = sum(sizes), 0, 0, 0
+    for i in range(1, len(sizes)):
+        head += sizes[i - 1]
+        if not best or abs(2 * head - n) < abs(2 * best_head - n):
+            best, best_head = i, head
+    return best
+
+
+def probe_cut(sizes: Sequence[int], costs: Mapping[int, float]) -> int:
+    """The even cut of a forward of ``PROBE_FROM`` tokens or more whose smaller part holds a
+    third of them, for the judge to probe, unless the curve (``costs``) measures the
+    whole and both parts and two forwards cost ``DEARER`` times one; else 0."""
+    n, at = sum(sizes), even_cut(sizes)
+    head = sum(sizes[:at])
+    if n < PROBE_FROM or not at or 3 * min(head, n - head) < n:
+        return 0
+    whole, first, second = costs.get(n), within_measured(costs, head), within_measured(costs, n - head)
+    if whole is not None and first is not None and second is not None and first + second > DEARER * whole:
+        return 0
+    return at
+
+
+_JUDGES: weakref.WeakKeyDictionary[Any, dict[bool, SplitJudge]] = weakref.WeakKeyDictionary()
+
+
+def split_judge(target: Any, pipeline: bool) -> SplitJudge:
+    """The judge of ``target``'s verifications, kept with the model object (gone with it):
+    one for the sequential engine, one for the pipeline, whose verifying cores differ."""
+    return _JUDGES.setdefault(target, {}).setdefault(pipeline, SplitJudge())
