@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from coinfer.engines.collective.split import (
     PAIR_GAP,
+    PROBE_AFTER,
     SPLIT_PROBE,
     SplitJudge,
     even_cut,
@@ -23,56 +24,55 @@ def _run(judge: SplitJudge, proposed: bool, whole_s: float, split_s: float) -> b
 
 
 def test_a_proposed_split_is_probed_in_pairs_and_dropped_where_it_costs_more() -> None:
-    """2 + 2 cost 21% more than one forward over 4 (batch 4 on this CPU): the probes pair
-    each split with a whole beside it, and after three pairs the shape runs whole."""
+    """2 + 2 cost 21% more than one forward over 4 (batch 4 on this CPU): every fourth
+    proposal is split, paired with the whole just before it, and after three pairs the
+    size runs whole until it is probed again, ``SPLIT_PROBE`` proposals on."""
     judge = SplitJudge()
-    _run(judge, False, 0.183, 0.22)  # a whole forward, measured
-    choices = [_run(judge, True, 0.183, 0.22) for _ in range(SPLIT_PROBE + 6)]
-    # split (paired with the whole before it), split then its whole, split then its whole
-    assert choices[:5] == [True, True, False, True, False]
-    assert not judge.pays(SHAPE) and not any(choices[5 : 5 + SPLIT_PROBE - 1])
-    assert sum(choices) == 4  # probed once more after SPLIT_PROBE proposals
+    choices = [_run(judge, True, 0.183, 0.22) for _ in range(3 * PROBE_AFTER + SPLIT_PROBE)]
+    assert choices[: 3 * PROBE_AFTER] == ([False] * (PROBE_AFTER - 1) + [True]) * 3
+    assert not judge.pays(SHAPE) and sum(choices) == 4 and choices[-1]
 
 
 def test_a_split_that_pays_is_kept_and_its_whole_measured_now_and_then() -> None:
     """Eight rows in one forward 225 ms, in two of four 208 (llama.cpp's tiled kernel here)."""
     judge = SplitJudge()
-    judge.choose(8, False)
-    judge.measured(8, False, 0.225)
     choices = []
     for _ in range(3 * SPLIT_PROBE):
         split = judge.choose(8, True)
         judge.measured(8, split, 0.208 if split else 0.225)
         choices.append(split)
     assert judge.pays(8)
-    assert choices.count(False) <= 4  # the probes' whole forwards only
+    assert choices.count(False) <= 3 * (PROBE_AFTER - 1) + 3  # the probes' whole forwards only
 
 
 def test_a_fast_minute_for_the_halves_does_not_lock_the_batch_into_splitting() -> None:
     """The halves measured while the machine was fast, the whole while it was slow, look
     cheaper point against point; the pairs are measured in one minute each."""
     judge = SplitJudge()
-    _run(judge, False, 0.40, 0.44)  # the whole, in a slow minute
+    for _ in range(PROBE_AFTER - 2):
+        _run(judge, True, 0.183, 0.22)
+    _run(judge, True, 0.40, 0.44)  # the whole just before the first probe, in a slow minute
     choices = [_run(judge, True, 0.183, 0.22) for _ in range(2 * SPLIT_PROBE)]
     # the first split pairs with that slow whole (0.55); the next two pairs, each in one
     # minute, say 1.2, and the median of the three rules
-    assert not judge.pays(SHAPE) and sum(choices) <= 5
+    assert choices[0] and not judge.pays(SHAPE) and sum(choices) <= 4
 
 
 def test_a_split_is_paired_only_with_a_whole_forward_close_beside_it() -> None:
     judge = SplitJudge()
-    _run(judge, False, 0.183, 0.22)
-    for _ in range(PAIR_GAP + 1):  # other shapes in between
+    for _ in range(PROBE_AFTER - 1):
+        assert not _run(judge, True, 0.183, 0.22)
+    for _ in range(PAIR_GAP + 1):  # other sizes in between
         judge.choose(3, False)
         judge.measured(3, False, 0.15)
-    assert _run(judge, True, 0.183, 0.22)  # unpaired: the whole is too old
+    assert _run(judge, True, 0.183, 0.22)  # unpaired: the wholes are too old
     assert not _run(judge, True, 0.183, 0.22)  # so the next runs whole, beside it
     assert not judge.pays(SHAPE)
 
 
 def test_shapes_are_judged_apart() -> None:
     judge = SplitJudge()
-    for _ in range(8):
+    for _ in range(4 * PROBE_AFTER):
         for shape, whole, split in ((4, 0.183, 0.22), (8, 0.225, 0.208)):
             s = judge.choose(shape, True)
             judge.measured(shape, s, split if s else whole)

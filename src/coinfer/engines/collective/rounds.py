@@ -23,7 +23,7 @@ from coinfer.decoding.verify import accept_deterministic
 from coinfer.engines.collective.config import CollectiveConfig
 from coinfer.engines.collective.gate import SourceGate
 from coinfer.engines.collective.selector import SpeculationLengthSelector
-from coinfer.engines.collective.split import SPLIT_PROBE, SplitJudge, probe_cut, split_forward
+from coinfer.engines.collective.split import SPLIT_PROBE, SplitJudge, even_cut, probe_cut, split_forward
 from coinfer.engines.collective.switch import PipelineSwitch
 from coinfer.engines.collective.voting import VoteWeights, held_prefix, majority_vote
 from coinfer.models.base import Seq, SteerableModel
@@ -360,12 +360,10 @@ class Learner:
         for part in parts:
             t0 = time.perf_counter()
             rows += target.extend_many(part)
-            seconds = time.perf_counter() - t0
-            verify_s += seconds
-            n_tokens = sum(len(ids) for _, ids in part)
-            shape = (len(part), n_tokens)
+            verify_s += time.perf_counter() - t0
+            shape = (len(part), sum(len(ids) for _, ids in part))
             run.forward_shapes[shape] = run.forward_shapes.get(shape, 0) + 1
-            self._observe(n_tokens, seconds)
+        self._observe(whole[1], verify_s)
         self.judge.measured(whole[1], split=len(parts) > 1, seconds=verify_s)
         if self.gate is not None:
             self.gate.verified(whole[1], verify_s)
@@ -396,19 +394,26 @@ class Learner:
         where a cut is proposed and forwards over as many tokens, split and whole a few
         verifications apart, say it pays (``SplitJudge``). The measured curve's floors over
         the latest ``FLOOR_WINDOW`` forwards propose a cut (``split_forward``; every
-        ``SPLIT_PROBE`` verifications one whose halves are not measured within them), and
-        a forward of ``PROBE_FROM`` tokens or more its even cut otherwise (``probe_cut``)."""
+        ``SPLIT_PROBE`` verifications one whose halves are not measured within them), a
+        forward of ``PROBE_FROM`` tokens or more its even cut otherwise (``probe_cut``), and
+        a size whose split pays its even cut (the curve then holds the split's cost)."""
         explore = self.judge.verified % SPLIT_PROBE == SPLIT_PROBE - 1
         floors = self.costs.floors(within=FLOOR_WINDOW)
         sizes = [len(ids) for _, ids in items]
         at = split_forward(sizes, floors, explore=explore) or probe_cut(sizes, floors)
+        if not at and self.judge.pays(shape[1]):  # the curve holds the split's own cost by now
+            at = even_cut(sizes)
         if not self.judge.choose(shape[1], proposed=bool(at)):
             return [items]
         return [items[:at], items[at:]]
 
     def _observe(self, n_tokens: int, seconds: float) -> None:
-        """A target forward's cost, into the shared curve: through the sizers, whose
-        policies keep it (and count their rounds by it), or directly when there are none."""
+        """A verification's cost, one forward or two, into the shared curve: through the
+        sizers, whose policies keep it (and count their rounds by it), or directly when
+        there are none. The curve is what verifying n tokens costs as the judge runs it,
+        which the sizers price drafts by; a split's parts are not points of their own:
+        recorded so, a batch of 8 split into 4 + 4 never measured 8 again, its point went
+        stale, and the sizers drafted nothing (``docs/bench/collective``, run G)."""
         sizers = [sizer for sizer in self.sizers if sizer is not None]
         for sizer in sizers:
             sizer.observe(drafted=n_tokens - 1, draft_s=0.0, verify_s=seconds)

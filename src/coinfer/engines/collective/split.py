@@ -8,9 +8,11 @@ since the side it runs is the side measured again (``docs/bench/collective``: pl
 decoding split its own batches of 4 into 2 + 2, 21% dearer than one forward, 25 to 102
 times a run). So a split runs only where forwards of the same tokens, split and whole,
 measured a few verifications apart, say it pays: the ratio of such a pair is free of the
-machine's minute. Proposed splits of a size without enough pairs are probed, split and
-whole in turn; a size that pays is still run whole once every ``SPLIT_PROBE`` splits,
-and one that does not is probed again once every ``SPLIT_PROBE`` proposals.
+machine's minute. A size without enough pairs is probed, split once every
+``PROBE_AFTER`` proposals and paired with the whole beside it, so that sizes seen once
+(drafted batches come in many sizes) run whole; a size that pays is still run whole
+once every ``SPLIT_PROBE`` splits, and one that does not is probed again once every
+``SPLIT_PROBE`` proposals.
 
 Two places propose a cut: the measured cost curve's floors (``split_forward``), and, for
 a forward of ``PROBE_FROM`` tokens or more, its most even cut (``probe_cut``), since the
@@ -32,12 +34,23 @@ from typing import Any
 
 from coinfer.decoding.cost_curve import within_measured
 
-__all__ = ["PAIR_GAP", "PROBE_FROM", "SPLIT_PROBE", "SplitJudge", "probe_cut", "split_forward", "split_judge"]
+__all__ = [
+    "PAIR_GAP",
+    "PROBE_AFTER",
+    "PROBE_FROM",
+    "SPLIT_PROBE",
+    "SplitJudge",
+    "even_cut",
+    "probe_cut",
+    "split_forward",
+    "split_judge",
+]
 
 SPLIT_PROBE = 32  # splits between whole probes of a paying shape; proposals between probes of the rest
 PAIR_GAP = 4  # a split and a whole forward of one shape at most this many verifications apart make a pair
 PAIRS = 3  # a shape's latest pairs, whose median ratio decides
 ENOUGH = 3  # pairs a size needs before its verdict holds: one odd pair is outvoted
+PROBE_AFTER = 4  # proposals of a size without a verdict before each probe: it recurs
 PROBE_FROM = 8  # tokens from which a forward's even cut is probed, proposed by the curve or not
 DEARER = 1.25  # an even cut whose halves the curve measures this much dearer is not probed
 
@@ -73,7 +86,8 @@ class SplitJudge:
             return s.since % SPLIT_PROBE != 0  # a whole now and then, paired with the latest split
         if self._fresh(s.split):
             return False  # a probe's split waits for its whole
-        return len(s.ratios) < ENOUGH or s.since >= SPLIT_PROBE  # probe, or probe again
+        # probe a size that recurs (one seen once would be split untried), or probe again
+        return s.since >= (PROBE_AFTER if len(s.ratios) < ENOUGH else SPLIT_PROBE)
 
     def measured(self, tokens: int, split: bool, seconds: float) -> None:
         """The verification just chosen ran ``split`` or whole and took ``seconds``."""
