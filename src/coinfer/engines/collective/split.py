@@ -46,9 +46,9 @@ __all__ = [
     "split_judge",
 ]
 
-SPLIT_PROBE = 32  # splits between whole probes of a paying shape; proposals between probes of the rest
-PAIR_GAP = 4  # a split and a whole forward of one shape at most this many verifications apart make a pair
-PAIRS = 3  # a shape's latest pairs, whose median ratio decides
+SPLIT_PROBE = 32  # splits between whole probes of a paying size; proposals between probes of the rest
+PAIR_GAP = 4  # a split and a whole forward of one size at most this many verifications apart make a pair
+PAIRS = 3  # a size's latest pairs, whose median ratio decides
 ENOUGH = 3  # pairs a size needs before its verdict holds: one odd pair is outvoted
 PROBE_AFTER = 4  # proposals of a size without a verdict before each probe: it recurs
 PROBE_FROM = 8  # tokens from which a forward's even cut is probed, proposed by the curve or not
