@@ -353,20 +353,20 @@ class Learner:
         time on the round's critical path (0 when drafting ran beside the target), which
         the selector counts with the verification's."""
         items = [(r.seq, [r.context[-1], *v.draft]) for r, v in batch]
-        whole = len(items), sum(len(ids) for _, ids in items)  # the verification's rows, tokens
+        tokens = sum(len(ids) for _, ids in items)  # the verification's, however many forwards
         rows: list[Any] = []
         verify_s = 0.0
-        parts = self._forwards(items, whole)
+        parts = self._forwards(items, tokens)
         for part in parts:
             t0 = time.perf_counter()
             rows += target.extend_many(part)
             verify_s += time.perf_counter() - t0
             shape = (len(part), sum(len(ids) for _, ids in part))
             run.forward_shapes[shape] = run.forward_shapes.get(shape, 0) + 1
-        self._observe(whole[1], verify_s)
-        self.judge.measured(whole[1], split=len(parts) > 1, seconds=verify_s)
+        self._observe(tokens, verify_s)
+        self.judge.measured(tokens, split=len(parts) > 1, seconds=verify_s)
         if self.gate is not None:
-            self.gate.verified(whole[1], verify_s)
+            self.gate.verified(tokens, verify_s)
         events = []
         for (r, v), logits in zip(batch, rows, strict=True):
             n_acc, nxt = accept_deterministic(v.draft, logits, self.sampling, r.draws, len(r.context))
@@ -387,10 +387,8 @@ class Learner:
             self.selector.observe(draft_s + verify_s, gained)
         return events
 
-    def _forwards(
-        self, items: list[tuple[Seq, list[int]]], shape: tuple[int, int]
-    ) -> list[list[tuple[Seq, list[int]]]]:
-        """The verification's items (of ``shape``: rows, tokens) in one forward, or in two
+    def _forwards(self, items: list[tuple[Seq, list[int]]], tokens: int) -> list[list[tuple[Seq, list[int]]]]:
+        """The verification's items (``tokens`` in all) in one forward, or in two
         where a cut is proposed and forwards over as many tokens, split and whole a few
         verifications apart, say it pays (``SplitJudge``). The measured curve's floors over
         the latest ``FLOOR_WINDOW`` forwards propose a cut (``split_forward``; every
@@ -401,9 +399,9 @@ class Learner:
         floors = self.costs.floors(within=FLOOR_WINDOW)
         sizes = [len(ids) for _, ids in items]
         at = split_forward(sizes, floors, explore=explore) or probe_cut(sizes, floors)
-        if not at and self.judge.pays(shape[1]):  # the curve holds the split's own cost by now
+        if not at and self.judge.pays(tokens):  # the curve holds the split's own cost by then
             at = even_cut(sizes)
-        if not self.judge.choose(shape[1], proposed=bool(at)):
+        if not self.judge.choose(tokens, proposed=bool(at)):
             return [items]
         return [items[:at], items[at:]]
 

@@ -157,9 +157,12 @@ def probe_cut(sizes: Sequence[int], costs: Mapping[int, float]) -> int:
     """The even cut of a forward of ``PROBE_FROM`` tokens or more whose smaller part holds a
     third of them, for the judge to probe, unless the curve (``costs``) measures the
     whole and both parts and two forwards cost ``DEARER`` times one; else 0."""
-    n, at = sum(sizes), even_cut(sizes)
+    n = sum(sizes)
+    if n < PROBE_FROM:
+        return 0
+    at = even_cut(sizes)
     head = sum(sizes[:at])
-    if n < PROBE_FROM or not at or 3 * min(head, n - head) < n:
+    if not at or 3 * min(head, n - head) < n:
         return 0
     whole, first, second = costs.get(n), within_measured(costs, head), within_measured(costs, n - head)
     if whole is not None and first is not None and second is not None and first + second > DEARER * whole:
