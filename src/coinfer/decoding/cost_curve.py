@@ -1,12 +1,12 @@
 """A target's cost curve that knows how old each of its points is (``CostCurve``), and
-how the engines read a curve between and past its measured sizes."""
+how the engines read a curve between its measured sizes."""
 
 from __future__ import annotations
 
 from collections import deque
 from collections.abc import Mapping
 
-__all__ = ["CostCurve", "past_measured", "within_measured"]
+__all__ = ["CostCurve", "within_measured"]
 
 FLOOR_OF = 5  # the latest measurements of a point whose least is its floor (``floors``)
 
@@ -81,23 +81,3 @@ def within_measured(curve: Mapping[int, float], n: int) -> float | None:
     lo, hi = max(below), min(above)
     w = (n - lo) / (hi - lo)
     return (1 - w) * curve[lo] + w * curve[hi]
-
-
-def past_measured(curve: Mapping[int, float], n: int) -> float:
-    """A measured cost curve at ``n`` past its largest size ``top``: the top's cost and, per
-    token past it, what a token cost over the measured stretch that ends at the top (from
-    the largest size at most half of it), never under half the top's average per token
-    (the whole guess where no such stretch is measured).
-
-    On this CPU a forward's cost per token does not fall away past the sizes measured:
-    over four rows it was 46 ms a token at 4 tokens, 29 at 24 and 30 at 64, over one row 33
-    at 49 and 36 at 196 (``docs/bench/collective``). Half the average from a curve measured
-    up to 4 tokens guessed 196 tokens at 3.2 s where they took 7.0, and every request's
-    confident copy then looked worth a forward over 196 tokens; the measured stretch says
-    what the curve's own tokens cost instead, and where it bends down (a GPU's
-    launch-bound forward) half the average still lets a draft find out."""
-    top = max(curve)
-    average = curve[top] / top
-    halves = [m for m in curve if m <= top // 2]
-    stretch = (curve[top] - curve[max(halves)]) / (top - max(halves)) if halves else 0.0
-    return curve[top] + (n - top) * max(stretch, 0.5 * average)

@@ -53,10 +53,20 @@ drafts never pay cost about one token in 32.
 Requests verified together in one forward (the collective engine's batches) are cut
 together (``trim_together``, ``batch_lengths``): the curve is then per forward, whatever
 its requests, and the forward's draft tokens are those with the best chances across every
-request, as many as pay for the forward they make dearer. Past its largest measured size
-a batch's curve goes on as its own last measured stretch does (``past_measured``), and a
-forward reaches at most twice that size (``reach``): at batch 4 every request's confident
-copy once made one forward over 196 tokens, guessed at 3.2 s and timed at 7.0 s.
+request, as many as pay for the forward they make dearer. A forward reaches at most twice
+the largest size measured (``reach``): at batch 4 every request's confident copy once made
+one forward over 196 tokens, guessed at 3.2 s and timed at 7.0 s. Within that doubling a
+batch's curve is priced as one request's is, at half the top's average cost per token: an
+optimistic guess, on purpose. Priced by the curve's last measured stretch instead, a
+batch of 4 on this CPU, whose forwards cost 160 ms over 4 tokens, 300 over 8 and 400 over
+16 (a kernel that pays from 8 rows), took 16 tokens for 600 ms from the stretch 4 to 8, so
+drafts whose every token held 0.9 to 0.95 of the time never went past 8, where measured
+they gained 1.37-1.63x over plain decoding (a scripted model on those costs;
+``docs/bench/collective``, run I drafted almost nothing). A guess too low costs one
+forward, after which the measurement prices that size, and each doubling is tried only
+where drafts would pay at the guess: on a curve that stays linear, where no draft pays,
+a batch of copies that held tried 16, 32, 64 and 128 tokens once each (a scripted test),
+on the shared curve once per target.
 """
 
 from __future__ import annotations
@@ -67,7 +77,7 @@ from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, NamedTuple, Protocol
 
-from coinfer.decoding.cost_curve import CostCurve, past_measured, within_measured
+from coinfer.decoding.cost_curve import CostCurve, within_measured
 from coinfer.errors import ConfigError
 
 if TYPE_CHECKING:
@@ -369,11 +379,6 @@ class AdaptiveDraftLength:
         # sizes, so the local slope overstates; half the average cost per token, never free
         return self.costs[top] * (1 + 0.5 * (n - top) / top)
 
-    def _batch_cost(self, n: int) -> float:
-        """A batch's forward over n tokens: ``_cost`` up to the largest measured size, and
-        past it what the curve's own last measured stretch says (``past_measured``)."""
-        return self._cost(n) if n <= max(self.costs) else past_measured(self.costs, n)
-
     def expected_tokens(self, k: int, bucket: Hashable | None = None) -> float:
         """Tokens a round yields with k drafts: the target's own one plus the kept prefix."""
         return self._expected(bucket)[k]
@@ -436,7 +441,7 @@ class AdaptiveDraftLength:
         explore = bool(self._rounds) and self._rounds % self.explore_every == 0
         return batch_lengths(
             survivals,
-            self._batch_cost,
+            self._cost,
             required_gain=self.required_gain,
             explore=explore,
             floor=self.batch_floor,
