@@ -54,8 +54,9 @@ def test_a_fast_minute_for_the_halves_does_not_lock_the_batch_into_splitting() -
     _run(judge, True, 0.40, 0.44)  # the whole just before the first probe, in a slow minute
     choices = [_run(judge, True, 0.183, 0.22) for _ in range(2 * SPLIT_PROBE)]
     # the first split pairs with that slow whole (0.55); the next two pairs, each in one
-    # minute, say 1.2, and the median of the three rules
-    assert choices[0] and not judge.pays(SHAPE) and sum(choices) <= 4
+    # minute, say 1.2, and the median of the three rules; while the 0.55 is among them the
+    # size is probed again soon, once
+    assert choices[0] and not judge.pays(SHAPE) and sum(choices) <= 5
 
 
 def test_a_split_is_paired_only_with_a_whole_forward_close_beside_it() -> None:
@@ -100,3 +101,23 @@ def test_what_a_judge_learned_stays_with_the_target() -> None:
     assert split_judge(a, pipeline=False) is split_judge(a, pipeline=False)
     assert split_judge(a, pipeline=False) is not split_judge(a, pipeline=True)
     assert split_judge(a, pipeline=False) is not split_judge(b, pipeline=False)
+
+
+def test_a_paying_size_turned_by_two_odd_pairs_is_probed_again_soon() -> None:
+    """Eight rows split pay (0.92 of the whole); two pairs measured while something else
+    ran say 1.1 and turn the median. The size runs whole only until its next pairs, a few
+    proposals apart, turn it back, not for ``SPLIT_PROBE`` proposals."""
+    judge = SplitJudge()
+    while not judge.pays(8):
+        split = judge.choose(8, True)
+        judge.measured(8, split, 0.207 if split else 0.225)
+    for _ in range(2):  # two odd pairs
+        judge.measured(8, False, 0.225)
+        judge.measured(8, True, 0.2475)
+    assert not judge.pays(8)
+    whole = 0
+    while not judge.pays(8):
+        split = judge.choose(8, True)
+        judge.measured(8, split, 0.207 if split else 0.225)
+        whole += not split
+    assert whole <= 2 * PROBE_AFTER

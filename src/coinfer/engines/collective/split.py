@@ -12,7 +12,8 @@ machine's minute. A size without enough pairs is probed, split once every
 ``PROBE_AFTER`` proposals and paired with the whole beside it, so that sizes seen once
 (drafted batches come in many sizes) run whole; a size that pays is still run whole
 once every ``SPLIT_PROBE`` splits, and one that does not is probed again once every
-``SPLIT_PROBE`` proposals.
+``SPLIT_PROBE`` proposals, or every ``PROBE_AFTER`` while one of its pairs says it pays:
+a verdict turned by odd pairs is checked as soon as a new one would have been made.
 
 Two places propose a cut: the measured cost curve's floors (``split_forward``), and, for
 a forward of ``PROBE_FROM`` tokens or more, its most even cut (``probe_cut``), since the
@@ -86,8 +87,9 @@ class SplitJudge:
             return s.since % SPLIT_PROBE != 0  # a whole now and then, paired with the latest split
         if self._fresh(s.split):
             return False  # a probe's split waits for its whole
-        # probe a size that recurs (one seen once would be split untried), or probe again
-        return s.since >= (PROBE_AFTER if len(s.ratios) < ENOUGH else SPLIT_PROBE)
+        # probe a size that recurs (one seen once would be split untried), again soon one
+        # whose pairs disagree, and now and then one that does not pay
+        return s.since >= (SPLIT_PROBE if self._settled(s) else PROBE_AFTER)
 
     def measured(self, tokens: int, split: bool, seconds: float) -> None:
         """The verification just chosen ran ``split`` or whole and took ``seconds``."""
@@ -108,6 +110,12 @@ class SplitJudge:
         """Whether the size's pairs say its split saves the margin."""
         s = self._sizes.get(tokens)
         return s is not None and len(s.ratios) >= ENOUGH and median(s.ratios) < 1.0 - self.margin
+
+    def _settled(self, s: _Size) -> bool:
+        """Whether a size that does not pay has enough pairs and none of them says it does:
+        else one or two odd pairs that turned a paying size's median ran it whole for
+        ``SPLIT_PROBE`` proposals (batch 8 on this CPU, ``docs/bench/collective`` run H)."""
+        return len(s.ratios) >= ENOUGH and min(s.ratios) >= 1.0 - self.margin
 
     def _fresh(self, at: tuple[int, float] | None) -> bool:
         return at is not None and self.verified - at[0] <= PAIR_GAP
