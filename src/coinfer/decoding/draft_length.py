@@ -59,10 +59,10 @@ one forward over 196 tokens, guessed at 3.2 s and timed at 7.0 s. Within that do
 batch's curve is priced as one request's is, at half the top's average cost per token: an
 optimistic guess, on purpose. Priced by the curve's last measured stretch instead, a
 batch of 4 on this CPU, whose forwards cost 160 ms over 4 tokens, 300 over 8 and 400 over
-16 (a kernel that pays from 8 rows), took 16 tokens for 600 ms from the stretch 4 to 8, so
-drafts whose every token held 0.9 to 0.95 of the time never went past 8, where measured
-they gained 1.37-1.63x over plain decoding (a scripted model on those costs;
-``docs/bench/collective``, run I drafted almost nothing). A guess too low costs one
+16 (llama.cpp's kernel from 8 rows on costs little more per row), took 16 tokens for
+600 ms from the stretch 4 to 8, so drafts whose every token held 0.9 to 0.95 of the time
+never went past 8, where measured they gained 1.37-1.63x over plain decoding (a scripted
+model on those costs; ``docs/bench/collective``, run I drafted almost nothing). A guess too low costs one
 forward, after which the measurement prices that size, and each doubling is tried only
 where drafts would pay at the guess: on a curve that stays linear, where no draft pays,
 a batch of copies that held tried 16, 32, 64 and 128 tokens once each (a scripted test),

@@ -113,8 +113,9 @@ class SplitJudge:
 
     def _settled(self, s: _Size) -> bool:
         """Whether a size that does not pay has enough pairs and none of them says it does:
-        else one or two odd pairs that turned a paying size's median ran it whole for
-        ``SPLIT_PROBE`` proposals (batch 8 on this CPU, ``docs/bench/collective`` run H)."""
+        else two odd pairs that turned a paying size's median would run it whole for
+        ``SPLIT_PROBE`` proposals (the likely cause of run H's batches of 8 run whole where
+        plain decoding split them, ``docs/bench/collective``)."""
         return len(s.ratios) >= ENOUGH and min(s.ratios) >= 1.0 - self.margin
 
     def _fresh(self, at: tuple[int, float] | None) -> bool:
