@@ -62,11 +62,11 @@ batch of 4 on this CPU, whose forwards cost 160 ms over 4 tokens, 300 over 8 and
 16 (llama.cpp's kernel from 8 rows on costs little more per row), took 16 tokens for
 600 ms from the stretch 4 to 8, so drafts whose every token held 0.9 to 0.95 of the time
 never went past 8, where measured they gained 1.37-1.63x over plain decoding (a scripted
-model on those costs; ``docs/bench/collective``, run I drafted almost nothing). A guess too low costs one
-forward, after which the measurement prices that size, and each doubling is tried only
-where drafts would pay at the guess: on a curve that stays linear, where no draft pays,
-a batch of copies that held tried 16, 32, 64 and 128 tokens once each (a scripted test),
-on the shared curve once per target.
+model on those costs; in ``docs/bench/collective`` run I drafted almost nothing). A
+guess too low costs one forward, after which the measurement prices that size, and each
+doubling is tried only where drafts would pay at the guess: on a curve that stays
+linear, where no draft pays, a batch of copies that held tried 16, 32, 64 and 128 tokens
+once each (a scripted test), on the shared curve once per target.
 """
 
 from __future__ import annotations

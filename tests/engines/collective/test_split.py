@@ -108,15 +108,18 @@ def test_a_paying_size_turned_by_two_odd_pairs_is_probed_again_soon() -> None:
     ran say 1.1 and turn the median. The size runs whole only until its next pairs, a few
     proposals apart, turn it back, not for ``SPLIT_PROBE`` proposals."""
     judge = SplitJudge()
-    while not judge.pays(8):
+    for _ in range(3 * PROBE_AFTER):  # three pairs
         split = judge.choose(8, True)
         judge.measured(8, split, 0.207 if split else 0.225)
+    assert judge.pays(8)
     for _ in range(2):  # two odd pairs
         judge.measured(8, False, 0.225)
         judge.measured(8, True, 0.2475)
     assert not judge.pays(8)
     whole = 0
-    while not judge.pays(8):
+    for _ in range(SPLIT_PROBE):  # bounded: without the re-probe it stays whole throughout
+        if judge.pays(8):
+            break
         split = judge.choose(8, True)
         judge.measured(8, split, 0.207 if split else 0.225)
         whole += not split
