@@ -1,13 +1,14 @@
-"""Run `coinfer` with `draft_length.batch_lengths` (and `trim_together`) wrapped to log each
-batch cut to /tmp/dbg.log: `python log_batch_lengths.py bench collective ...` (issue 21)."""
+"""Run `coinfer` with `draft_length.batch_lengths` and `trim_together` wrapped to log each
+batch cut to /tmp/dbg2.log, each line tagged with its sizer (one per configuration run):
+`python log_batch_lengths.py bench collective ...` (issue 21)."""
 
 import json
 import sys
-import time
 
 import coinfer.decoding.draft_length as dl
 
-LOG = open("/tmp/dbg.log", "a")  # noqa: SIM115 (open for the whole run)
+LOG = open("/tmp/dbg2.log", "a")  # noqa: SIM115 (open for the whole run)
+CUR = {"id": None}
 orig_bl = dl.batch_lengths
 
 
@@ -17,12 +18,11 @@ def bl(survivals, cost, **kw):
     LOG.write(
         json.dumps(
             {
-                "t": round(time.time(), 1),
-                "ev": "bl",
+                "sz": CUR["id"],
                 "b": b,
                 "props": [len(s) for s in survivals],
-                "s1": [round(s[0], 2) if s else None for s in survivals],
-                "cost": {n: round(cost(n) * 1000, 1) for n in (b, b + 1, b + 4, 2 * b, 4 * b, 8 * b)},
+                "s": [[round(x, 2) for x in s[:6]] for s in survivals],
+                "cost": {n: round(cost(n) * 1000, 1) for n in (b, 2 * b, 4 * b, 8 * b)},
                 "most": kw.get("most"),
                 "out": out,
             }
@@ -37,20 +37,18 @@ orig_tt = dl.AdaptiveDraftLength.trim_together
 
 
 def tt(self, proposals):
-    if not self.costs or self._stale(len(proposals)):
-        LOG.write(
-            json.dumps(
-                {
-                    "t": round(time.time(), 1),
-                    "ev": "skip",
-                    "b": len(proposals),
-                    "empty": not self.costs,
-                    "fw": getattr(self.costs, "forwards", None),
-                    "pts": sorted(self.costs),
-                }
-            )
-            + "\n"
+    CUR["id"] = id(self) % 100000
+    LOG.write(
+        json.dumps(
+            {
+                "sz": CUR["id"],
+                "tt": [(n, str(b)) for n, b in proposals],
+                "stale": self._stale(len(proposals)),
+                "rounds": self._rounds,
+            }
         )
+        + "\n"
+    )
     return orig_tt(self, proposals)
 
 
