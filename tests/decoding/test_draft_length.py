@@ -324,15 +324,20 @@ def test_a_batch_drafts_only_for_the_promised_gain_and_only_once_costs_are_measu
     assert AdaptiveDraftLength().trim_together([(8, 0), (3, 0)]) == [0, 0]  # no cost measured yet
 
 
-def _copying_batch(forward_s: Callable[[int], float], rounds: int, holds: float = 1.0) -> list[int]:
+def _copying_batch(
+    forward_s: Callable[[int], float], rounds: int, holds: float = 1.0, slow: dict[int, float] | None = None
+) -> list[int]:
     """A batch of 4 whose every request rewrites given code (48-token copies), cut together
     for ``rounds`` rounds on a target whose forward over n tokens takes ``forward_s(n)``,
     after plain decoding measured 1 to 8 tokens (a batch's tail, and a draft of one token
-    each): each round's forward size. Earlier copies held to their end, or with ``holds``
-    below 1 each of their tokens held that often (the misses drawn, seeded)."""
+    each) and the sizes in ``slow`` were measured once at those seconds: each round's
+    forward size. Earlier copies held to their end, or with ``holds`` below 1 each of their
+    tokens held that often (the misses drawn, seeded)."""
     policy = AdaptiveDraftLength(costs=CostCurve(), batch_floor=0.97)
     for n in (1, 2, 3, 4, 8):
         policy.observe(drafted=n - 1, draft_s=0.0, verify_s=forward_s(n))
+    for n, seconds in (slow or {}).items():
+        policy.observe(drafted=n - 1, draft_s=0.0, verify_s=seconds)
     rng = np.random.default_rng(0)
     for _ in range(24):  # earlier copies
         for position in range(1, 49):
@@ -374,6 +379,18 @@ def test_copies_that_mostly_hold_grow_past_a_costly_eight_token_forward() -> Non
     measures it and keeps drafting past 8."""
     sizes = _copying_batch(lambda n: _cost(KINKED, n), rounds=12, holds=0.9)
     assert sizes[0] == 16 and min(sizes) > 8
+
+
+def test_a_size_measured_dear_once_is_tried_again_once_its_measurement_is_old() -> None:
+    """16 tokens measured once in a slow minute at 0.70 s, where they cost 0.40 s: while
+    that measurement is among the latest ``refresh_every`` forwards, copies that hold 0.9
+    of the time do not pay for it, and the batch decodes plainly. Then the batch's cut is
+    priced without it, so the batch tries a doubling again, measures 16 at what it costs
+    and drafts past 8 from then on. Priced by every point of the curve, as before, the one
+    dear measurement stood for good (the tune half's followup, ``docs/bench/collective``)."""
+    sizes = _copying_batch(lambda n: _cost(KINKED, n), rounds=100, holds=0.9, slow={16: 0.70})
+    assert set(sizes[:60]) == {4}
+    assert min(sizes[-20:]) > 8
 
 
 def test_drafts_cut_together_are_scored_whole_and_a_fixed_policy_keeps_them() -> None:
@@ -462,6 +479,15 @@ def test_floors_within_the_latest_forwards_leave_out_a_point_measured_only_befor
     assert split_forward([1] * 4, curve.floors(within=FLOOR_WINDOW)) == 0
     curve.record(2, 0.11, smoothing=0.3, refresh=64)  # measured again: back in, at its new cost
     assert curve.floors(within=FLOOR_WINDOW) == {2: 0.11, 4: 0.19}
+
+
+def test_the_fresh_curve_is_the_points_measured_among_the_latest_forwards() -> None:
+    curve = CostCurve({2: 0.08})  # set, never measured: always in
+    curve.record(16, 0.70, smoothing=0.3, refresh=64)  # a slow minute
+    for _ in range(10):
+        curve.record(4, 0.15, smoothing=0.3, refresh=64)
+    assert curve.fresh(within=11) == {2: 0.08, 16: 0.70, 4: 0.15}
+    assert curve.fresh(within=10) == {2: 0.08, 4: 0.15}
 
 
 def test_survival_up_to_a_drafts_length_is_the_start_of_the_whole_curve() -> None:

@@ -34,6 +34,9 @@ class CostCurve(dict[int, float]):
     one forward over 4 in the same run's prices), since the halves, measured seldom, kept
     floors from a fast minute while the whole's followed the machine's slow one. So the
     floors now only propose a split, and paired measurements decide (``engines.collective.split``).
+    A batch's draft lengths are priced by the points measured within the latest forwards
+    (``fresh``; ``AdaptiveDraftLength.trim_together``), so a size measured dear once is
+    tried again.
     """
 
     def __init__(self, points: Mapping[int, float] | None = None) -> None:
@@ -62,6 +65,12 @@ class CostCurve(dict[int, float]):
             elif recent := [seconds for at, seconds in latest if at > since]:
                 out[n] = min(recent)
         return out
+
+    def fresh(self, within: int) -> dict[int, float]:
+        """The points measured among the latest ``within`` forwards (their moving averages),
+        and those set, not measured."""
+        since = self.forwards - within
+        return {n: v for n, v in self.items() if not self._latest.get(n) or self._latest[n][-1][0] > since}
 
     def stale(self, n: int, refresh: int) -> bool:
         """Whether the point n is measured, but more than ``refresh`` forwards ago."""

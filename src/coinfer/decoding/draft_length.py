@@ -66,14 +66,25 @@ model on those costs; in ``docs/bench/collective`` run I drafted almost nothing)
 guess too low costs one forward, after which the measurement prices that size, and each
 doubling is tried only where drafts would pay at the guess: on a curve that stays
 linear, where no draft pays, a batch of copies that held tried 16, 32, 64 and 128 tokens
-once each (a scripted test), on the shared curve once per target.
+once each, then decoded plainly (a scripted test).
+
+A batch's cut is priced by the points measured among the latest ``refresh_every``
+forwards, a point measured only before them left out (``CostCurve.fresh``); ``reach``
+still counts every size ever measured. Priced by every point, a size measured in a slow
+minute kept that price: it looked dear, so it was not drafted, so not measured again, and
+every configuration run after the one that measured it inherited it (on the tune half,
++majority after single:ngram inherited 16 tokens at 502 ms, where four price tables of
+this session timed 350-438). Left out, the size is priced by the guess again and tried
+where that pays. The cost, on the linear curve above: copies that held go on trying one
+forward of about 50 tokens and one of about 200 every ``refresh_every`` forwards; copies
+whose tokens hold 0.9 of the time, one of 12.
 """
 
 from __future__ import annotations
 
 import math
 import threading
-from collections.abc import Callable, Hashable, Sequence
+from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, NamedTuple, Protocol
 
@@ -93,6 +104,7 @@ __all__ = [
     "ProposalLedger",
     "batch_lengths",
     "copy_prior",
+    "priced",
     "within_measured",
 ]
 
@@ -171,6 +183,20 @@ def batch_lengths(
     for _, _, j in ranked[:best]:
         out[j] += 1
     return out
+
+
+def priced(curve: Mapping[int, float], n: int) -> float:
+    """Seconds of a forward over ``n`` tokens by a measured ``curve`` (not empty): its
+    value, linear between measured sizes, no cheaper than the smallest below them, and past
+    the largest at half that size's average cost per token: CPU curves flatten past kernel
+    tile sizes, so the local slope overstates; an optimistic guess, never free."""
+    inside = within_measured(curve, n)
+    if inside is not None:
+        return inside
+    if n < min(curve):
+        return curve[min(curve)]
+    top = max(curve)
+    return curve[top] * (1 + 0.5 * (n - top) / top)
 
 
 class DraftLength(Protocol):
@@ -370,14 +396,7 @@ class AdaptiveDraftLength:
 
     def _cost(self, n: int) -> float:
         """``verify_cost`` once at least one size is measured."""
-        inside = within_measured(self.costs, n)
-        if inside is not None:
-            return inside
-        if n < min(self.costs):  # below every measurement: no cheaper than the smallest size
-            return self.costs[min(self.costs)]
-        top = max(self.costs)  # past every measurement: CPU curves flatten past kernel tile
-        # sizes, so the local slope overstates; half the average cost per token, never free
-        return self.costs[top] * (1 + 0.5 * (n - top) / top)
+        return priced(self.costs, n)
 
     def expected_tokens(self, k: int, bucket: Hashable | None = None) -> float:
         """Tokens a round yields with k drafts: the target's own one plus the kept prefix."""
@@ -439,14 +458,27 @@ class AdaptiveDraftLength:
             return [0] * len(proposals)
         survivals = [self.survival(bucket, upto=n)[1:] if n else [] for n, bucket in proposals]
         explore = bool(self._rounds) and self._rounds % self.explore_every == 0
+        curve = self._fresh()
         return batch_lengths(
             survivals,
-            self._cost,
+            lambda n: priced(curve, n),
             required_gain=self.required_gain,
             explore=explore,
             floor=self.batch_floor,
-            most=int(self.reach * max(self.costs)),
+            most=int(self.reach * max(self.costs)),  # every size measured, however long ago
         )
+
+    def _fresh(self) -> dict[int, float]:
+        """The curve a batch's cut is priced by: the points measured within the latest
+        ``refresh_every`` forwards (``CostCurve.fresh``), a point measured only before them
+        left out, so priced between its fresher neighbours or past the top. Not by their
+        floors: plain decoding's point is measured far more often than a draft size's, and
+        the least of many measurements is lower than the least of few, so every draft
+        looked dearer than it was (on the tune half's followup, priced 1.25x and 1.15x for
+        single:ngram and +majority, against 1.34x and 1.29x by the moving averages)."""
+        if not isinstance(self.costs, CostCurve):
+            return dict(self.costs)
+        return self.costs.fresh(within=self.refresh_every + 1) or dict(self.costs)
 
     def _choose(self, bucket: Hashable | None) -> int:
         if 1 not in self.costs or self._stale(1):  # every gain is against plain decoding, measured first
