@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Mapping
 
-__all__ = ["CostCurve", "within_measured"]
+__all__ = ["CostCurve", "priced", "within_measured"]
 
 FLOOR_OF = 5  # the latest measurements of a point whose least is its floor (``floors``)
 
@@ -90,3 +90,17 @@ def within_measured(curve: Mapping[int, float], n: int) -> float | None:
     lo, hi = max(below), min(above)
     w = (n - lo) / (hi - lo)
     return (1 - w) * curve[lo] + w * curve[hi]
+
+
+def priced(curve: Mapping[int, float], n: int) -> float:
+    """Seconds of a forward over ``n`` tokens by a measured ``curve`` (not empty): its
+    value, linear between measured sizes, no cheaper than the smallest below them, and past
+    the largest at half that size's average cost per token: CPU curves flatten past kernel
+    tile sizes, so the local slope overstates; an optimistic guess, never free."""
+    inside = within_measured(curve, n)
+    if inside is not None:
+        return inside
+    if n < min(curve):
+        return curve[min(curve)]
+    top = max(curve)
+    return curve[top] * (1 + 0.5 * (n - top) / top)

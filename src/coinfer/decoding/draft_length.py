@@ -84,11 +84,12 @@ from __future__ import annotations
 
 import math
 import threading
-from collections.abc import Callable, Hashable, Mapping, Sequence
+from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, NamedTuple, Protocol
 
-from coinfer.decoding.cost_curve import CostCurve, within_measured
+from coinfer.decoding.cost_curve import CostCurve, priced, within_measured
+from coinfer.decoding.ledger import ProposalLedger
 from coinfer.errors import ConfigError
 
 if TYPE_CHECKING:
@@ -183,20 +184,6 @@ def batch_lengths(
     for _, _, j in ranked[:best]:
         out[j] += 1
     return out
-
-
-def priced(curve: Mapping[int, float], n: int) -> float:
-    """Seconds of a forward over ``n`` tokens by a measured ``curve`` (not empty): its
-    value, linear between measured sizes, no cheaper than the smallest below them, and past
-    the largest at half that size's average cost per token: CPU curves flatten past kernel
-    tile sizes, so the local slope overstates; an optimistic guess, never free."""
-    inside = within_measured(curve, n)
-    if inside is not None:
-        return inside
-    if n < min(curve):
-        return curve[min(curve)]
-    top = max(curve)
-    return curve[top] * (1 + 0.5 * (n - top) / top)
 
 
 class DraftLength(Protocol):
@@ -474,8 +461,9 @@ class AdaptiveDraftLength:
         left out, so priced between its fresher neighbours or past the top. Not by their
         floors: plain decoding's point is measured far more often than a draft size's, and
         the least of many measurements is lower than the least of few, so every draft
-        looked dearer than it was (on the tune half's followup, priced 1.25x and 1.15x for
-        single:ngram and +majority, against 1.34x and 1.29x by the moving averages)."""
+        looked dearer than it was (on the tune half's followup, two runs each, priced
+        1.25-1.26x and 1.15x for single:ngram and +majority, against 1.27-1.34x and
+        1.23-1.29x by the moving averages)."""
         if not isinstance(self.costs, CostCurve):
             return dict(self.costs)
         return self.costs.fresh(within=self.refresh_every + 1) or dict(self.costs)
@@ -528,47 +516,6 @@ class AdaptiveDraftLength:
             self._copy_expected *= self.memory
         self._copy_misses += not kept
         self._copy_expected += 1.0 - copy_prior(match, position, self.copy_miss)
-
-
-class ProposalLedger:
-    """Proposals being scored, token by token, against what the target goes on to produce.
-
-    A proposal made at context length ``at`` is scored at each position as soon as the
-    target's token there is known, until it first differs or ends; the part trimmed off
-    before verification is scored too, at no cost. Scoring as tokens arrive (rather
-    than once a proposal is decided) keeps long proposals from being learned late.
-    """
-
-    def __init__(self) -> None:
-        self._open: list[_Proposal] = []
-
-    def add(self, at: int, tokens: list[int], bucket: Hashable) -> None:
-        if tokens:
-            self._open.append(_Proposal(at, list(tokens), bucket))
-
-    def resolve(self, context: Sequence[int]) -> list[tuple[Hashable, int, bool]]:
-        """(bucket, position, kept) for every proposal position the context now decides."""
-        events: list[tuple[Hashable, int, bool]] = []
-        still = []
-        for p in self._open:
-            known = min(len(p.tokens), len(context) - p.at)
-            missed = False
-            while p.scored < known and not missed:
-                missed = context[p.at + p.scored] != p.tokens[p.scored]
-                p.scored += 1
-                events.append((p.bucket, p.scored, not missed))
-            if not missed and p.scored < len(p.tokens):
-                still.append(p)
-        self._open = still
-        return events
-
-
-@dataclass
-class _Proposal:
-    at: int  # context length when it was proposed
-    tokens: list[int]
-    bucket: Hashable
-    scored: int = 0  # positions compared so far
 
 
 class DraftSizer:
