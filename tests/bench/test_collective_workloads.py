@@ -94,9 +94,16 @@ def test_category_workloads_run_each_category_alone_on_a_real_model(tmp_path: Pa
             assert by_tokens == sizes
     priced = report["summary"]["priced"]["2"]
     seen = {key for r in rows_by.values() for f in r["forward_shapes_runs"] for key in f}
-    assert set(priced["forward_ms"]) == seen
+    assert set(priced["forward_ms"]) == seen | {"1x1", "2x2"}  # and plain decoding's steps
     assert set(priced["ratios"]["single:ngram"]) == {"all", "edit", "prose"}
     assert "Priced: each run" in (tmp_path / "out" / "results.md").read_text()
+    # each request's tokens after its first, per category and repeat, longest first
+    lengths = single["lengths_by_category_runs"]
+    assert {c: len(v) for c, v in lengths.items()} == {"edit": 2, "prose": 2}
+    assert [sum(run) for run in lengths["edit"]] == [t for t, _ in single["by_category_runs"]["edit"]]
+    assert all(run == sorted(run, reverse=True) and len(run) == 2 for v in lengths.values() for run in v)
+    assert set(priced["matched_ratios"]["single:ngram"]) == {"all", "edit", "prose"}
+    assert "Priced, outputs matched" in (tmp_path / "out" / "results.md").read_text()
 
 
 def test_each_repeats_ratio_pairs_a_run_with_plains_run_of_the_same_repeat() -> None:

@@ -48,7 +48,9 @@ from pathlib import Path
 from typing import Any
 
 from coinfer.bench.broad_suite import broad_suite, split_suite
+from coinfer.bench.collective_markdown import markdown
 from coinfer.bench.collective_priced import (
+    PRICE_ROUNDS,
     compared,
     forward_prices,
     forwards_by_category,
@@ -56,7 +58,7 @@ from coinfer.bench.collective_priced import (
     paired_category_ratios,
     priced_figures,
     repeat_figures,
-    sizes_seen,
+    shapes_to_price,
 )
 from coinfer.bench.collective_workloads import (
     WorkloadPart,
@@ -66,14 +68,23 @@ from coinfer.bench.collective_workloads import (
     workload_runs,
 )
 from coinfer.bench.report import environment, write_json, write_markdown
-from coinfer.bench.workloads import CATEGORIES, build_suite, load_prompts
+from coinfer.bench.workloads import build_suite, load_prompts
 from coinfer.decoding import Drafter, Response, open_drafter
 from coinfer.engines import collective
 from coinfer.engines.collective import CollectiveConfig
 from coinfer.errors import ConfigError
 from coinfer.models import SteerableModel, load_model
 
-__all__ = ["CollectiveBenchConfig", "configurations", "measured_row", "run_collective_bench", "summarize"]
+__all__ = [
+    "CollectiveBenchConfig",
+    "bench_workload",
+    "configurations",
+    "finish",
+    "load_bench_model",
+    "measured_row",
+    "run_collective_bench",
+    "summarize",
+]
 
 FIXED_S = 4  # the paper's Default speculation length
 SUITES = ("committed", "broad")
@@ -100,10 +111,14 @@ class CollectiveBenchConfig:
     only: tuple[str, ...] = ()  # configurations to run beside plain (names as in the rows); () all
     per_category: int | None = None  # prompts per category before the split (None: 2 quick, else 8 or 4)
     category_workloads: bool = False  # each category's prompts run alone (``bench.collective_workloads``)
+    price_rounds: int = PRICE_ROUNDS  # rounds of each batch size's price table (``forward_prices``)
 
     def __post_init__(self) -> None:
         if self.repeats < 1:
             raise ConfigError(f"repeats must be at least 1, got {self.repeats}", hint="pass --repeats N >= 1")
+        if self.price_rounds < 1:
+            hint = "pass --price-rounds N >= 1"
+            raise ConfigError(f"price rounds must be at least 1, got {self.price_rounds}", hint=hint)
         if not self.drafts:
             raise ConfigError("bench collective needs at least one draft")
         if self.suite not in SUITES or self.split not in SPLITS:
@@ -123,7 +138,8 @@ class CollectiveBenchConfig:
             raise ConfigError(f"per_category must be at least 1, got {self.per_category}", hint=hint)
 
 
-def _workload(config: CollectiveBenchConfig) -> list[dict[str, Any]]:
+def bench_workload(config: CollectiveBenchConfig) -> list[dict[str, Any]]:
+    """The prompts the bench runs: the file's, or the suite's, per the split."""
     if config.prompts:
         return split_suite(load_prompts(config.prompts), config.split)
     default = 2 if config.quick else 8 if config.suite == "broad" else 4
@@ -239,6 +255,7 @@ def measured_row(
         "forwards_by_category_runs": forwards_by_category(records),
         "forward_shapes_runs": [r.get("forward_shapes") or {} for r in records],
         "shapes_by_category_runs": forwards_by_category(records, "workload_shapes"),
+        "lengths_by_category_runs": forwards_by_category(records, "workload_lengths"),
         "normalized_latency_s": round(sum(latency) / len(latency), 4),
         "output_tokens": output,
         "wall_s": round(wall_s, 2),
@@ -316,7 +333,7 @@ def _with(base: CollectiveConfig, **changes: Any) -> CollectiveConfig:
     return replace(base, **changes)
 
 
-def _load(name: str, n_ctx: int) -> SteerableModel:
+def load_bench_model(name: str, n_ctx: int) -> SteerableModel:
     """A llama.cpp model with one KV cache of ``n_ctx`` cells shared by all its sequences.
 
     Not per-sequence caches (``kv_unified=False``): llama.cpp then splits a batch into
@@ -331,7 +348,7 @@ def _load(name: str, n_ctx: int) -> SteerableModel:
 def run_collective_bench(config: CollectiveBenchConfig, log: Callable[[str], None] = print) -> dict[str, Any]:
     from coinfer import catalog
 
-    suite = _workload(config)
+    suite = bench_workload(config)
     messages = [p["messages"] for p in suite]
     categories = [str(p.get("category", "all")) for p in suite]
     for name in {config.target, *config.drafts} - {"ngram"}:
@@ -339,8 +356,8 @@ def run_collective_bench(config: CollectiveBenchConfig, log: Callable[[str], Non
             catalog.prepare(name)
     log(f"loading {config.target} and the drafts {', '.join(config.drafts)}…")
     cells = config.n_ctx * max(config.batch_sizes, default=1)  # every running request's window
-    target = _load(config.target, cells)
-    models = {d: _load(d, cells) for d in config.drafts if d != "ngram"}
+    target = load_bench_model(config.target, cells)
+    models = {d: load_bench_model(d, cells) for d in config.drafts if d != "ngram"}
     report: dict[str, Any] = {"config": {**vars(config)}, "environment": environment(), "rows": []}
     out = Path(config.out)
     try:
@@ -385,10 +402,11 @@ def _run_batch(
             _put(report["rows"], {**row, "config": "default"})
         log(f"batch {batch} {name} (run {len(mine)}): {_decode_rate(*mine[-1]):.2f} decode tok/s")
         _write(out, report)
-    sizes = sizes_seen([r for r in report["rows"] if r["batch"] == batch])
+    sizes = shapes_to_price([r for r in report["rows"] if r["batch"] == batch], batch)
     log(f"batch {batch}: timing the target's forwards of {len(sizes)} shapes, to price every run's forwards")
     prompt = target.chat_prompt(messages[0])
-    report.setdefault("forward_ms", {})[str(batch)] = forward_prices(target, prompt, sizes)
+    prices = forward_prices(target, prompt, sizes, config.price_rounds)
+    report.setdefault("forward_ms", {})[str(batch)] = prices
     _write(out, report)
 
 
@@ -537,61 +555,3 @@ def _ratio(a: float | None, b: float | None) -> float | None:
 def _write(out: Path, report: dict[str, Any]) -> None:
     write_json(out / "results.json", report)
     write_markdown(out / "results.md", markdown(report))
-
-
-def markdown(report: dict[str, Any]) -> str:
-    """Per batch size, every configuration's throughput (prefill included and apart) and
-    its decode rate per category against plain decoding's."""
-    rows = report["rows"]
-    cats = [c for c in CATEGORIES if any(c in (r.get("by_category") or {}) for r in rows)]
-    cats += [c for r in rows for c in (r.get("by_category") or {}) if c not in cats]
-    cats = list(dict.fromkeys(cats))
-    per_cat = (report.get("summary") or {}).get("per_category", {})
-    alone = (report.get("config") or {}).get("category_workloads")
-    repeats = int((report.get("config") or {}).get("repeats") or 1)
-    lines = [
-        "# coinfer bench collective",
-        "",
-        "tok/s: output over wall time; decode tok/s: without the prefills (prefill s). "
-        "Per category: decode rate against plain decoding's at the same batch size"
-        + (", each category's prompts run as a workload of their own" if alone else "")
-        + ("; with repeats, the median of each repeat's ratio." if alone and repeats > 1 else "."),
-        "",
-        "| batch | config | tok/s | decode tok/s | prefill s | s per token | "
-        + " | ".join(cats)
-        + (" | " if cats else "")
-        + "identical to plain | acceptance (voted) | pipelined rounds |",
-        "|---|---|---|---|---|---|" + "---|" * len(cats) + "---|---|---|",
-    ]
-    for r in rows:
-        voted = r["acceptance"].get("voted")
-        same = "–" if r["identical"] is None else r["identical"]
-        mine = per_cat.get(str(r["batch"]), {}).get(r["config"], {})
-        cells = "".join(f"{mine[c]:.2f}x | " if c in mine else "– | " for c in cats)
-        piped = r.get("pipelined_rounds")
-        lines.append(
-            f"| {r['batch']} | {r['config']} | {r['tokens_per_s']} | {r.get('decode_tokens_per_s', '–')} "
-            f"| {r.get('prefill_s', '–')} | {r['normalized_latency_s']} | {cells}{same} "
-            f"| {'–' if voted is None else f'{voted:.0%}'} | {'–' if piped is None else piped} |"
-        )
-    return "\n".join(lines + _priced_lines(report, cats)) + "\n"
-
-
-def _priced_lines(report: dict[str, Any], cats: list[str]) -> list[str]:
-    """The priced ratios' medians (``bench.collective_priced``), where the runs were priced."""
-    priced = {b: f["median"] for b, f in ((report.get("summary") or {}).get("priced") or {}).items() if f}
-    if not priced:
-        return []
-    lines = [
-        "",
-        "Priced: each run's forwards at one table of the target's forward times, against plain "
-        "decoding's (the median over repeats; drafting and bookkeeping left out).",
-        "",
-        "| batch | config | overall | " + " | ".join(cats) + " |",
-        "|---|---|---|" + "---|" * len(cats),
-    ]
-    for batch, by_config in priced.items():
-        for name, mine in by_config.items():
-            cells = " | ".join(f"{mine[c]:.3f}x" if c in mine else "–" for c in ["all", *cats])
-            lines.append(f"| {batch} | {name} | {cells} |")
-    return lines

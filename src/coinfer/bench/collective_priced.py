@@ -7,14 +7,27 @@ clocks. What the engine changes is the target's work: how many verifying forward
 category takes and over how many sequences and tokens each. So the engine records its
 forwards by shape (``forward_shapes``: ``"4x12"``, 4 rows and 12 tokens -> forwards), and
 after a batch size's runs the bench times the target once for each shape seen
-(``forward_ms``: the median of a few batched forwards over that many rows, each on top
-of its own copy of a prompt, the tokens spread evenly). A run's *priced* decode rate is
+(``forward_prices``: batched forwards over that many rows, each on top of its own copy
+of a prompt, the tokens spread evenly, the median of a few rounds that each time every
+shape once). A run's *priced* decode rate is
 its tokens after each request's first over the sum of its forwards' prices, and a
 configuration's priced ratio is that over plain decoding's at the same batch size, from
 one price table for all of them: the same forwards cost the same, whatever the machine
 did while each ran. Results from before shapes were recorded priced forwards by tokens
 alone, as if one sequence held them; at batch 4 those forwards took 1.4-1.6 times their
 price by the clock (1.04-1.08 at batch 1).
+
+The table is timed in rounds, each timing every shape once: timed shape after shape, a
+slow spell of the machine's landed on all of one shape's repeats, and run M's table
+(``docs/bench/collective``, batch 8) priced 4 rows of 4 tokens above 4 rows of 5, so the
+two forwards of 4 rows a split runs looked dearer than the one of 8 they replace.
+
+Outputs part from plain decoding's where batch shape moves llama.cpp's logits, and their
+lengths part with them; a request that ends sooner leaves fewer rows in each later
+forward, and each token costs more. So beside the priced ratio the bench gives one with
+outputs matched (``matched_ratios``): each run's forwards against what plain decoding's
+steps would cost for the very outputs it gave. In run M the gated-off draft, which
+decodes plainly, priced 0.958 of plain on qa, its outputs 6% shorter.
 
 What pricing leaves out, and the wall-clock figures keep: the time outside the target's
 forwards (drafting, the vote and bookkeeping, about 1% of a round on this CPU; a draft
@@ -30,40 +43,46 @@ decoding's own repeats of a category lie apart.
 
 from __future__ import annotations
 
+import copy
 import statistics
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 from coinfer.bench.collective_workloads import paired_ratios
-from coinfer.bench.decode import forward_ms
+from coinfer.bench.decode import spread_tokens, timed_forward
 from coinfer.models import SteerableModel
 
 __all__ = [
     "compared",
     "forward_prices",
     "forwards_by_category",
+    "matched_ratios",
     "median",
     "paired_category_ratios",
+    "plain_steps_ms",
     "priced_figures",
     "priced_rates",
     "priced_ratios",
     "repeat_figures",
+    "shapes_to_price",
     "sizes_seen",
 ]
 
 Sizes = Mapping[str, float]  # tokens in a forward (a JSON key) -> forwards
 Rows = dict[tuple[str, int], dict[str, Any]]  # (configuration, batch size) -> row
+PRICE_ROUNDS = 5  # rounds of the price table, each timing every shape once (``forward_prices``)
 
 
 def forwards_by_category(
     records: Sequence[dict[str, Any]], key: str = "workload_forwards"
-) -> dict[str, list[dict[str, float]]]:
+) -> dict[str, list[Any]]:
     """Per category, from the runs of one configuration in order: each run's verifying
-    forwards by size (``key`` ``workload_shapes``: by shape) (category workloads only)."""
-    out: dict[str, list[dict[str, float]]] = {}
+    forwards by size (``key`` ``workload_shapes``: by shape; ``workload_lengths``: its
+    requests' tokens after their first) (category workloads only)."""
+    out: dict[str, list[Any]] = {}
     for record in records:
-        for category, sizes in (record.get(key) or {}).items():
-            out.setdefault(category, []).append(dict(sizes))
+        for category, value in (record.get(key) or {}).items():
+            out.setdefault(category, []).append(copy.copy(value))
     return out
 
 
@@ -93,15 +112,27 @@ def _shape(key: str) -> tuple[int, int]:
 
 
 def forward_prices(
-    target: SteerableModel, prompt: list[int], keys: Sequence[str], repeats: int = 3
+    target: SteerableModel, prompt: list[int], keys: Sequence[str], rounds: int = PRICE_ROUNDS
 ) -> dict[str, float]:
     """Ms of the target's forward of each size or shape in ``keys`` (``sizes_seen``), each
-    row on top of its own copy of ``prompt``."""
-    out = {}
-    for key in keys:
-        rows, tokens = _shape(key)
-        out[key] = round(forward_ms(target, prompt, tokens, repeats, rows=rows), 3)
-    return out
+    row on top of its own copy of ``prompt``: the median of ``rounds`` rounds, each of
+    which times every shape once, after one round that warms caches and allocators."""
+    shapes = {key: _shape(key) for key in keys}
+    if not shapes:
+        return {}
+    seqs = [target.new_sequence() for _ in range(max(rows for rows, _ in shapes.values()))]
+    try:
+        target.extend_many([(seq, prompt) for seq in seqs], last_only=True)
+        times: dict[str, list[float]] = {key: [] for key in shapes}
+        for measured in range(rounds + 1):
+            for key, (rows, tokens) in shapes.items():
+                seconds = timed_forward(target, spread_tokens(seqs[:rows], prompt, tokens), len(prompt))
+                if measured:
+                    times[key].append(seconds)
+        return {key: round(1000 * statistics.median(t), 3) for key, t in times.items()}
+    finally:
+        for seq in seqs:
+            target.release(seq)
 
 
 def _priced_ms(sizes: Sizes, prices: Mapping[str, float]) -> float | None:
@@ -142,6 +173,73 @@ def priced_ratios(
         if len(base) == len(rates):
             out[category] = [round(a / b, 3) for a, b in zip(rates, base, strict=True)]
     return out
+
+
+def plain_steps_ms(lengths: Sequence[int], prices: Mapping[str, float]) -> float | None:
+    """What plain decoding's forwards cost for requests that start together and decode
+    ``lengths`` tokens each: at each step one forward of one token for every request still
+    decoding, r of them priced as ``"rxr"``; None where a step's shape has no price."""
+    total = 0.0
+    for step in range(1, max(lengths, default=0) + 1):
+        rows = sum(1 for n in lengths if n >= step)
+        price = prices.get(f"{rows}x{rows}")
+        if price is None:
+            return None
+        total += price
+    return total
+
+
+def _matched_parts(row: dict[str, Any], prices: Mapping[str, float], batch: int) -> dict[str, list[Any]]:
+    """Per category, each run's (plain steps' price of its outputs, its forwards' price),
+    where its requests all started together (no more of them than ``batch``)."""
+    shapes = row.get("shapes_by_category_runs") or {}
+    out: dict[str, list[Any]] = {}
+    for category, runs in (row.get("lengths_by_category_runs") or {}).items():
+        pairs = [
+            (plain_steps_ms(lengths, prices), _priced_ms(sizes, prices))
+            for lengths, sizes in zip(runs, shapes.get(category, []), strict=False)
+            if len(lengths) <= batch
+        ]
+        if pairs and len(pairs) == len(runs) and all(a and b for a, b in pairs):
+            out[category] = pairs
+    return out
+
+
+def matched_ratios(
+    mine: dict[str, Any], plain: dict[str, Any], prices: Mapping[str, float], batch: int
+) -> dict[str, list[float]]:
+    """Per category (and ``"all"``, the categories summed), each run's *output-matched*
+    priced ratio: how many times less its forwards cost than plain decoding's would for
+    the outputs it gave (``plain_steps_ms``), over the same figure of plain decoding's run
+    in the same repeat (whose judge splits forwards too). Batch shape moves llama.cpp's
+    logits, so outputs part from plain's, and their lengths with them: requests that end
+    sooner leave fewer rows per forward, and each token costs more, whatever the engine
+    did. This ratio leaves that out; ``priced_ratios`` keeps it."""
+    ours, theirs = _matched_parts(mine, prices, batch), _matched_parts(plain, prices, batch)
+    both = [c for c, runs in ours.items() if len(theirs.get(c, [])) == len(runs)]
+    out: dict[str, list[float]] = {}
+    for category in both:
+        pairs = zip(ours[category], theirs[category], strict=True)
+        out[category] = [round((e / c) / (pe / pc), 3) for (e, c), (pe, pc) in pairs]
+    if both and len({len(ours[c]) for c in both}) == 1:
+        out["all"] = [
+            round(_gain([ours[c][i] for c in both]) / _gain([theirs[c][i] for c in both]), 3)
+            for i in range(len(ours[both[0]]))
+        ]
+    return out
+
+
+def _gain(parts: Sequence[tuple[float, float]]) -> float:
+    """Plain steps' summed price over the forwards' summed price."""
+    return sum(e for e, _ in parts) / sum(c for _, c in parts)
+
+
+def shapes_to_price(rows: Sequence[dict[str, Any]], batch: int) -> list[str]:
+    """The shapes a batch size's price table times: every one the rows' runs recorded
+    (``sizes_seen``), and plain decoding's steps of one to ``batch`` rows, by which
+    ``matched_ratios`` prices each run's outputs."""
+    plain_steps = {f"{r}x{r}" for r in range(1, batch + 1)}
+    return sorted(set(sizes_seen(rows)) | plain_steps, key=_shape)
 
 
 def paired_category_ratios(by: Rows, name: str, batch: int) -> dict[str, list[float]]:
@@ -190,9 +288,12 @@ def priced_figures(by: Rows, batch: int, prices: Mapping[str, float] | None) -> 
         return {}
     names = compared(by, batch)
     ratios = {n: priced_ratios(by[(n, batch)], plain, prices) for n in names}
+    matched = {n: matched_ratios(by[(n, batch)], plain, prices, batch) for n in names}
     return {
         "median": {n: {c: median(v) for c, v in r.items()} for n, r in ratios.items()},
         "ratios": ratios,
+        "matched_median": {n: {c: median(v) for c, v in r.items()} for n, r in matched.items() if r},
+        "matched_ratios": matched,
         "forward_ms": dict(prices),
     }
 

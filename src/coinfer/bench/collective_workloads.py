@@ -59,9 +59,10 @@ def joined_run(parts: Sequence[WorkloadPart]) -> tuple[list[Response], float]:
     carrying one record of every part (``merged_record``, with each category's tokens
     after each request's first and decode seconds in ``workloads``, and its verifying
     forwards by size in ``workload_forwards`` and by shape, rows x tokens, in
-    ``workload_shapes``), and the summed wall time."""
+    ``workload_shapes``, and each request's tokens after its first, longest first, in
+    ``workload_lengths``), and the summed wall time."""
     by_index: dict[int, Response] = {}
-    records, workloads, forwards, shapes = [], {}, {}, {}
+    records, workloads, forwards, shapes, lengths = [], {}, {}, {}, {}
     for part in parts:
         by_index.update(zip(part.indices, part.responses, strict=True))
         record = part.responses[0].extras if part.responses else {}
@@ -70,8 +71,9 @@ def joined_run(parts: Sequence[WorkloadPart]) -> tuple[list[Response], float]:
         workloads[part.category] = [tokens, round(part.wall_s - float(record.get("prefill_s", 0.0)), 4)]
         forwards[part.category] = dict(record.get("forward_sizes") or {})
         shapes[part.category] = dict(record.get("forward_shapes") or {})
-    merged = merged_record(records)
-    record = {**merged, "workloads": workloads, "workload_forwards": forwards, "workload_shapes": shapes}
+        lengths[part.category] = sorted((max(0, len(r.tokens) - 1) for r in part.responses), reverse=True)
+    record = {**merged_record(records), "workloads": workloads, "workload_forwards": forwards,
+              "workload_shapes": shapes, "workload_lengths": lengths}  # fmt: skip
     return [replace(by_index[i], extras=record) for i in sorted(by_index)], sum(p.wall_s for p in parts)
 
 

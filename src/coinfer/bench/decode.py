@@ -21,7 +21,14 @@ from coinfer.bench.report import environment, write_json, write_markdown
 from coinfer.errors import CoinferError, ConfigError
 from coinfer.models import SteerableModel, load_model
 
-__all__ = ["DecodeBenchConfig", "forward_ms", "measure_model", "run_decode_bench"]
+__all__ = [
+    "DecodeBenchConfig",
+    "forward_ms",
+    "measure_model",
+    "run_decode_bench",
+    "spread_tokens",
+    "timed_forward",
+]
 
 PROMPT = (
     "Write a Python function `merge_intervals(intervals)` that merges overlapping intervals "
@@ -65,27 +72,36 @@ def forward_ms(model: SteerableModel, prompt: list[int], k: int, repeats: int, r
     """Median ms of one forward over k tokens on top of the cached prompt (then rolled
     back); with ``rows``, one batched forward over as many sequences, each on top of its
     own copy of the prompt, with the k tokens spread as evenly as the rows allow."""
-    if not 1 <= rows <= k:
-        raise ConfigError(f"a forward over {k} tokens has 1 to {k} rows, not {rows}")
     seqs = [model.new_sequence() for _ in range(rows)]
     try:
         model.extend_many([(seq, prompt) for seq in seqs], last_only=True)
-        tokens = (prompt * (k // len(prompt) + 1))[:k]
-        cuts = [k * i // rows for i in range(rows + 1)]
-        items = [(seq, tokens[a:b]) for seq, a, b in zip(seqs, cuts, cuts[1:], strict=False)]
-        times = []
-        for i in range(repeats + 1):
-            start = time.perf_counter()
-            model.extend_many(items)
-            elapsed = time.perf_counter() - start
-            for seq in seqs:
-                model.truncate(seq, len(prompt))
-            if i:  # the first run warms caches and allocators
-                times.append(elapsed)
-        return 1000 * statistics.median(times)
+        items = spread_tokens(seqs, prompt, k)
+        times = [timed_forward(model, items, len(prompt)) for _ in range(repeats + 1)]
+        return 1000 * statistics.median(times[1:])  # the first run warms caches and allocators
     finally:
         for seq in seqs:
             model.release(seq)
+
+
+def spread_tokens(seqs: list[Any], prompt: list[int], k: int) -> list[tuple[Any, list[int]]]:
+    """One batched forward's items: k tokens (the prompt's, repeated) spread over the
+    sequences as evenly as they allow."""
+    if not 1 <= len(seqs) <= k:
+        raise ConfigError(f"a forward over {k} tokens has 1 to {k} rows, not {len(seqs)}")
+    tokens = (prompt * (k // len(prompt) + 1))[:k]
+    cuts = [k * i // len(seqs) for i in range(len(seqs) + 1)]
+    return [(seq, tokens[a:b]) for seq, a, b in zip(seqs, cuts, cuts[1:], strict=False)]
+
+
+def timed_forward(model: SteerableModel, items: list[tuple[Any, list[int]]], keep: int) -> float:
+    """Seconds of one forward over ``items``, whose sequences are then rolled back to
+    their first ``keep`` tokens."""
+    start = time.perf_counter()
+    model.extend_many(items)
+    elapsed = time.perf_counter() - start
+    for seq, _ in items:
+        model.truncate(seq, keep)
+    return elapsed
 
 
 def measure_model(model: SteerableModel, config: DecodeBenchConfig) -> dict[str, Any]:

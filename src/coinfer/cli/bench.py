@@ -94,7 +94,13 @@ def cmd_speculative(args: argparse.Namespace) -> int:
 
 def cmd_collective(args: argparse.Namespace) -> int:
     from coinfer.bench.collective import CollectiveBenchConfig, run_collective_bench
+    from coinfer.bench.collective_priced import PRICE_ROUNDS
+    from coinfer.bench.collective_reprice import reprice
 
+    rounds = PRICE_ROUNDS if args.price_rounds is None else args.price_rounds
+    if args.reprice:
+        report = reprice(args.out, rounds, log=err)
+        return _done(args, report["summary"], [*_ratio_lines(report), f"repriced {args.out}/results.json"])
     config = CollectiveBenchConfig(
         out=args.out,
         target=args.target,
@@ -110,13 +116,26 @@ def cmd_collective(args: argparse.Namespace) -> int:
         only=tuple(args.only),
         per_category=args.per_category,
         category_workloads=args.category_workloads,
+        price_rounds=rounds,
     )
     report = run_collective_bench(config, log=err)
-    lines = [
+    return _done(args, report["summary"], [*_ratio_lines(report), f"wrote {args.out}/results.json"])
+
+
+def _ratio_lines(report: dict[str, Any]) -> list[str]:
+    """Per batch size, every configuration's priced ratio to plain decoding where the runs
+    were priced, else its ratio by the clock."""
+    summary = report["summary"]
+    priced = {b: f["median"] for b, f in (summary.get("priced") or {}).items() if f}
+    if priced:
+        return [
+            f"batch {batch} priced: " + ", ".join(f"{n} {r['all']}x" for n, r in by.items() if "all" in r)
+            for batch, by in priced.items()
+        ]
+    return [
         f"batch {batch}: " + ", ".join(f"{name} {r}x" for name, r in ratios.items())
-        for batch, ratios in report["summary"]["throughput_ratio_vs_plain"].items()
+        for batch, ratios in summary["throughput_ratio_vs_plain"].items()
     ]
-    return _done(args, report["summary"], [*lines, f"wrote {args.out}/results.json"])
 
 
 def cmd_copy_bound(args: argparse.Namespace) -> int:
@@ -459,6 +478,14 @@ def _add_collective(bench: Any) -> None:
     p.add_argument(
         "--category-workloads", action="store_true",
         help="run each category's prompts alone, so a category's figure is its own batch's rate",
+    )  # fmt: skip
+    p.add_argument(
+        "--price-rounds", type=int, default=None, metavar="N",
+        help="rounds of each batch size's table of forward prices, each timing every shape once (default: 5)",
+    )  # fmt: skip
+    p.add_argument(
+        "--reprice", action="store_true",
+        help="run nothing: time the price tables of the finished run in --out again and rewrite its summary",
     )  # fmt: skip
     p.set_defaults(func=cmd_collective)
 
