@@ -10,11 +10,14 @@ import pytest
 from tests.conftest import needs_torch, plain
 
 from coinfer.decoding import ModelDrafter, NgramDrafter, Response, SamplingParams
-from coinfer.decoding.draft_length import CostCurve
+from coinfer.decoding.draft_length import AdaptiveDraftLength, CostCurve, DraftSizer
+from coinfer.decoding.speculative import target_costs
 from coinfer.engines.collective import CollectiveConfig, LengthSelectorConfig, generate, stream
 from coinfer.engines.collective.gate import gate_memory
 from coinfer.engines.collective.pipeline import CoreSplit
-from coinfer.engines.collective.split import split_forward
+from coinfer.engines.collective.rounds import Learner
+from coinfer.engines.collective.split import SplitJudge, split_forward, split_judge
+from coinfer.engines.collective.voting import VoteWeights
 from coinfer.errors import ConfigError
 from coinfer.models.base import SteerableModel
 from coinfer.testing import FixedDrafter, ScriptedModel
@@ -261,6 +264,33 @@ def test_with_only_cheap_drafts_the_pipeline_starts_no_drafter_thread(
     assert [r.tokens for r in out] == [r.tokens for r in alone] and all(len(r.tokens) == 16 for r in out)
     assert started == [] and out[0].extras["pipelined_rounds"] == 0
     assert alone[0].extras["pipelined_rounds"] is None  # not allowed, not run
+
+
+def test_a_pipeline_that_steps_aside_prices_and_splits_as_the_sequential_engine() -> None:
+    """With n-gram lookup alone the pipeline runs sequential rounds only. They verify on
+    every core, so they price forwards by the target's shared curve and split them by the
+    sequential judge, starting from what runs before them learned; the pipelined phases'
+    judge sees nothing (run M at batch 8: a curve of its own, started empty in every run)."""
+    target = ScriptedModel(lambda prefix: (len(prefix) * 7) % 5 + 3)
+    prompts = [[3, 4, 5, 6], [4, 5, 6, 7], [5, 6, 7, 3]]
+    generate(target, prompts, drafts=[NgramDrafter()], config=CollectiveConfig(max_tokens=16, max_batch=2))
+    curve, judge = target_costs(target), split_judge(target, pipeline=False)
+    measured, verified = curve.forwards, judge.verified
+    assert measured > 0 and verified > 0
+    config = CollectiveConfig(max_tokens=16, max_batch=2, pipeline=True)
+    out = generate(target, prompts, drafts=[NgramDrafter()], config=config)
+    assert out[0].extras["pipelined_rounds"] == 0
+    assert curve.forwards > measured and judge.verified > verified
+    assert split_judge(target, pipeline=True).verified == 0
+
+
+def test_a_learner_moved_to_another_curve_prices_its_sizers_drafts_by_it() -> None:
+    sizer = DraftSizer(AdaptiveDraftLength(costs=CostCurve({1: 0.04})))
+    learner = Learner(VoteWeights(1), None, 4, SamplingParams(), 16, None, [NgramDrafter()], [sizer])
+    other, judge = CostCurve({1: 0.02, 8: 0.05}), SplitJudge()
+    learner.use_costs(other, judge)
+    assert learner.costs is other and learner.judge is judge
+    assert isinstance(sizer.policy, AdaptiveDraftLength) and sizer.policy.costs is other
 
 
 def test_a_batch_of_copies_verifies_the_ngram_drafts_past_s() -> None:

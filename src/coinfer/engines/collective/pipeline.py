@@ -22,8 +22,14 @@ Whether that pays is measured (``switch.PipelineSwitch``): the run alternates *p
 pipelined ones (a drafter thread for the phase) and sequential ones (no drafter thread;
 drafting, then verifying, each with every core), and runs the pipeline only while a
 draft model drafts (the gate has one on) and its measured throughput beats sequential
-rounds'. A draft model must not be the target itself (one llama.cpp context cannot run
-on two threads).
+rounds'. Sequential rounds price and split the target's forwards by what the sequential
+engine learned on the target (its cost curve and split judge); pipelined phases, on
+fewer cores, by their own. So a pipeline that steps aside decodes as the sequential
+engine does (run M at batch 8, ``docs/bench/collective``: stepped aside for every round
+but pricing by a curve of its own, started empty in each run, it priced qa at 0.941 of
+plain decoding, where the same engine without the pipeline priced 1.002).
+A draft model must not be the target itself (one llama.cpp context cannot run on two
+threads).
 """
 
 from __future__ import annotations
@@ -36,9 +42,11 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 
+from coinfer.decoding.draft_length import CostCurve
 from coinfer.decoding.drafters import Drafter
 from coinfer.engines.collective.gate import SourceGate
 from coinfer.engines.collective.rounds import Feedback, Request, Session, Voted
+from coinfer.engines.collective.split import split_judge
 from coinfer.engines.collective.switch import PipelineSwitch
 from coinfer.errors import ConfigError
 from coinfer.models.base import SteerableModel
@@ -74,18 +82,23 @@ def run_pipelined(session: Session, prompts: Sequence[list[int]]) -> Iterator[li
             hint="load the draft separately, or run without the pipeline",
         )
     switch = session.record.pipeline = PipelineSwitch()
+    # sequential rounds verify on every core, as the sequential engine does, and price by
+    # what it learned; pipelined phases verify on fewer, and learn their own
+    phases = {False: (learner.costs, learner.judge), True: (CostCurve(), split_judge(target, pipeline=True))}
     with _cores(target, session.drafts, session.config.draft_threads) as cores:
         run = _Run(session, switch, cores, deque(enumerate(prompts)))
         try:
             switch.decide(_drafts_compute(learner.gate))
             while run.pending or run.active:
                 cores.fit(switch.pipelined)
+                learner.use_costs(*phases[switch.pipelined])
                 yield from (_pipelined_phase if switch.pipelined else _sequential_phase)(run)
         finally:
             for r in run.active.values():
                 target.release(r.seq)
             for key in list(run.active):
                 learner.forget(key)
+            learner.use_costs(*phases[False])
 
 
 @dataclass

@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from coinfer.decoding.draft_length import CostCurve, DraftSizer
+from coinfer.decoding.draft_length import AdaptiveDraftLength, CostCurve, DraftSizer
 from coinfer.decoding.drafters import Drafter
 from coinfer.decoding.response import DecodeStats
 from coinfer.decoding.sampling import PositionDraws, SamplingParams, probs_from_logits, sample_at
@@ -325,6 +325,16 @@ class Learner:
     @property
     def s(self) -> int:
         return self.selector.s if self.selector is not None else self.fixed_s
+
+    def use_costs(self, costs: CostCurve, judge: SplitJudge) -> None:
+        """Measure and price the target's forwards by ``costs``, and split them by
+        ``judge``, from now on, the sizers' drafts too: the pipeline's pipelined phases
+        verify on fewer cores than its sequential rounds, so each kind of phase keeps its
+        own (``pipeline.run_pipelined``)."""
+        self.costs, self.judge = costs, judge
+        for sizer in self.sizers:
+            if sizer is not None and isinstance(sizer.policy, AdaptiveDraftLength):
+                sizer.policy.costs = costs
 
     def forget(self, key: int) -> None:
         """The request ``key`` is finished: the drafters, sizers and gate drop what they kept."""

@@ -184,5 +184,6 @@ _JUDGES: weakref.WeakKeyDictionary[Any, dict[bool, SplitJudge]] = weakref.WeakKe
 
 def split_judge(target: Any, pipeline: bool) -> SplitJudge:
     """The judge of ``target``'s verifications, kept with the model object (gone with it):
-    one for the sequential engine, one for the pipeline, whose verifying cores differ."""
+    one for forwards on every core (the sequential engine, and the pipeline's sequential
+    rounds), one for the pipeline's pipelined phases, which verify on fewer."""
     return _JUDGES.setdefault(target, {}).setdefault(pipeline, SplitJudge())
