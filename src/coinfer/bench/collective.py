@@ -82,6 +82,7 @@ __all__ = [
     "finish",
     "load_bench_model",
     "measured_row",
+    "price_batch",
     "run_collective_bench",
     "summarize",
 ]
@@ -402,12 +403,27 @@ def _run_batch(
             _put(report["rows"], {**row, "config": "default"})
         log(f"batch {batch} {name} (run {len(mine)}): {_decode_rate(*mine[-1]):.2f} decode tok/s")
         _write(out, report)
+    price_batch(report, batch, target, target.chat_prompt(messages[0]), config.price_rounds, log)
+    _write(out, report)
+
+
+def price_batch(
+    report: dict[str, Any],
+    batch: int,
+    target: SteerableModel,
+    prompt: list[int],
+    rounds: int,
+    log: Callable[[str], None],
+) -> None:
+    """Time the target's forward of every shape the batch size's runs recorded, and of
+    plain decoding's steps (``shapes_to_price``), into the report's price table for
+    ``batch``; a table it replaces (``--reprice``) is kept in ``forward_ms_replaced``."""
     sizes = shapes_to_price([r for r in report["rows"] if r["batch"] == batch], batch)
     log(f"batch {batch}: timing the target's forwards of {len(sizes)} shapes, to price every run's forwards")
-    prompt = target.chat_prompt(messages[0])
-    prices = forward_prices(target, prompt, sizes, config.price_rounds)
-    report.setdefault("forward_ms", {})[str(batch)] = prices
-    _write(out, report)
+    tables = report.setdefault("forward_ms", {})
+    if str(batch) in tables:
+        report.setdefault("forward_ms_replaced", []).append({str(batch): tables[str(batch)]})
+    tables[str(batch)] = forward_prices(target, prompt, sizes, rounds)
 
 
 def _put(rows: list[dict[str, Any]], row: dict[str, Any]) -> None:

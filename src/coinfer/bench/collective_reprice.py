@@ -17,8 +17,14 @@ from dataclasses import fields, replace
 from pathlib import Path
 from typing import Any
 
-from coinfer.bench.collective import CollectiveBenchConfig, bench_workload, finish, load_bench_model
-from coinfer.bench.collective_priced import PRICE_ROUNDS, forward_prices, shapes_to_price
+from coinfer.bench.collective import (
+    CollectiveBenchConfig,
+    bench_workload,
+    finish,
+    load_bench_model,
+    price_batch,
+)
+from coinfer.bench.collective_priced import PRICE_ROUNDS
 from coinfer.errors import ConfigError
 
 __all__ = ["reprice", "saved_config"]
@@ -47,15 +53,8 @@ def reprice(out: str, rounds: int = PRICE_ROUNDS, log: Callable[[str], None] = p
     target = load_bench_model(config.target, config.n_ctx * max(config.batch_sizes, default=1))
     try:
         prompt = target.chat_prompt(prompt_messages)
-        tables = report.setdefault("forward_ms", {})
         for batch in config.batch_sizes:
-            sizes = shapes_to_price([r for r in report["rows"] if r["batch"] == batch], batch)
-            if not sizes:
-                continue
-            log(f"batch {batch}: timing the target's forwards of {len(sizes)} shapes in {rounds} rounds")
-            if str(batch) in tables:
-                report.setdefault("forward_ms_replaced", []).append({str(batch): tables[str(batch)]})
-            tables[str(batch)] = forward_prices(target, prompt, sizes, rounds)
+            price_batch(report, batch, target, prompt, rounds, log)
     finally:
         target.close()
     return finish(report, config, Path(out))

@@ -39,7 +39,7 @@ from collections.abc import Generator, Iterator, Sequence
 from typing import Protocol
 
 from coinfer.decoding.detok import IncrementalDetokenizer
-from coinfer.decoding.draft_length import AdaptiveDraftLength, CostCurve, DraftSizer
+from coinfer.decoding.draft_length import AdaptiveDraftLength, DraftSizer
 from coinfer.decoding.drafters import Drafter
 from coinfer.decoding.prompting import as_prompt, check_prompt
 from coinfer.decoding.response import Response
@@ -171,7 +171,13 @@ def _learner(target: SteerableModel, drafts: Sequence[Drafter], config: Collecti
     else:
         selector, fixed = None, int(config.draft_tokens)
     cut = [config.cut_cheap_drafts and d.model is None for d in drafts]
-    costs = _costs(target)
+    # the verification cost curve, per forward over n tokens, that the learner splits
+    # forwards by and cheap drafts' sizers cut them by: on every core a forward costs about
+    # the same whether its tokens are one request's or a batch's, so the sequential engine,
+    # and the pipeline's sequential rounds, share the speculative engine's curve for the
+    # target; the pipeline's pipelined phases, on fewer cores, measure their own
+    # (``pipeline.run_pipelined``)
+    costs = target_costs(target)
     floor = config.batch_floor
     sizers = [DraftSizer(AdaptiveDraftLength(costs=costs, batch_floor=floor)) if c else None for c in cut]
     # a cheap draft's sizer weighs what its drafts add to the whole forward (one request's,
@@ -198,16 +204,6 @@ def _learner(target: SteerableModel, drafts: Sequence[Drafter], config: Collecti
         costs=costs,
         judge=split_judge(target, pipeline=False),
     )
-
-
-def _costs(target: SteerableModel) -> CostCurve:
-    """The verification cost curve, per forward over n tokens, that the learner splits
-    forwards by and cheap drafts' sizers cut them by: on every core a forward costs about
-    the same whether its tokens are one request's or a batch's, so the sequential engine,
-    and the pipeline's sequential rounds, share the speculative engine's curve for the
-    target (``target_costs``); the pipeline's pipelined phases, on fewer cores, measure
-    their own (``pipeline.run_pipelined``)."""
-    return target_costs(target)
 
 
 def _response(session: Session, r: Request, detoks: dict[int, IncrementalDetokenizer]) -> Response | None:
