@@ -72,6 +72,44 @@ def test_the_summary_holds_each_repeats_priced_ratio_and_their_median() -> None:
     assert summarize([plain, mine], config)["priced"] == {"4": {}}  # nothing timed, nothing priced
 
 
+def _split_row(name: str, shapes: dict[str, dict[str, float]]) -> dict[str, object]:
+    """A batch-8 row of one run whose categories each decoded 80 tokens in ``shapes``."""
+    total: dict[str, float] = {}
+    for by_shape in shapes.values():
+        for key, n in by_shape.items():
+            total[key] = total.get(key, 0) + n
+    return {"config": name, "batch": 8, "tokens_per_s": 1.0, "acceptance": {},
+            "decode_tokens_runs": [80 * len(shapes)], "forward_shapes_runs": [total],
+            "by_category_runs": {c: [[80, 9.9]] for c in shapes},
+            "shapes_by_category_runs": {c: [s] for c, s in shapes.items()}}  # fmt: skip
+
+
+def test_each_category_is_priced_by_the_table_timed_near_its_runs() -> None:
+    """Plain decoding ran 8 rows whole, the engine split them in two forwards of 4. The
+    end-of-run table says 8 rows cost 250 ms, less than two of 4 (262); timed right after
+    edit ran, 8 rows cost 310. Each category's forwards, plain's and the engine's alike,
+    are priced by the table timed near them, and overall sums the categories so priced."""
+    plain = _split_row("plain", {"edit": {"8x8": 10}, "qa": {"8x8": 10}})
+    mine = _split_row("+majority", {"edit": {"4x4": 20}, "qa": {"4x4": 20}})
+    end = {"4x4": 131.0, "8x8": 250.0}
+    near = {"edit": {"4x4": 127.0, "8x8": 310.0}, "qa": {"4x4": 116.0, "8x8": 250.0}}
+    config = CollectiveBenchConfig(out="x", batch_sizes=(8,), sweep=False)
+    priced = summarize([plain, mine], config, {"8": end}, {"8": near})["priced"]["8"]
+    overall = round((3100 + 2500) / (2540 + 2320), 3)
+    assert priced["median"]["+majority"] == {
+        "edit": round(3100 / 2540, 3),
+        "qa": round(2500 / 2320, 3),
+        "all": overall,
+    }
+    assert priced["forward_ms_near"] == near and priced["forward_ms"] == end
+    at_end = round(250 / 262, 3)
+    assert priced["end_table"]["median"]["+majority"] == {"all": at_end, "edit": at_end, "qa": at_end}
+    # a category with no near table: every category at the end-of-run table, none mixed
+    partial = summarize([plain, mine], config, {"8": end}, {"8": {"edit": near["edit"]}})["priced"]["8"]
+    assert partial["median"]["+majority"] == priced["end_table"]["median"]["+majority"]
+    assert "end_table" not in partial and "forward_ms_near" not in partial
+
+
 class ClockedTarget:
     """A target whose forward over n tokens takes n ms on a clock of its own, three times
     as long while a slow spell lasts (the forwards numbered ``slow``, the prefill first)."""

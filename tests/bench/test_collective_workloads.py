@@ -58,12 +58,18 @@ def test_category_workloads_run_each_category_alone_on_a_real_model(tmp_path: Pa
                                    only=("single:ngram",), category_workloads=True, repeats=2)  # fmt: skip
     lines: list[str] = []
     report = run_collective_bench(config, log=lines.append)
-    runs = [line.rsplit(":", 1)[0] for line in lines if line.endswith(" s")]
+    runs = [line.rsplit(":", 1)[0] for line in lines if line.endswith((" s", "near its runs"))]
     assert runs == [
-        f"batch 2 {category} {name} run {repeat}"
+        step
         for category in ("edit", "prose")
-        for repeat, names in ((1, ("plain", "single:ngram")), (2, ("single:ngram", "plain")))
-        for name in names
+        for step in [
+            *(
+                f"batch 2 {category} {name} run {repeat}"
+                for repeat, names in ((1, ("plain", "single:ngram")), (2, ("single:ngram", "plain")))
+                for name in names
+            ),
+            f"batch 2 {category}",  # then its near price table, before the next category
+        ]
     ]
     rows_by = {r["config"]: r for r in report["rows"]}
     plain, single = rows_by["plain"], rows_by["single:ngram"]
@@ -96,13 +102,27 @@ def test_category_workloads_run_each_category_alone_on_a_real_model(tmp_path: Pa
     seen = {key for r in rows_by.values() for f in r["forward_shapes_runs"] for key in f}
     assert set(priced["forward_ms"]) == seen | {"1x1", "2x2"}  # and plain decoding's steps
     assert set(priced["ratios"]["single:ngram"]) == {"all", "edit", "prose"}
-    assert "Priced: each run" in (tmp_path / "out" / "results.md").read_text()
+    # each category's forwards priced by its own table, timed right after it ran
+    near = priced["forward_ms_near"]
+    assert set(near) == {"edit", "prose"}
+    for category, table in near.items():
+        ran = {
+            key for r in rows_by.values() for runs in r["shapes_by_category_runs"][category] for key in runs
+        }
+        assert set(table) == ran | {"1x1", "2x2"} and all(ms > 0 for ms in table.values())
+    assert set(priced["end_table"]["median"]["single:ngram"]) == {"all", "edit", "prose"}
+    text = (tmp_path / "out" / "results.md").read_text()
+    assert "timed right after that category ran" in text and "Priced at the end-of-run table" in text
     # each request's tokens after its first, per category and repeat, longest first
     lengths = single["lengths_by_category_runs"]
     assert {c: len(v) for c, v in lengths.items()} == {"edit": 2, "prose": 2}
     assert [sum(run) for run in lengths["edit"]] == [t for t, _ in single["by_category_runs"]["edit"]]
     assert all(run == sorted(run, reverse=True) and len(run) == 2 for v in lengths.values() for run in v)
     assert set(priced["matched_ratios"]["single:ngram"]) == {"all", "edit", "prose"}
+    # the split judge's pairs at the end of each category's run (none where it never split)
+    pairs = single["split_pairs_by_category_runs"]
+    assert {c: len(v) for c, v in pairs.items()} == {"edit": 2, "prose": 2}
+    assert all(isinstance(run, dict) for v in pairs.values() for run in v)
     assert "Priced, outputs matched" in (tmp_path / "out" / "results.md").read_text()
 
 

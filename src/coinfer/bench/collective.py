@@ -55,6 +55,7 @@ from coinfer.bench.collective_priced import (
     forward_prices,
     forwards_by_category,
     median,
+    near_prices,
     paired_category_ratios,
     priced_figures,
     repeat_figures,
@@ -193,6 +194,7 @@ def _measured_runs(
     messages: list[Any],
     categories: list[str],
     log: Callable[[str], None],
+    near: dict[str, dict[str, float]],
 ) -> Iterator[tuple[str, tuple[list[Response], float]]]:
     """Every configuration's runs at ``batch``, ``config.repeats`` of each: (name,
     (responses, wall seconds)), each repeat's runs in configuration order, plain first.
@@ -201,8 +203,9 @@ def _measured_runs(
     configuration in turn, ``config.repeats`` times (every other time in reverse order),
     before the next category: the runs a category's ratios compare lie a minute apart, not
     a whole pass of the suite, so a machine whose speed drifts (plain decoding's own two
-    runs differed by up to 26% on one category, 20 minutes apart) moves them alike. Each
-    configuration's parts of one repeat are then joined in suite order (``joined_run``)."""
+    runs differed by up to 26% on one category, 20 minutes apart) moves them alike. Then
+    the category's near price table is timed into ``near`` (``near_prices``). Each
+    configuration's parts of one repeat are joined in suite order (``joined_run``)."""
     engines = [(name, specs, _with(e, max_batch=batch)) for name, specs, e in configurations(config)]
     if not config.category_workloads:
         for _ in range(config.repeats):
@@ -218,6 +221,10 @@ def _measured_runs(
                 parts.setdefault((name, repeat), []).append(WorkloadPart(category, mine, responses, seconds))
                 run = f" run {repeat + 1}" if config.repeats > 1 else ""
                 log(f"batch {batch} {category} {name}{run}: {seconds:.1f} s")
+        ran = [part for parts_of in parts.values() for part in parts_of if part.category == category]
+        prompt = target.chat_prompt(messages[mine[0]])
+        near[category] = near_prices(target, prompt, ran, batch, config.price_rounds)
+        log(f"batch {batch} {category}: timed the forwards of {len(near[category])} shapes near its runs")
     for repeat in range(config.repeats):
         for name, _, _ in engines:
             yield name, joined_run(parts[(name, repeat)])
@@ -257,6 +264,7 @@ def measured_row(
         "forward_shapes_runs": [r.get("forward_shapes") or {} for r in records],
         "shapes_by_category_runs": forwards_by_category(records, "workload_shapes"),
         "lengths_by_category_runs": forwards_by_category(records, "workload_lengths"),
+        "split_pairs_by_category_runs": forwards_by_category(records, "workload_split_pairs"),
         "normalized_latency_s": round(sum(latency) / len(latency), 4),
         "output_tokens": output,
         "wall_s": round(wall_s, 2),
@@ -393,7 +401,8 @@ def _run_batch(
     is rewritten from its runs so far after every run (``measured_row``)."""
     runs: dict[str, list[tuple[list[Response], float]]] = {}
     plain: list[list[int]] | None = None
-    for name, run in _measured_runs(config, batch, target, models, messages, categories, log):
+    near = report.setdefault("forward_ms_near", {}).setdefault(str(batch), {})
+    for name, run in _measured_runs(config, batch, target, models, messages, categories, log, near):
         mine = runs.setdefault(name, [])
         mine.append(run)
         plain = [r.tokens for r in mine[0][0]] if name == "plain" else plain
@@ -439,7 +448,9 @@ def finish(report: dict[str, Any], config: CollectiveBenchConfig, out: Path) -> 
     """Summarize the rows and write ``results.json``, ``results.md`` and the plots."""
     from coinfer.bench.collective_plots import plot_all
 
-    report["summary"] = summarize(report["rows"], config, report.get("forward_ms"))
+    report["summary"] = summarize(
+        report["rows"], config, report.get("forward_ms"), report.get("forward_ms_near")
+    )
     _write(out, report)
     plot_all(out, report)
     return report
@@ -450,12 +461,15 @@ def _sweep_batch(config: CollectiveBenchConfig) -> int:
 
 
 def summarize(
-    rows: list[dict[str, Any]], config: CollectiveBenchConfig, prices: dict[str, Any] | None = None
+    rows: list[dict[str, Any]],
+    config: CollectiveBenchConfig,
+    prices: dict[str, Any] | None = None,
+    near: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """Ratios to plain per batch size (overall and per category), the ablation, the sweep
     against the selector, the issue's targets; with repeats, every repeat's ratios; with
-    ``prices`` (per batch size, ms of a forward over n tokens), the priced ratios
-    (``bench.collective_priced``)."""
+    ``prices`` (per batch size, ms of a forward of each shape) and ``near`` (per batch
+    size and category), the priced ratios (``bench.collective_priced``)."""
     by = {(r["config"], r["batch"]): r for r in rows}
     ratio: dict[str, dict[str, float]] = {}
     for batch in config.batch_sizes:
@@ -488,7 +502,10 @@ def summarize(
         "throughput_ratio_vs_plain": ratio,
         "per_category": per_category,
         "repeats": {str(b): repeat_figures(by, b) for b in config.batch_sizes},
-        "priced": {str(b): priced_figures(by, b, (prices or {}).get(str(b))) for b in config.batch_sizes},
+        "priced": {
+            str(b): priced_figures(by, b, (prices or {}).get(str(b)), (near or {}).get(str(b)))
+            for b in config.batch_sizes
+        },
         "ablation": ablation,
         "sweep": {
             "batch": sweep_batch,

@@ -50,22 +50,33 @@ def markdown(report: dict[str, Any]) -> str:
 
 def _priced_lines(report: dict[str, Any], cats: list[str]) -> list[str]:
     """The priced ratios' medians (``bench.collective_priced``), where the runs were
-    priced, and the output-matched ones, where the runs recorded their requests' lengths."""
-    figures = ((report.get("summary") or {}).get("priced") or {}).items()
-    priced = {b: f["median"] for b, f in figures if f}
-    matched = {b: f["matched_median"] for b, f in figures if f and f.get("matched_median")}
-    lines = _table(
-        priced,
-        cats,
-        "Priced: each run's forwards at one table of the target's forward times, against plain "
-        "decoding's (the median over repeats; drafting and bookkeeping left out).",
+    priced, and the output-matched ones, where the runs recorded their requests' lengths;
+    where each category was priced by its near table, the end-of-run table's too."""
+    figures = [(b, f) for b, f in ((report.get("summary") or {}).get("priced") or {}).items() if f]
+    near = any("forward_ms_near" in f for _, f in figures)
+    table = (
+        "each category's forwards at a table of the target's forward times timed right after that "
+        "category ran"
+        if near
+        else "each run's forwards at one table of the target's forward times"
     )
-    return lines + _table(
-        matched,
+    lines = _table(
+        {b: f["median"] for b, f in figures},
+        cats,
+        f"Priced: {table}, against plain decoding's (the median over repeats; drafting and "
+        "bookkeeping left out).",
+    )
+    lines += _table(
+        {b: f["matched_median"] for b, f in figures if f.get("matched_median")},
         cats,
         "Priced, outputs matched: how many times less each run's forwards cost than plain "
         "decoding's would for the same outputs, against that of plain decoding's own run "
         "(output lengths, which batch shape moves, left out).",
+    )
+    return lines + _table(
+        {b: f["end_table"]["median"] for b, f in figures if "end_table" in f},
+        cats,
+        "Priced at the end-of-run table: every category's forwards at one table timed after every run.",
     )
 
 

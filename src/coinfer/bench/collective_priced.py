@@ -22,6 +22,15 @@ slow spell of the machine's landed on all of one shape's repeats, and run M's ta
 (``docs/bench/collective``, batch 8) priced 4 rows of 4 tokens above 4 rows of 5, so the
 two forwards of 4 rows a split runs looked dearer than the one of 8 they replace.
 
+Shapes do not keep their prices for an hour, nor move together: in run N the end-of-run
+table priced 8 rows of one token at 310-327 ms where tables timed an hour before said
+247-249, while 4 rows of 4 tokens barely moved. So with category workloads the bench also
+times a *near* table of each category's shapes right after the category has run under
+every configuration (``near_prices``), and prices each category's forwards, plain
+decoding's and every configuration's alike, by its own near table; the overall figure sums
+the categories so priced. The end-of-run table's figures are kept beside them
+(``end_table``).
+
 Outputs part from plain decoding's where batch shape moves llama.cpp's logits, and their
 lengths part with them; a request that ends sooner leaves fewer rows in each later
 forward, and each token costs more. So beside the priced ratio the bench gives one with
@@ -46,10 +55,10 @@ from __future__ import annotations
 
 import copy
 import statistics
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from coinfer.bench.collective_workloads import paired_ratios
+from coinfer.bench.collective_workloads import WorkloadPart, paired_ratios
 from coinfer.bench.decode import spread_tokens, timed_forward
 from coinfer.models import SteerableModel
 
@@ -59,6 +68,7 @@ __all__ = [
     "forwards_by_category",
     "matched_ratios",
     "median",
+    "near_prices",
     "paired_category_ratios",
     "plain_steps_ms",
     "priced_figures",
@@ -71,6 +81,7 @@ __all__ = [
 
 Sizes = Mapping[str, float]  # tokens in a forward (a JSON key) -> forwards
 Rows = dict[tuple[str, int], dict[str, Any]]  # (configuration, batch size) -> row
+Near = Mapping[str, Mapping[str, float]]  # category -> its near price table (``near_prices``)
 PRICE_ROUNDS = 5  # rounds of the price table, each timing every shape once (``forward_prices``)
 
 
@@ -143,33 +154,58 @@ def _priced_ms(sizes: Sizes, prices: Mapping[str, float]) -> float | None:
     return sum(count * prices[n] for n, count in sizes.items())
 
 
-def priced_rates(row: dict[str, Any], prices: Mapping[str, float]) -> dict[str, list[float]]:
+def priced_rates(
+    row: dict[str, Any], prices: Mapping[str, float], near: Near | None = None
+) -> dict[str, list[float]]:
     """A row's priced decode rate (tokens per priced second) of each run, overall
-    (``"all"``) and per category where its runs ran each category alone."""
+    (``"all"``) and per category where its runs ran each category alone. With ``near``
+    tables, each category's forwards are priced by the category's own table, and the
+    overall rate is the categories' tokens over their summed prices."""
     out: dict[str, list[float]] = {}
     forwards, by_category = _forwards(row)
+    by_tokens = row.get("by_category_runs") or {}
+    parts: dict[str, list[tuple[float, float | None]]] = {}
+    for category, runs in by_category.items():
+        table = near.get(category, {}) if near else prices
+        tokens = [t for t, _ in by_tokens.get(category, [])]
+        parts[category] = [(t, _priced_ms(sizes, table)) for t, sizes in zip(tokens, runs, strict=False)]
+        rates = [1000 * t / ms for t, ms in parts[category] if ms]
+        if rates and len(rates) == len(runs):
+            out[category] = rates
+    if near:
+        out.update(_summed_rates(parts))
+        return out
     tokens_runs = row.get("decode_tokens_runs") or []
     for tokens, sizes in zip(tokens_runs, forwards, strict=False):
         ms = _priced_ms(sizes, prices)
         if ms:
             out.setdefault("all", []).append(1000 * tokens / ms)
-    by_tokens = row.get("by_category_runs") or {}
-    for category, runs in by_category.items():
-        pairs = zip([t for t, _ in by_tokens.get(category, [])], runs, strict=False)
-        rates = [1000 * t / ms for t, sizes in pairs if (ms := _priced_ms(sizes, prices))]
-        if rates and len(rates) == len(runs):
-            out[category] = rates
     return out
 
 
+def _summed_rates(parts: Mapping[str, list[tuple[float, float | None]]]) -> dict[str, list[float]]:
+    """``"all"``: each run's tokens over its forwards' prices, summed over the categories,
+    where every category ran equally often and was priced in every run."""
+    counts = {len(runs) for runs in parts.values()}
+    if len(counts) != 1 or any(not ms for runs in parts.values() for _, ms in runs):
+        return {}
+    runs = range(counts.pop())
+    return {
+        "all": [
+            1000 * sum(p[i][0] for p in parts.values()) / sum(p[i][1] or 0.0 for p in parts.values())
+            for i in runs
+        ]
+    }
+
+
 def priced_ratios(
-    mine: dict[str, Any], plain: dict[str, Any], prices: Mapping[str, float]
+    mine: dict[str, Any], plain: dict[str, Any], prices: Mapping[str, float], near: Near | None = None
 ) -> dict[str, list[float]]:
     """Per category (and ``"all"``), each run's priced decode rate over plain decoding's
-    in the same repeat."""
-    theirs = priced_rates(plain, prices)
+    in the same repeat (each category by its ``near`` table, where given)."""
+    theirs = priced_rates(plain, prices, near)
     out: dict[str, list[float]] = {}
-    for category, rates in priced_rates(mine, prices).items():
+    for category, rates in priced_rates(mine, prices, near).items():
         base = theirs.get(category, [])
         if len(base) == len(rates):
             out[category] = [round(a / b, 3) for a, b in zip(rates, base, strict=True)]
@@ -190,14 +226,17 @@ def plain_steps_ms(lengths: Sequence[int], prices: Mapping[str, float]) -> float
     return total
 
 
-def _matched_parts(row: dict[str, Any], prices: Mapping[str, float], batch: int) -> dict[str, list[Any]]:
+def _matched_parts(
+    row: dict[str, Any], prices: Mapping[str, float], batch: int, near: Near | None = None
+) -> dict[str, list[Any]]:
     """Per category, each run's (plain steps' price of its outputs, its forwards' price),
     where its requests all started together (no more of them than ``batch``)."""
     shapes = row.get("shapes_by_category_runs") or {}
     out: dict[str, list[Any]] = {}
     for category, runs in (row.get("lengths_by_category_runs") or {}).items():
+        table = near.get(category, {}) if near else prices
         pairs = [
-            (plain_steps_ms(lengths, prices), _priced_ms(sizes, prices))
+            (plain_steps_ms(lengths, table), _priced_ms(sizes, table))
             for lengths, sizes in zip(runs, shapes.get(category, []), strict=False)
             if len(lengths) <= batch
         ]
@@ -207,7 +246,11 @@ def _matched_parts(row: dict[str, Any], prices: Mapping[str, float], batch: int)
 
 
 def matched_ratios(
-    mine: dict[str, Any], plain: dict[str, Any], prices: Mapping[str, float], batch: int
+    mine: dict[str, Any],
+    plain: dict[str, Any],
+    prices: Mapping[str, float],
+    batch: int,
+    near: Near | None = None,
 ) -> dict[str, list[float]]:
     """Per category (and ``"all"``, the categories summed), each run's *output-matched*
     priced ratio: how many times less its forwards cost than plain decoding's would for
@@ -215,8 +258,9 @@ def matched_ratios(
     in the same repeat (whose judge splits forwards too). Batch shape moves llama.cpp's
     logits, so outputs part from plain's, and their lengths with them: requests that end
     sooner leave fewer rows per forward, and each token costs more, whatever the engine
-    did. This ratio leaves that out; ``priced_ratios`` keeps it."""
-    ours, theirs = _matched_parts(mine, prices, batch), _matched_parts(plain, prices, batch)
+    did. This ratio leaves that out; ``priced_ratios`` keeps it. With ``near`` tables, each
+    category is priced by its own."""
+    ours, theirs = _matched_parts(mine, prices, batch, near), _matched_parts(plain, prices, batch, near)
     both = [c for c, runs in ours.items() if len(theirs.get(c, [])) == len(runs)]
     out: dict[str, list[float]] = {}
     for category in both:
@@ -239,8 +283,29 @@ def shapes_to_price(rows: Sequence[dict[str, Any]], batch: int) -> list[str]:
     """The shapes a batch size's price table times: every one the rows' runs recorded
     (``sizes_seen``), and plain decoding's steps of one to ``batch`` rows, by which
     ``matched_ratios`` prices each run's outputs."""
-    plain_steps = {f"{r}x{r}" for r in range(1, batch + 1)}
-    return sorted(set(sizes_seen(rows)) | plain_steps, key=_shape)
+    return _with_plain_steps(sizes_seen(rows), batch)
+
+
+def _with_plain_steps(seen: Iterable[str], rows: int) -> list[str]:
+    """``seen`` and plain decoding's steps of one to ``rows`` rows, fewest rows first."""
+    return sorted(set(seen) | {f"{r}x{r}" for r in range(1, rows + 1)}, key=_shape)
+
+
+def near_prices(
+    target: SteerableModel, prompt: list[int], parts: Sequence[WorkloadPart], batch: int, rounds: int
+) -> dict[str, float]:
+    """One category's near price table, timed right after the category ran under every
+    configuration (``parts``, each a run of it): every shape those runs' forwards took, and
+    plain decoding's steps of as many rows as its requests filled, each row on top of
+    ``prompt`` (the category's first)."""
+    seen = [
+        key
+        for part in parts
+        if part.responses
+        for key in part.responses[0].extras.get("forward_shapes") or {}
+    ]
+    rows = min(batch, max((len(part.indices) for part in parts), default=0))
+    return forward_prices(target, prompt, _with_plain_steps(seen, rows), rounds)
 
 
 def paired_category_ratios(by: Rows, name: str, batch: int) -> dict[str, list[float]]:
@@ -280,16 +345,34 @@ def median(values: Sequence[float]) -> float:
     return round(statistics.median(values), 3)
 
 
-def priced_figures(by: Rows, batch: int, prices: Mapping[str, float] | None) -> dict[str, Any]:
-    """Per configuration, its priced ratios to plain decoding (``priced_ratios``): every
-    repeat's, per category and overall (``"all"``), and their medians; and the price
-    table."""
+def priced_figures(
+    by: Rows, batch: int, prices: Mapping[str, float] | None, near: Near | None = None
+) -> dict[str, Any]:
+    """Per configuration, its priced ratios to plain decoding (``priced_ratios``) and the
+    output-matched ones (``matched_ratios``): every repeat's, per category and overall
+    (``"all"``), and their medians; and the price table. Where every category plain
+    decoding ran has a ``near`` table, those price the figures, and the end-of-run table's
+    are kept under ``end_table``."""
     plain = by.get(("plain", batch))
     if not plain or not prices:
         return {}
+    ran = set(_forwards(plain)[1])
+    if not near or not ran or not ran <= set(near):
+        return _figures(by, batch, prices, None)
+    figures = _figures(by, batch, prices, {c: near[c] for c in ran})
+    end = _figures(by, batch, prices, None)
+    return {
+        **figures,
+        "forward_ms_near": dict(near),
+        "end_table": {k: end[k] for k in ("median", "matched_median")},
+    }
+
+
+def _figures(by: Rows, batch: int, prices: Mapping[str, float], near: Near | None) -> dict[str, Any]:
+    plain = by[("plain", batch)]
     names = compared(by, batch)
-    ratios = {n: priced_ratios(by[(n, batch)], plain, prices) for n in names}
-    matched = {n: matched_ratios(by[(n, batch)], plain, prices, batch) for n in names}
+    ratios = {n: priced_ratios(by[(n, batch)], plain, prices, near) for n in names}
+    matched = {n: matched_ratios(by[(n, batch)], plain, prices, batch, near) for n in names}
     return {
         "median": {n: {c: median(v) for c, v in r.items()} for n, r in ratios.items()},
         "ratios": ratios,

@@ -124,3 +124,15 @@ def test_a_paying_size_turned_by_two_odd_pairs_is_probed_again_soon() -> None:
         judge.measured(8, split, 0.207 if split else 0.225)
         whole += not split
     assert whole <= 2 * PROBE_AFTER
+
+
+def test_the_pairs_a_verdict_stands_on_are_recorded_per_size() -> None:
+    """What the bench keeps of a run's splits: per size, its latest pairs' split over whole
+    seconds, so a size run whole can be told from one never probed."""
+    judge = SplitJudge()
+    assert judge.pairs() == {}
+    for _ in range(3 * PROBE_AFTER):
+        _run(judge, True, 0.2, 0.22)
+    judge.choose(2, proposed=False)  # a size never proposed for a cut: run whole, no pairs
+    judge.measured(2, split=False, seconds=0.1)
+    assert judge.pairs() == {str(SHAPE): [1.1, 1.1, 1.1]} and not judge.pays(SHAPE)

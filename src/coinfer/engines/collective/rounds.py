@@ -108,6 +108,7 @@ class RunRecord:
             "verify_s": round(self.verify_s, 4),
             "forward_sizes": {str(n): k for n, k in sorted(self.forward_sizes().items())},
             "forward_shapes": {f"{r}x{n}": k for (r, n), k in sorted(self.forward_shapes.items())},
+            "split_pairs": learner.judge.pairs(),  # the split judge's latest pairs per size
             "prefill_s": round(self.prefill_s, 4),
             "longest_draft": list(self.longest_draft),
             "voted_from": list(self.voted_from),

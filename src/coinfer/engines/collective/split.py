@@ -106,6 +106,11 @@ class SplitJudge:
         else:
             s.whole = mine
 
+    def pairs(self) -> dict[str, list[float]]:
+        """Per size (tokens, a JSON key) with pairs, its latest pairs' split over whole
+        seconds, oldest first: what the verdicts stand on (``pays``), for the record."""
+        return {str(n): [round(r, 3) for r in s.ratios] for n, s in sorted(self._sizes.items()) if s.ratios}
+
     def pays(self, tokens: int) -> bool:
         """Whether the size's pairs say its split saves the margin."""
         s = self._sizes.get(tokens)
