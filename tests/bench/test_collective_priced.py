@@ -10,6 +10,7 @@ from coinfer.bench.collective_priced import (
     priced_rates,
     priced_ratios,
     shapes_to_price,
+    situ_prices,
     sizes_seen,
 )
 from coinfer.errors import ConfigError
@@ -108,6 +109,29 @@ def test_each_category_is_priced_by_the_table_timed_near_its_runs() -> None:
     partial = summarize([plain, mine], config, {"8": end}, {"8": {"edit": near["edit"]}})["priced"]["8"]
     assert partial["median"]["+majority"] == priced["end_table"]["median"]["+majority"]
     assert "end_table" not in partial and "forward_ms_near" not in partial
+
+
+def test_in_situ_prices_pool_every_configurations_forwards_of_a_shape() -> None:
+    """A shape's in-situ price is the mean of every forward of it that the runs at that
+    batch size timed, plain decoding's and each configuration's together (``default``,
+    which repeats the first single draft's runs, not twice)."""
+    plain = {
+        **_split_row("plain", {"qa": {"8x8": 10}}),
+        "shape_ms_by_category_runs": {"qa": [{"8x8": 3000.0}]},
+    }
+    mine = {**_split_row("single:ngram", {"qa": {"8x8": 2, "4x4": 16}}),
+            "shape_ms_by_category_runs": {"qa": [{"8x8": 700.0, "4x4": 2400.0}]}}  # fmt: skip
+    by = {("plain", 8): plain, ("single:ngram", 8): mine, ("default", 8): {**mine, "config": "default"}}
+    assert situ_prices(by, 8, "qa") == {"8x8": round(3700 / 12, 3), "4x4": 150.0}
+    config = CollectiveBenchConfig(out="x", batch_sizes=(8,), sweep=False)
+    priced = summarize(list(by.values()), config, {"8": {"8x8": 250.0, "4x4": 100.0}})["priced"]["8"]
+    eight = round(3700 / 12, 3)
+    plain_ms, mine_ms = 10 * eight, 2 * eight + 16 * 150
+    assert priced["in_situ"]["median"]["single:ngram"] == {
+        "qa": round(plain_ms / mine_ms, 3),
+        "all": round(plain_ms / mine_ms, 3),
+    }
+    assert priced["in_situ"]["forward_ms"] == {"qa": {"8x8": eight, "4x4": 150.0}}
 
 
 class ClockedTarget:

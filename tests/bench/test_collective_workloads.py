@@ -119,6 +119,15 @@ def test_category_workloads_run_each_category_alone_on_a_real_model(tmp_path: Pa
     assert [sum(run) for run in lengths["edit"]] == [t for t, _ in single["by_category_runs"]["edit"]]
     assert all(run == sorted(run, reverse=True) and len(run) == 2 for v in lengths.values() for run in v)
     assert set(priced["matched_ratios"]["single:ngram"]) == {"all", "edit", "prose"}
+    # each category's forwards also priced by what every run's forwards of each shape took
+    situ = priced["in_situ"]["forward_ms"]
+    for category, table in situ.items():
+        ran = {
+            key for r in rows_by.values() for runs in r["shapes_by_category_runs"][category] for key in runs
+        }
+        assert set(table) == ran and all(ms > 0 for ms in table.values())
+    assert set(priced["in_situ"]["median"]["single:ngram"]) == {"all", "edit", "prose"}
+    assert "Priced in situ" in (tmp_path / "out" / "results.md").read_text()
     # the split judge's pairs at the end of each category's run (none where it never split)
     pairs = single["split_pairs_by_category_runs"]
     assert {c: len(v) for c, v in pairs.items()} == {"edit": 2, "prose": 2}

@@ -265,6 +265,7 @@ def measured_row(
         "shapes_by_category_runs": forwards_by_category(records, "workload_shapes"),
         "lengths_by_category_runs": forwards_by_category(records, "workload_lengths"),
         "split_pairs_by_category_runs": forwards_by_category(records, "workload_split_pairs"),
+        "shape_ms_by_category_runs": forwards_by_category(records, "workload_shape_ms"),
         "normalized_latency_s": round(sum(latency) / len(latency), 4),
         "output_tokens": output,
         "wall_s": round(wall_s, 2),

@@ -73,10 +73,16 @@ def _priced_lines(report: dict[str, Any], cats: list[str]) -> list[str]:
         "decoding's would for the same outputs, against that of plain decoding's own run "
         "(output lengths, which batch shape moves, left out).",
     )
-    return lines + _table(
+    lines += _table(
         {b: f["end_table"]["median"] for b, f in figures if "end_table" in f},
         cats,
         "Priced at the end-of-run table: every category's forwards at one table timed after every run.",
+    )
+    return lines + _table(
+        {b: f["in_situ"]["median"] for b, f in figures if "in_situ" in f},
+        cats,
+        "Priced in situ: each category's forwards at the mean time of each shape's forwards as every "
+        "configuration's runs of it took them (pooled).",
     )
 
 

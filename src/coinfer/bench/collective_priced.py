@@ -76,6 +76,7 @@ __all__ = [
     "priced_ratios",
     "repeat_figures",
     "shapes_to_price",
+    "situ_prices",
     "sizes_seen",
 ]
 
@@ -352,20 +353,48 @@ def priced_figures(
     output-matched ones (``matched_ratios``): every repeat's, per category and overall
     (``"all"``), and their medians; and the price table. Where every category plain
     decoding ran has a ``near`` table, those price the figures, and the end-of-run table's
-    are kept under ``end_table``."""
+    are kept under ``end_table``; where the runs timed their own forwards, the figures
+    priced by those times (``situ_prices``) under ``in_situ``."""
     plain = by.get(("plain", batch))
     if not plain or not prices:
         return {}
     ran = set(_forwards(plain)[1])
-    if not near or not ran or not ran <= set(near):
-        return _figures(by, batch, prices, None)
-    figures = _figures(by, batch, prices, {c: near[c] for c in ran})
-    end = _figures(by, batch, prices, None)
-    return {
-        **figures,
-        "forward_ms_near": dict(near),
-        "end_table": {k: end[k] for k in ("median", "matched_median")},
-    }
+    out = _figures(by, batch, prices, None)
+    if near and ran and ran <= set(near):
+        end = out
+        out = _figures(by, batch, prices, {c: near[c] for c in ran})
+        out.update(forward_ms_near=dict(near), end_table={k: end[k] for k in ("median", "matched_median")})
+    situ = {c: situ_prices(by, batch, c) for c in ran}
+    if ran and all(situ.values()):
+        figures = _figures(by, batch, prices, situ)
+        out["in_situ"] = {
+            "median": figures["median"],
+            "matched_median": figures["matched_median"],
+            "forward_ms": situ,
+        }
+    return out
+
+
+def situ_prices(by: Rows, batch: int, category: str) -> dict[str, float]:
+    """A category's *in-situ* price table: per shape, the mean ms of the forwards of it
+    that the runs at ``batch`` timed as they ran (plain decoding's and every
+    configuration's pooled, so each is priced alike; slow spells count in). A table timed
+    apart holds each row on a copy of one prompt in a cache holding only those; the real
+    forwards run over the category's own contexts, in a cache their whole batch fills, and
+    there a split saves less (plain decoding of followup at batch 8, traced after run Q:
+    two forwards of 4 rows took 0.957 of one of 8 as they ran; Q's near table said 0.825).
+    A shape only one configuration ran is priced by its own clock."""
+    summed: dict[str, list[float]] = {}
+    for (name, b), row in by.items():
+        if b != batch or name == "default" or name.startswith("sweep"):
+            continue  # ``default`` repeats the first single draft's runs
+        shapes = (row.get("shapes_by_category_runs") or {}).get(category, [])
+        times = (row.get("shape_ms_by_category_runs") or {}).get(category, [])
+        for counts, ms in zip(shapes, times, strict=False):
+            for key, total in ms.items():
+                n, t = summed.setdefault(key, [0.0, 0.0])
+                summed[key] = [n + counts.get(key, 0), t + total]
+    return {key: round(t / n, 3) for key, (n, t) in summed.items() if n}
 
 
 def _figures(by: Rows, batch: int, prices: Mapping[str, float], near: Near | None) -> dict[str, Any]:

@@ -60,10 +60,11 @@ def joined_run(parts: Sequence[WorkloadPart]) -> tuple[list[Response], float]:
     after each request's first and decode seconds in ``workloads``, and its verifying
     forwards by size in ``workload_forwards`` and by shape, rows x tokens, in
     ``workload_shapes``, each request's tokens after its first, longest first, in
-    ``workload_lengths``, and the split judge's pairs at the part's end in
-    ``workload_split_pairs``), and the summed wall time."""
+    ``workload_lengths``, the split judge's pairs at the part's end in
+    ``workload_split_pairs``, and its forwards' summed ms by shape in
+    ``workload_shape_ms``), and the summed wall time."""
     by_index: dict[int, Response] = {}
-    records, workloads, forwards, shapes, lengths, pairs = [], {}, {}, {}, {}, {}
+    records, workloads, forwards, shapes, lengths, pairs, shape_ms = [], {}, {}, {}, {}, {}, {}
     for part in parts:
         by_index.update(zip(part.indices, part.responses, strict=True))
         record = part.responses[0].extras if part.responses else {}
@@ -74,9 +75,10 @@ def joined_run(parts: Sequence[WorkloadPart]) -> tuple[list[Response], float]:
         shapes[part.category] = dict(record.get("forward_shapes") or {})
         lengths[part.category] = sorted((max(0, len(r.tokens) - 1) for r in part.responses), reverse=True)
         pairs[part.category] = dict(record.get("split_pairs") or {})
+        shape_ms[part.category] = dict(record.get("forward_shape_ms") or {})
     record = {**merged_record(records), "workloads": workloads, "workload_forwards": forwards,
               "workload_shapes": shapes, "workload_lengths": lengths,
-              "workload_split_pairs": pairs}  # fmt: skip
+              "workload_split_pairs": pairs, "workload_shape_ms": shape_ms}  # fmt: skip
     return [replace(by_index[i], extras=record) for i in sorted(by_index)], sum(p.wall_s for p in parts)
 
 

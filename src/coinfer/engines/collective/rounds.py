@@ -54,6 +54,7 @@ class RunRecord:
     verify_s: float = 0.0
     verifications: int = 0  # batched target forwards after the prefills
     forward_shapes: dict[tuple[int, int], int] = field(default_factory=dict)  # (rows, tokens) -> forwards
+    forward_ms: dict[tuple[int, int], float] = field(default_factory=dict)  # (rows, tokens) -> summed ms
     prefill_s: float = 0.0  # the target reading prompts (batched, as requests join)
     longest_draft: list[int] = field(default_factory=list)  # per verification: its longest voted draft
     source_rates: list[list[float]] = field(default_factory=list)  # per draft, per draft it made
@@ -108,6 +109,7 @@ class RunRecord:
             "verify_s": round(self.verify_s, 4),
             "forward_sizes": {str(n): k for n, k in sorted(self.forward_sizes().items())},
             "forward_shapes": {f"{r}x{n}": k for (r, n), k in sorted(self.forward_shapes.items())},
+            "forward_shape_ms": {f"{r}x{n}": round(ms, 2) for (r, n), ms in sorted(self.forward_ms.items())},
             "split_pairs": learner.judge.pairs(),  # the split judge's latest pairs per size
             "prefill_s": round(self.prefill_s, 4),
             "longest_draft": list(self.longest_draft),
@@ -371,9 +373,11 @@ class Learner:
         for part in parts:
             t0 = time.perf_counter()
             rows += target.extend_many(part)
-            verify_s += time.perf_counter() - t0
+            elapsed = time.perf_counter() - t0
+            verify_s += elapsed
             shape = (len(part), sum(len(ids) for _, ids in part))
             run.forward_shapes[shape] = run.forward_shapes.get(shape, 0) + 1
+            run.forward_ms[shape] = run.forward_ms.get(shape, 0.0) + 1000 * elapsed
         self._observe(tokens, verify_s)
         self.judge.measured(tokens, split=len(parts) > 1, seconds=verify_s)
         if self.gate is not None:

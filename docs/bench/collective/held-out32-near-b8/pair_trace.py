@@ -1,0 +1,63 @@
+"""Every pair the split judge reads on plain batch-8 decoding of one category's held-out
+prompts (the bench's plain configuration), runs in a row on one target as the bench does:
+what each split and whole forward of 8 tokens took, and the pairs' ratios.
+
+Run: ``python docs/bench/collective/held-out32-near-b8/pair_trace.py followup 3`` (writes
+``pair_trace_CATEGORY.json`` in the working directory: every forward by shape and time).
+"""
+
+import json
+import statistics
+import sys
+import time
+
+from coinfer.bench.collective import CollectiveBenchConfig, bench_workload, load_bench_model
+from coinfer.engines import collective
+from coinfer.engines.collective import split
+from coinfer.engines.collective.config import CollectiveConfig
+
+category, runs = sys.argv[1], int(sys.argv[2])
+suite = bench_workload(CollectiveBenchConfig(out="x", suite="broad", split="held-out", per_category=32))
+messages = [p["messages"] for p in suite if p["category"] == category]
+target = load_bench_model("qwen2.5-coder-1.5b", 4096 * 8)
+prompts = [target.chat_prompt(m) for m in messages]
+
+log: list[dict] = []
+measured = split.SplitJudge.measured
+
+
+def traced(self, tokens, split, seconds):  # noqa: ANN001, ANN202
+    before = {n: list(s.ratios) for n, s in self._sizes.items()}
+    measured(self, tokens, split, seconds)
+    after = list(self._sizes[tokens].ratios)
+    new = after[-1] if after and after != before.get(tokens) else None
+    log.append({"v": self.verified, "tokens": tokens, "split": split, "s": round(seconds, 4), "pair": new})
+
+
+split.SplitJudge.measured = traced
+extend = target.extend_many
+shapes: list[tuple[int, int, float]] = []
+
+
+def timed_extend(items, **kw):  # noqa: ANN001, ANN003, ANN202
+    t = time.perf_counter()
+    out = extend(items, **kw)
+    shapes.append((len(items), sum(len(ids) for _, ids in items), time.perf_counter() - t))
+    return out
+
+
+target.extend_many = timed_extend
+config = CollectiveConfig(max_tokens=128, draft_tokens=0, max_batch=8)
+for run in range(runs):
+    start = len(log)
+    t = time.perf_counter()
+    collective.generate(target, prompts, drafts=[], config=config)
+    mine = [e for e in log[start:] if e["tokens"] == 8]
+    whole = [e["s"] for e in mine if not e["split"]]
+    cut = [e["s"] for e in mine if e["split"]]
+    pairs = [e["pair"] for e in mine if e["pair"] is not None]
+    print(f"run {run + 1}: {time.perf_counter() - t:.1f} s; forwards of 8 tokens: {len(whole)} whole "
+          f"(median {statistics.median(whole) * 1000 if whole else 0:.1f} ms), {len(cut)} split "
+          f"(median {statistics.median(cut) * 1000 if cut else 0:.1f} ms); pairs {pairs}", flush=True)
+json.dump({"log": log, "shapes": shapes}, open(f"pair_trace_{category}.json", "w"))
+target.close()
