@@ -29,7 +29,10 @@ times a *near* table of each category's shapes right after the category has run 
 every configuration (``near_prices``), and prices each category's forwards, plain
 decoding's and every configuration's alike, by its own near table; the overall figure sums
 the categories so priced. The end-of-run table's figures are kept beside them
-(``end_table``).
+(``end_table``). A table timed apart still holds each row on a copy of one prompt, and
+there a split of 8 rows can look cheaper than the real forwards made it; so where the
+runs timed their forwards by shape, the bench prices them a third way, each shape at the
+mean time its forwards took as the category's runs ran them (``situ_prices``, ``in_situ``).
 
 Outputs part from plain decoding's where batch shape moves llama.cpp's logits, and their
 lengths part with them; a request that ends sooner leaves fewer rows in each later
