@@ -170,7 +170,7 @@ def priced_rates(
     by_tokens = row.get("by_category_runs") or {}
     parts: dict[str, list[tuple[float, float | None]]] = {}
     for category, runs in by_category.items():
-        table = near.get(category, {}) if near else prices
+        table = _table(category, prices, near)
         tokens = [t for t, _ in by_tokens.get(category, [])]
         parts[category] = [(t, _priced_ms(sizes, table)) for t, sizes in zip(tokens, runs, strict=False)]
         rates = [1000 * t / ms for t, ms in parts[category] if ms]
@@ -185,6 +185,12 @@ def priced_rates(
         if ms:
             out.setdefault("all", []).append(1000 * tokens / ms)
     return out
+
+
+def _table(category: str, prices: Mapping[str, float], near: Near | None) -> Mapping[str, float]:
+    """The table that prices ``category``: its own near one where ``near`` is given (an
+    empty one, so none of its forwards is priced, where it has none), else ``prices``."""
+    return near.get(category, {}) if near else prices
 
 
 def _summed_rates(parts: Mapping[str, list[tuple[float, float | None]]]) -> dict[str, list[float]]:
@@ -238,7 +244,7 @@ def _matched_parts(
     shapes = row.get("shapes_by_category_runs") or {}
     out: dict[str, list[Any]] = {}
     for category, runs in (row.get("lengths_by_category_runs") or {}).items():
-        table = near.get(category, {}) if near else prices
+        table = _table(category, prices, near)
         pairs = [
             (plain_steps_ms(lengths, table), _priced_ms(sizes, table))
             for lengths, sizes in zip(runs, shapes.get(category, []), strict=False)
