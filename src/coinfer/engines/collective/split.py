@@ -15,6 +15,14 @@ once every ``SPLIT_PROBE`` splits, and one that does not is probed again once ev
 ``SPLIT_PROBE`` proposals, or every ``PROBE_AFTER`` while one of its pairs says it pays:
 a verdict turned by odd pairs is checked as soon as a new one would have been made.
 
+A verdict stands on a size's latest ``PAIRS`` pairs and moves only when their median
+leaves a band: a size starts paying once the median saves ``margin`` of the whole, and
+stops once it saves nothing. On this CPU one pair's ratio scatters by about 0.07 around
+what a split saves at batch 8 (0.85-0.97, ``docs/bench/collective``), so three pairs'
+median crossed the margin on noise, and configurations run one after another on a target
+ran its batches of 8 whole in one workload and split in the next (run Q: 68 whole of
+about 130 for one configuration, 4 for plain decoding, on one category).
+
 Two places propose a cut: the measured cost curve's floors (``split_forward``), and, for
 a forward of ``PROBE_FROM`` tokens or more, its most even cut (``probe_cut``), since the
 curve alone proposed too seldom to be judged within a run (batch 8 on this CPU: 8 rows in
@@ -49,7 +57,7 @@ __all__ = [
 
 SPLIT_PROBE = 32  # splits between whole probes of a paying size; proposals between probes of the rest
 PAIR_GAP = 4  # a split and a whole forward of one size at most this many verifications apart make a pair
-PAIRS = 3  # a size's latest pairs, whose median ratio decides
+PAIRS = 9  # a size's latest pairs, whose median ratio decides
 ENOUGH = 3  # pairs a size needs before its verdict holds: one odd pair is outvoted
 PROBE_AFTER = 4  # proposals of a size without a verdict before each probe: it recurs
 PROBE_FROM = 8  # tokens from which a forward's even cut is probed, proposed by the curve or not
@@ -62,6 +70,7 @@ class _Size:
     measurements, each as (verification, seconds)."""
 
     ratios: deque[float] = field(default_factory=lambda: deque(maxlen=PAIRS))
+    paying: bool = False  # the verdict, moved only by a pair (``SplitJudge._verdict``)
     split: tuple[int, float] | None = None
     whole: tuple[int, float] | None = None
     since: int = 0  # proposals (paying: splits) since the latest pair
@@ -99,6 +108,7 @@ class SplitJudge:
         if self._fresh(other):
             assert other is not None
             s.ratios.append(seconds / other[1] if split else other[1] / seconds)
+            s.paying = self._verdict(s)
             s.split = s.whole = None
             s.since = 0
         elif split:
@@ -112,9 +122,17 @@ class SplitJudge:
         return {str(n): [round(r, 3) for r in s.ratios] for n, s in sorted(self._sizes.items()) if s.ratios}
 
     def pays(self, tokens: int) -> bool:
-        """Whether the size's pairs say its split saves the margin."""
+        """Whether the size's pairs said its split saves the margin (``_verdict``)."""
         s = self._sizes.get(tokens)
-        return s is not None and len(s.ratios) >= ENOUGH and median(s.ratios) < 1.0 - self.margin
+        return s is not None and s.paying
+
+    def _verdict(self, s: _Size) -> bool:
+        """A size's verdict after a new pair. A size starts paying once its pairs' median
+        saves the margin, and keeps paying until the median says a split saves nothing:
+        the band between keeps the verdict from flipping on the noise of a few pairs."""
+        if len(s.ratios) < ENOUGH:
+            return False
+        return median(s.ratios) < (1.0 if s.paying else 1.0 - self.margin)
 
     def _settled(self, s: _Size) -> bool:
         """Whether a size that does not pay has enough pairs and none of them says it does:
