@@ -122,16 +122,27 @@ def test_a_paying_size_keeps_paying_through_odd_pairs_and_stops_when_splits_cost
         judge.measured(8, False, 0.225)
         judge.measured(8, True, 0.2475)
     assert judge.pays(8) and judge.pairs()["8"] == [0.92, 0.92, 0.92, 1.1, 1.1]
-    judge.measured(8, False, 0.225)  # a third pair at 0.98: in the band, the verdict holds
-    judge.measured(8, True, 0.2205)
-    assert judge.pays(8)
+    for _ in range(2):  # two pairs at 0.98: the median (0.98) is in the band, the verdict holds
+        judge.measured(8, False, 0.225)
+        judge.measured(8, True, 0.2205)
+    assert 0.97 <= median(judge.pairs()["8"]) < 1.0 and judge.pays(8)
     proposals = 0
-    while judge.pays(8):  # splits now cost 1.1 of the whole, for good
+    while judge.pays(8) and proposals < 4 * SPLIT_PROBE:  # splits now cost 1.1 of the whole, for good
         split = judge.choose(8, True)
         judge.measured(8, split, 0.2475 if split else 0.225)
         proposals += 1
-    assert proposals <= 2 * SPLIT_PROBE  # two probes' pairs turn the median
+    assert proposals <= 3 * SPLIT_PROBE  # three probes' pairs turn the median of the nine
     assert median(judge.pairs()["8"]) >= 1.0
+
+
+def test_a_size_whose_pairs_save_less_than_the_margin_is_not_split() -> None:
+    """The band from below: pairs at 0.98 of the whole (a split within noise of the whole)
+    never start a size splitting."""
+    judge = SplitJudge()
+    for _ in range(PAIRS + 2):
+        judge.measured(8, False, 0.225)
+        judge.measured(8, True, 0.2205)
+    assert judge.pairs()["8"] == [0.98] * PAIRS and not judge.pays(8)
 
 
 def test_the_pairs_a_verdict_stands_on_are_recorded_per_size() -> None:
