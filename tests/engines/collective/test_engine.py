@@ -301,6 +301,9 @@ def test_a_batch_of_copies_verifies_the_ngram_drafts_past_s() -> None:
         return ord("a") + (len(prefix) - 1) % 26
 
     target = ScriptedModel(cycle, n_ctx=256)
+    # a forward costs what one on a CPU does, a fixed part and a part per token, so what the
+    # sizer measures does not hang on how busy the machine running the test is
+    _timed(target, lambda n: 0.002 + 0.0002 * n)
     prompts = [[ord("z")] + [cycle([0] * i) for i in range(1, n)] for n in (60, 47)]
     config = CollectiveConfig(max_tokens=120, draft_tokens=4, max_batch=2)
     out = generate(target, prompts, drafts=[NgramDrafter()], config=config)
