@@ -393,17 +393,17 @@ def situ_prices(by: Rows, batch: int, category: str) -> dict[str, float]:
     there a split saves less (plain decoding of followup at batch 8, traced after run Q:
     two forwards of 4 rows took 0.957 of one of 8 as they ran; Q's near table said 0.825).
     A shape only one configuration ran is priced by its own clock."""
-    summed: dict[str, list[float]] = {}
-    for (name, b), row in by.items():
-        if b != batch or name == "default" or name.startswith("sweep"):
-            continue  # ``default`` repeats the first single draft's runs
+    forwards: dict[str, int] = {}
+    ms_summed: dict[str, float] = {}
+    for name in ("plain", *compared(by, batch)):
+        row = by.get((name, batch)) or {}
         shapes = (row.get("shapes_by_category_runs") or {}).get(category, [])
         times = (row.get("shape_ms_by_category_runs") or {}).get(category, [])
         for counts, ms in zip(shapes, times, strict=False):
             for key, total in ms.items():
-                n, t = summed.setdefault(key, [0.0, 0.0])
-                summed[key] = [n + counts.get(key, 0), t + total]
-    return {key: round(t / n, 3) for key, (n, t) in summed.items() if n}
+                forwards[key] = forwards.get(key, 0) + counts.get(key, 0)
+                ms_summed[key] = ms_summed.get(key, 0.0) + total
+    return {key: round(t / forwards[key], 3) for key, t in ms_summed.items() if forwards[key]}
 
 
 def _figures(by: Rows, batch: int, prices: Mapping[str, float], near: Near | None) -> dict[str, Any]:
