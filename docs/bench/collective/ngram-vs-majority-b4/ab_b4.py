@@ -8,29 +8,37 @@ M +majority); other variants as JSON, letter -> [name, drafts, CollectiveConfig 
 over +majority's], e.g. ``'{"Z": ["ngram floor 0", ["ngram"], {"batch_floor": 0.0}]}'``.
 Prints, per run, its priced and in-situ ratio, how many outputs equal plain decoding's,
 and each request's decode rate over its plain one (by the clock)."""
+
 import json
 import sys
-import time
+from dataclasses import replace
 
-from coinfer.bench.collective import _span, _span_rate
 from coinfer.bench.collective import (
-    CollectiveBenchConfig, _measure, bench_workload, configurations, load_bench_model,
+    CollectiveBenchConfig,
+    _measure,
+    _span,
+    _span_rate,
+    bench_workload,
+    configurations,
+    load_bench_model,
 )
 from coinfer.bench.collective_priced import forward_prices
 from coinfer.bench.collective_workloads import tokens_after_first
-from coinfer.engines.collective import CollectiveConfig
-from dataclasses import replace
 
 cats = sys.argv[1].split(",")
 order = sys.argv[2]  # e.g. PNMMNNMMNP
 out = sys.argv[3]
 variants = {"P": "plain", "N": "single:ngram", "M": "+majority"}
-if len(sys.argv) > 4:
-    extra = json.loads(sys.argv[4])  # letter -> [name, [drafts]]
-else:
-    extra = {}
-cfg = CollectiveBenchConfig(out="x", suite="broad", split="held-out", per_category=16,
-                            category_workloads=True, batch_sizes=[4], sweep=False)
+extra = json.loads(sys.argv[4]) if len(sys.argv) > 4 else {}  # letter -> [name, drafts, changes]
+cfg = CollectiveBenchConfig(
+    out="x",
+    suite="broad",
+    split="held-out",
+    per_category=16,
+    category_workloads=True,
+    batch_sizes=[4],
+    sweep=False,
+)
 suite = bench_workload(cfg)
 drafts = list(cfg.drafts)
 target = load_bench_model(cfg.target, cfg.n_ctx * 4)
@@ -48,14 +56,31 @@ for cat in cats:
         specs, engine = engines[name]
         responses, wall = _measure(target, models, msgs, specs, engine)
         ex = responses[0].extras
-        runs.append({"config": name, "wall": wall, "tokens": tokens_after_first(responses),
-                     "prefill_s": ex["prefill_s"], "verify_s": ex["verify_s"], "draft_s": ex["draft_s"],
-                     "shapes": ex["forward_shapes"], "shape_ms": ex["forward_shape_ms"],
-                     "longest": ex["longest_draft"], "out": [r.tokens for r in responses],
-                     "drafting": ex["rounds_drafting"], "spans": [_span_rate(_span(r)) for r in responses], "exploring": ex["rounds_exploring"]})
+        runs.append(
+            {
+                "config": name,
+                "wall": wall,
+                "tokens": tokens_after_first(responses),
+                "prefill_s": ex["prefill_s"],
+                "verify_s": ex["verify_s"],
+                "draft_s": ex["draft_s"],
+                "shapes": ex["forward_shapes"],
+                "shape_ms": ex["forward_shape_ms"],
+                "longest": ex["longest_draft"],
+                "out": [r.tokens for r in responses],
+                "drafting": ex["rounds_drafting"],
+                "spans": [_span_rate(_span(r)) for r in responses],
+                "exploring": ex["rounds_exploring"],
+            }
+        )
         r = runs[-1]
-        print(cat, name, f"wall {wall:.1f} verify {r['verify_s']:.1f} draft {r['draft_s']:.2f} "
-              f"tok {r['tokens']} fw {sum(r['shapes'].values())} plain4 {r['shapes'].get('4x4', 0)}", flush=True)
+        print(
+            cat,
+            name,
+            f"wall {wall:.1f} verify {r['verify_s']:.1f} draft {r['draft_s']:.2f} "
+            f"tok {r['tokens']} fw {sum(r['shapes'].values())} plain4 {r['shapes'].get('4x4', 0)}",
+            flush=True,
+        )
     keys = sorted({k for r in runs for k in r["shapes"]} | {"1x1", "2x2", "3x3", "4x4"})
     prompt = target.chat_prompt(msgs[0])
     prices = forward_prices(target, prompt, keys, 5)
@@ -67,8 +92,18 @@ for cat in cats:
     plain = [r for r in runs if r["config"] == "plain"]
     base = sum(r["tokens"] / r["priced_ms"] for r in plain) / len(plain)
     for r in runs:
-        print(cat, r["config"], "priced", round(r["tokens"] / r["priced_ms"] / base, 3),
-              "insitu", round(r["tokens"] / (r["verify_s"] * 1000) / base, 3),
-              "same-as-plain", sum(a == b for a, b in zip(r["out"], plain[0]["out"])),
-              "request rates vs plain", [round(a / b, 2) for a, b in zip(r["spans"], plain[0]["spans"])], flush=True)
-    json.dump({"prices": prices, "runs": res}, open(out, "w"))
+        print(
+            cat,
+            r["config"],
+            "priced",
+            round(r["tokens"] / r["priced_ms"] / base, 3),
+            "insitu",
+            round(r["tokens"] / (r["verify_s"] * 1000) / base, 3),
+            "same-as-plain",
+            sum(a == b for a, b in zip(r["out"], plain[0]["out"], strict=True)),
+            "request rates vs plain",
+            [round(a / b, 2) for a, b in zip(r["spans"], plain[0]["spans"], strict=True)],
+            flush=True,
+        )
+    with open(out, "w") as f:
+        json.dump({"prices": prices, "runs": res}, f)

@@ -7,7 +7,8 @@ Run: ``python trace_summary.py tr2.json 1``."""
 import json
 import sys
 
-log = json.load(open(sys.argv[1]))
+with open(sys.argv[1]) as f:
+    log = json.load(f)
 for i, run in enumerate(log):
     cuts = run["cuts"]
     drafted = blocked = 0
@@ -17,11 +18,19 @@ for i, run in enumerate(log):
             drafted += 1
         elif any(confident) and not all(confident):
             blocked += 1
-    print(f"run {i} {run['config']}: {len(cuts)} batched cuts, {drafted} drafted, {blocked} drafted nothing "
-          f"while some (not all) requests held a confident copy; forwards {run['shapes']}")
+    print(
+        f"run {i} {run['config']}: {len(cuts)} batched cuts, {drafted} drafted, {blocked} drafted nothing "
+        f"while some (not all) requests held a confident copy; forwards {run['shapes']}"
+    )
 run = log[int(sys.argv[2])]
-print(f"\nrun {sys.argv[2]}: round, tokens proposed per request, (match, warm), survival at 1/8/16/32 tokens, kept")
+print(
+    f"\nrun {sys.argv[2]}: round, tokens proposed per request, (match, warm),"
+    " survival at 1/8/16/32 tokens, kept"
+)
 for c in run["cuts"]:
-    surv = ["-" if not s else "/".join(f"{s[j - 1]:.2f}" for j in (1, 8, 16, 32) if j <= len(s)) for s in c["surv"]]
+    surv = [
+        "-" if not s else "/".join(f"{s[j - 1]:.2f}" for j in (1, 8, 16, 32) if j <= len(s))
+        for s in c["surv"]
+    ]
     buckets = [tuple(b) if b else None for b in c["buckets"]]
     print(c["round"], c["proposed"], buckets, surv, c["keep"])
