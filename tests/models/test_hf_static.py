@@ -196,11 +196,15 @@ def test_a_batch_with_gaps_between_its_slots_runs_over_them_and_spares_the_gaps(
             np.testing.assert_allclose(g, h, atol=1e-4)
 
     batch([0, 1, 2, 3], [[5], [6], [7], [8]])
+    assert (padded.gap_forwards, padded.gap_rows) == (0, 0)
     batch([3, 0, 2], [[1, 2], [3], [4, 5, 6]])  # out of order, slot 1 a gap
     assert padded.shapes >= {(4, 1, 256, 0), (4, 3, 256, 0)}
+    assert (padded.gap_forwards, padded.gap_rows) == (1, 1)  # the record a GPU run reads
     batch([1], [[9, 10]])  # the gap's owner: its cache untouched by the empty row
+    assert (padded.gap_forwards, padded.gap_rows) == (2, 1 + 1)  # slot 1 alone runs over slot 0
     batch([3, 0], [list(range(20, 40)), [41]])  # wider than 16: gathered, not padded
     assert (2, 20, 256, None) in padded.shapes
+    assert padded.gap_forwards == 2
     for own in seqs[1]:
         dynamic.release(own)
     padded.close()

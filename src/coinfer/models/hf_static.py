@@ -175,6 +175,9 @@ class HFStaticModel(HFModel):
         # a batch with gaps between its slots run over slots 0..s (default: with graphs)
         self.pad_slots = self.graphs_enabled if pad_slots is None else pad_slots
         self.shapes: set[_Key] = set()  # every (batch, width, span, first slot) a forward ran at
+        # forwards that ran over their slots' gaps (``pad_slots``), and the empty rows they ran
+        self.gap_forwards = 0
+        self.gap_rows = 0
         self._slots = slots or _FIRST_SLOTS
         self._free = list(range(self._slots))
         self._keys, self._values = self._allocate(self._slots)
@@ -284,6 +287,9 @@ class HFStaticModel(HFModel):
         w = _padded_width(w) if self.pad_widths else w
         span = _span(max(r.start + len(r.ids) for r in rows), self.n_ctx)
         placed, order, first = _placed(rows, w, self.pad_slots)
+        if len(placed) > len(rows):
+            self.gap_forwards += 1
+            self.gap_rows += len(placed) - len(rows)
         key = (len(placed), w, span, first)
         self.shapes.add(key)
         try:

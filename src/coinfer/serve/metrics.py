@@ -1,7 +1,9 @@
 """``/metrics`` in Prometheus's text format (``prometheus_client``, one registry per server):
 requests by model and outcome, tokens read and written, draft tokens verified and
-accepted, requests waiting or running per model, and histograms of the request's time
-and of the time to its first token."""
+accepted, requests waiting or running per model, histograms of the request's time and of
+the time to its first token, and, for a model on static caches (``HFStaticModel``), the
+forwards that ran over gaps between a batch's slots (requests that finished mid-batch)
+and the empty rows they ran."""
 
 from __future__ import annotations
 
@@ -18,6 +20,10 @@ _SECONDS = (0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 30, 60, 120, 300)
 
 def _depth_of(served: Any) -> Callable[[], float]:
     return lambda: float(served.depth)
+
+
+def _count_of(model: Any, field: str) -> Callable[[], float]:
+    return lambda: float(getattr(model, field))
 
 
 class ServerMetrics:
@@ -42,6 +48,21 @@ class ServerMetrics:
         depth = Gauge("coinfer_queue_depth", "Requests waiting or running", ["model"], registry=r)
         for name, served in depths.items():
             depth.labels(name).set_function(_depth_of(served))
+        self._slot_gaps(depths)
+
+    def _slot_gaps(self, served: Mapping[str, Any]) -> None:
+        """Gauges of the static caches' gap forwards and rows, for the models that keep them."""
+        r = self.registry
+        forwards = Gauge(
+            "coinfer_slot_gap_forwards", "Forwards run over gaps between a batch's cache slots", ["model"],
+            registry=r,
+        )  # fmt: skip
+        rows = Gauge("coinfer_slot_gap_rows", "Empty rows those forwards ran", ["model"], registry=r)
+        for name, s in served.items():
+            model = getattr(s, "model", None)
+            if hasattr(model, "gap_forwards"):
+                forwards.labels(name).set_function(_count_of(model, "gap_forwards"))
+                rows.labels(name).set_function(_count_of(model, "gap_rows"))
 
     def answered(self, model: str, status: int) -> None:
         self.requests.labels(model, str(status)).inc()
