@@ -10,40 +10,24 @@ Prints, per run, its priced and in-situ ratio, how many outputs equal plain deco
 and each request's decode rate over its plain one (by the clock)."""
 
 import json
+import os
 import sys
 from dataclasses import replace
 
-from coinfer.bench.collective import (
-    CollectiveBenchConfig,
-    _measure,
-    _span,
-    _span_rate,
-    bench_workload,
-    configurations,
-    load_bench_model,
-)
-from coinfer.bench.collective_priced import forward_prices
-from coinfer.bench.collective_workloads import tokens_after_first
+sys.path.insert(0, os.path.dirname(__file__))
+
+from harness import NAMES, held_out_b4  # noqa: E402
+
+from coinfer.bench.collective import _measure, _span, _span_rate  # noqa: E402
+from coinfer.bench.collective_priced import forward_prices  # noqa: E402
+from coinfer.bench.collective_workloads import tokens_after_first  # noqa: E402
 
 cats = sys.argv[1].split(",")
 order = sys.argv[2]  # e.g. PNMMNNMMNP
 out = sys.argv[3]
-variants = {"P": "plain", "N": "single:ngram", "M": "+majority"}
+variants = dict(NAMES)
 extra = json.loads(sys.argv[4]) if len(sys.argv) > 4 else {}  # letter -> [name, drafts, changes]
-cfg = CollectiveBenchConfig(
-    out="x",
-    suite="broad",
-    split="held-out",
-    per_category=16,
-    category_workloads=True,
-    batch_sizes=[4],
-    sweep=False,
-)
-suite = bench_workload(cfg)
-drafts = list(cfg.drafts)
-target = load_bench_model(cfg.target, cfg.n_ctx * 4)
-models = {d: load_bench_model(d, cfg.n_ctx * 4) for d in drafts if d != "ngram"}
-engines = {name: (specs, replace(e, max_batch=4)) for name, specs, e in configurations(cfg)}
+suite, target, models, engines = held_out_b4()
 for letter, (name, specs, changes) in extra.items():
     variants[letter] = name
     engines[name] = (specs, replace(engines["+majority"][1], **changes))

@@ -4,17 +4,15 @@ buckets, survivals and records, what was kept, and the fresh cost curve.
 Run: ``python trace_b4.py edit NN trace.json``; then ``trace_summary.py trace.json 1``."""
 
 import json
+import os
 import sys
-from dataclasses import replace
 
-from coinfer.bench.collective import (
-    CollectiveBenchConfig,
-    _measure,
-    bench_workload,
-    configurations,
-    load_bench_model,
-)
-from coinfer.decoding import draft_length as dl
+sys.path.insert(0, os.path.dirname(__file__))
+
+from harness import NAMES, held_out_b4  # noqa: E402
+
+from coinfer.bench.collective import _measure  # noqa: E402
+from coinfer.decoding import draft_length as dl  # noqa: E402
 
 cat, order, out = sys.argv[1], sys.argv[2], sys.argv[3]
 log: list = []
@@ -48,23 +46,10 @@ def traced(self, proposals):
 
 
 dl.AdaptiveDraftLength.trim_together = traced
-cfg = CollectiveBenchConfig(
-    out="x",
-    suite="broad",
-    split="held-out",
-    per_category=16,
-    category_workloads=True,
-    batch_sizes=[4],
-    sweep=False,
-)
-suite = bench_workload(cfg)
-target = load_bench_model(cfg.target, cfg.n_ctx * 4)
-models = {d: load_bench_model(d, cfg.n_ctx * 4) for d in cfg.drafts if d != "ngram"}
-engines = {name: (specs, replace(e, max_batch=4)) for name, specs, e in configurations(cfg)}
-names = {"P": "plain", "N": "single:ngram", "M": "+majority"}
+suite, target, models, engines = held_out_b4()
 msgs = [p["messages"] for p in suite if p["category"] == cat]
 for letter in order:
-    name = names[letter]
+    name = NAMES[letter]
     log.append({"config": name, "cuts": []})
     specs, engine = engines[name]
     responses, wall = _measure(target, models, msgs, specs, engine)
