@@ -18,12 +18,9 @@ __all__ = ["CONTENT_TYPE_LATEST", "ServerMetrics"]
 _SECONDS = (0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 30, 60, 120, 300)
 
 
-def _depth_of(served: Any) -> Callable[[], float]:
-    return lambda: float(served.depth)
-
-
-def _count_of(model: Any, field: str) -> Callable[[], float]:
-    return lambda: float(getattr(model, field))
+def _reading(obj: Any, field: str) -> Callable[[], float]:
+    """A gauge's function: ``obj``'s ``field`` as it stands when scraped."""
+    return lambda: float(getattr(obj, field))
 
 
 class ServerMetrics:
@@ -47,7 +44,7 @@ class ServerMetrics:
         )  # fmt: skip
         depth = Gauge("coinfer_queue_depth", "Requests waiting or running", ["model"], registry=r)
         for name, served in depths.items():
-            depth.labels(name).set_function(_depth_of(served))
+            depth.labels(name).set_function(_reading(served, "depth"))
         self._slot_gaps(depths)
 
     def _slot_gaps(self, served: Mapping[str, Any]) -> None:
@@ -61,8 +58,8 @@ class ServerMetrics:
         for name, s in served.items():
             model = getattr(s, "model", None)
             if hasattr(model, "gap_forwards"):
-                forwards.labels(name).set_function(_count_of(model, "gap_forwards"))
-                rows.labels(name).set_function(_count_of(model, "gap_rows"))
+                forwards.labels(name).set_function(_reading(model, "gap_forwards"))
+                rows.labels(name).set_function(_reading(model, "gap_rows"))
 
     def answered(self, model: str, status: int) -> None:
         self.requests.labels(model, str(status)).inc()
