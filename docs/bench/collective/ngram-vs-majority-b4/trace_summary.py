@@ -2,7 +2,7 @@
 rounds that drafted, and those that drafted nothing while some but not all of the
 batch's requests held a copy whose first 8 tokens were expected to hold at >= 0.8 (the
 batch floor's doing: the request without one would have slowed); then one run's cuts.
-Run: ``python trace_summary.py tr2.json 1``."""
+Run: ``python trace_summary.py trace.json 1`` (``trace.json`` is ``tr2.log``'s trace)."""
 
 import json
 import sys
