@@ -25,7 +25,7 @@ from typing import Any
 from coinfer.cli.common import add_output_flags, add_sampling_flags, check_trace_path, err, sampling_from_args
 from coinfer.errors import CoinferError, ConfigError
 
-__all__ = ["add_parser", "cmd_launch", "cmd_worker", "rendezvous", "spawn_workers"]
+__all__ = ["add_parser", "cmd_launch", "cmd_worker", "rendezvous", "spawn_workers", "stage_placement"]
 
 DEFAULT_EDGE_MODEL = "qwen2.5-coder-0.5b"
 
@@ -93,7 +93,8 @@ def spawn_workers(args: argparse.Namespace, master: str, token: str) -> list[sub
     env = {**os.environ, "COINFER_EDGE_TOKEN": token}
     procs = []
     for rank in range(1, args.devices):
-        cmd = worker_command(rank, args.devices, master, _cores(rank, args.cores_per_device), f"device{rank}")
+        cores = _cores(rank, args.cores_per_device)
+        cmd = worker_command(rank, args.devices, master, cores, f"device{rank}", stage_placement(args)[1])
         procs.append(subprocess.Popen(cmd, env=env, start_new_session=True))
     return procs
 
@@ -131,10 +132,11 @@ def _run_request(
             adaptive_tree=not args.whole_tree,
         )
         _pin(_cores(0, args.cores_per_device))
+        kv, device = stage_placement(args)
         cluster = EdgeCluster(
             args.model, world=args.devices, master=master, threads=args.cores_per_device, name="device0",
             budgets=budgets, split=args.split, n_ctx=args.ctx, token=token,
-            before_load=fence,
+            before_load=fence, kv=kv, device=device,
         )  # fmt: skip
         try:
             if args.heads:
@@ -346,7 +348,7 @@ def cmd_worker(args: argparse.Namespace) -> int:
         run_worker(
             args.rank, args.world, args.master, name=args.name or socket.gethostname(), threads=len(cores),
             budget=int(budgets[0] or 0) if budgets else None,
-            before_load=(lambda: groups[0].adopt(me)) if groups else None,
+            before_load=(lambda: groups[0].adopt(me)) if groups else None, device=stage_placement(args)[1],
         )  # fmt: skip
     except CoinferError as exc:
         err(f"coinfer: error: device {args.rank}: {str(exc).splitlines()[0]}")
@@ -374,6 +376,20 @@ def _add_decode_flags(launch: Any) -> None:
         "--whole-tree", action="store_true",
         help="sd: verify every candidate each round (default: the part that pays, down to none)",
     )  # fmt: skip
+
+
+def _add_device_flag(parser: Any) -> None:
+    parser.add_argument(
+        "--device", default=None, help="where this host's stages run: cpu (default) or cuda[:N]"
+    )
+
+
+def stage_placement(args: argparse.Namespace) -> tuple[str, str]:
+    """(KV cache kind, device) of this host's stages from ``--kv`` and ``--device``: the CPU
+    by default, static caches by default off it (the dynamic-cache stage runs on the CPU)."""
+    device = getattr(args, "device", None) or "cpu"
+    kv = getattr(args, "kv", None) or ("dynamic" if device == "cpu" else "static")
+    return kv, device
 
 
 def add_parser(sub: Any) -> None:
@@ -406,6 +422,12 @@ def add_parser(sub: Any) -> None:
     _add_decode_flags(launch)
     launch.add_argument("--max-tokens", "-n", type=int, default=256, help="tokens to generate at most")
     launch.add_argument("--ctx", type=int, default=4096, help="context window")
+    launch.add_argument(
+        "--kv", default=None, choices=["dynamic", "static"],
+        help="each device's KV cache: transformers' dynamic one (CPU), or static buffers, whose "
+        "forwards are CUDA graphs on a GPU (default: static off the CPU)",
+    )  # fmt: skip
+    _add_device_flag(launch)
     add_sampling_flags(launch)
     launch.add_argument("--system", default=None, help="a system message for the chat template")
     launch.add_argument("--raw", action="store_true", help="send the prompt as plain text, no chat template")
@@ -423,6 +445,7 @@ def add_parser(sub: Any) -> None:
         help="this device's memory budget, e.g. 1.5 (GB) or 800M; held by a "
         "memory cgroup where this runs as root, and told to rank 0, which plans the layers under it",
     )
+    _add_device_flag(worker)
     worker.set_defaults(func=cmd_worker)
     from coinfer.cli.edge_train import add_train_parser
 

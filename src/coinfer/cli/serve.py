@@ -167,7 +167,7 @@ def _dragon(args: argparse.Namespace, name: str) -> Any:
 def _jupiter(args: argparse.Namespace, name: str) -> Any:
     """Jupiter: ``--devices`` worker processes on loopback (this process is device 0),
     started once and kept for every request."""
-    from coinfer.cli.edge import rendezvous, spawn_workers
+    from coinfer.cli.edge import rendezvous, spawn_workers, stage_placement
     from coinfer.engines.jupiter import EdgeCluster
     from coinfer.serve import engines
 
@@ -184,9 +184,10 @@ def _jupiter(args: argparse.Namespace, name: str) -> Any:
             p.kill()
             p.wait()
 
+    kv, device = stage_placement(args)
     try:
         cluster = EdgeCluster(args.model, world=args.devices, master=master, threads=args.cores_per_device,
-                              n_ctx=args.ctx, token=token)  # fmt: skip
+                              n_ctx=args.ctx, token=token, kv=kv, device=device)  # fmt: skip
     except BaseException:
         for p in procs:
             p.kill()

@@ -76,6 +76,11 @@ class DraftHeads:
     def k(self) -> int:
         return self.meta.heads
 
+    def to(self, device: Any) -> DraftHeads:
+        """The same heads with their tensors on ``device`` (a GPU stage runs them there)."""
+        vocab = None if self.vocab is None else self.vocab.to(device)
+        return DraftHeads(self.weight.to(device), self.bias.to(device), self.meta, vocab)
+
     def residual(self, hidden: Any) -> Any:
         """(n, d) last hidden states -> (n, K, d): each head's input to ``lm_head``."""
         import torch

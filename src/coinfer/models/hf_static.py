@@ -42,6 +42,7 @@ import numpy as np
 from coinfer.errors import ModelError, SequenceError
 from coinfer.models.base import Seq, backend_seq
 from coinfer.models.hf import HFModel
+from coinfer.models.static_graphs import GRAPH_WIDTH, MIN_SPAN, WIDTHS, capture_graph, padded_width, span_for
 from coinfer.models.static_layers import StaticDecoder, fused_layers_unsupported, top_choice
 from coinfer.models.tree import TokenTree
 
@@ -51,13 +52,8 @@ _Key = tuple[int, int, int, "int | None"]  # batch, width, span, first slot when
 
 _ARCHITECTURES = {"llama", "qwen2", "qwen3", "mistral"}  # decoders whose layers take position_embeddings
 _PREFILL_CHUNK = 512  # the longest chain one forward takes; longer ones go in pieces
-_MIN_SPAN = 256
 _FIRST_SLOTS = 8  # sequences a model's caches hold at first, unless it is loaded with a fixed number
-_WIDTHS = (1, 2, 4, 8, 16, 32, 64, 80)  # the widths forwards are padded to (see _padded_width)
 _PAD_SLOTS_WIDTH = 16  # the widest forward whose gaps between slots are padded (see _placed)
-_GRAPH_WIDTH = _WIDTHS[
-    -1
-]  # the widest forward captured as a graph (drafts, trees); wider ones (prompts) run directly
 
 
 def static_unsupported(model: Any) -> str | None:
@@ -284,8 +280,8 @@ class HFStaticModel(HFModel):
     def _forward_once(self, rows: Sequence[ForwardRow], read: str) -> list[np.ndarray]:
         torch = self._torch
         w = max(len(r.ids) for r in rows)
-        w = _padded_width(w) if self.pad_widths else w
-        span = _span(max(r.start + len(r.ids) for r in rows), self.n_ctx)
+        w = padded_width(w) if self.pad_widths else w
+        span = span_for(max(r.start + len(r.ids) for r in rows), self.n_ctx)
         placed, order, first = _placed(rows, w, self.pad_slots)
         if len(placed) > len(rows):
             self.gap_forwards += 1
@@ -302,8 +298,8 @@ class HFStaticModel(HFModel):
     def capture_shapes(
         self,
         batches: Sequence[int] = (1,),
-        widths: Sequence[int] = _WIDTHS,
-        spans: Sequence[int] = (_MIN_SPAN,),
+        widths: Sequence[int] = WIDTHS,
+        spans: Sequence[int] = (MIN_SPAN,),
     ) -> int:
         """Capture the graphs of every (batch, width, span) given, over slots 0..batch-1,
         before they are needed (a capture costs tens of forwards); returns how many were
@@ -315,8 +311,8 @@ class HFStaticModel(HFModel):
             return 0
         before = len(self._graphs)
         batches = [b for b in batches if b <= self._slots]
-        padded = {_padded_width(w) if self.pad_widths else w for w in widths if w <= _GRAPH_WIDTH}
-        keys = product(batches, sorted(padded), sorted({_span(s, self.n_ctx) for s in spans}), [0])
+        padded = {padded_width(w) if self.pad_widths else w for w in widths if w <= GRAPH_WIDTH}
+        keys = product(batches, sorted(padded), sorted({span_for(s, self.n_ctx) for s in spans}), [0])
         with self._torch.inference_mode():
             for key in (k for k in keys if k not in self._graphs):
                 self._capture(key, [ForwardRow.chain(s, 0, []) for s in range(key[0])])
@@ -328,14 +324,14 @@ class HFStaticModel(HFModel):
         """Run the gathered forward once for one token and for a prompt's width (each
         compiled apart), over two empty rows in reversed slots: nothing is written."""
         rows = [ForwardRow.chain(1, 0, []), ForwardRow.chain(0, 0, [])]
-        for w in (1, _GRAPH_WIDTH + 1):
+        for w in (1, GRAPH_WIDTH + 1):
             inputs = _Inputs(self._torch, 2, w, self.device)
             inputs.fill(rows, self.n_ctx, self._pad)
-            self._forward(inputs, (2, w, _MIN_SPAN, None))
+            self._forward(inputs, (2, w, MIN_SPAN, None))
 
     def _run(self, key: _Key, rows: Sequence[ForwardRow]) -> tuple[Any, Any]:
         """The forward of shape ``key`` on ``rows``: a graph replay where graphs are on."""
-        if not self.graphs_enabled or key[1] > _GRAPH_WIDTH:
+        if not self.graphs_enabled or key[1] > GRAPH_WIDTH:
             inputs = _Inputs(self._torch, key[0], key[1], self.device)
             inputs.fill(rows, self.n_ctx, self._pad)
             return self._forward(inputs, key)
@@ -348,24 +344,16 @@ class HFStaticModel(HFModel):
         return outputs
 
     def _capture(self, key: _Key, rows: Sequence[ForwardRow]) -> tuple[Any, Any]:
-        """Warm the shape up on a side stream with the real inputs (a forward only rewrites
-        the same columns with the same values, so running it again changes nothing), then
-        capture it into the pool that every graph of this model shares."""
+        """Capture the shape with the real inputs (a forward only rewrites the same columns
+        with the same values, so its warm-up changes nothing) into the pool that every
+        graph of this model shares."""
         torch = self._torch
         inputs = _Inputs(torch, key[0], key[1], self.device, pinned=True)
         inputs.fill(rows, self.n_ctx, self._pad)
         if self._pool is None:
             self._pool = torch.cuda.graph_pool_handle()
-        side = torch.cuda.Stream()
-        side.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(side):
-            self._forward(inputs, key)
-        torch.cuda.current_stream().wait_stream(side)
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph, pool=self._pool):
-            outputs = self._forward(inputs, key)
+        graph, outputs = capture_graph(torch, self._pool, lambda: self._forward(inputs, key))
         self._graphs[key] = (graph, inputs, outputs)
-        graph.replay()
         return outputs
 
     def _forward(self, inputs: _Inputs, key: _Key) -> tuple[Any, Any]:
@@ -439,19 +427,3 @@ def _placed(rows: Sequence[ForwardRow], w: int, pad: bool) -> tuple[list[Forward
 
 def _is_chain(row: ForwardRow) -> bool:
     return list(row.depths) == list(range(len(row.ids)))
-
-
-def _padded_width(w: int) -> int:
-    """The width a forward of ``w`` tokens runs at when widths are padded: the next of a
-    few (the cost of a forward is nearly flat from 2 to 64 tokens on a GPU, and each new
-    width costs a compile and a capture, about 0.1 s on a 1.5B). Wider ones stay as they are."""
-    return next((x for x in _WIDTHS if x >= w), w)
-
-
-def _span(needed: int, n_ctx: int) -> int:
-    """The columns a forward attends over: the power of two (at least 256) that covers
-    ``needed``, at most the context."""
-    span = _MIN_SPAN
-    while span < needed:
-        span *= 2
-    return min(span, n_ctx)

@@ -200,8 +200,15 @@ class StaticDecoder:
         self.scale = self.core.layers[0].self_attn.scaling
         with torch.no_grad():
             self.layers = [_layer(torch, layer) for layer in self.core.layers]
-        # the norm each layer's output goes through next: the next layer's, then the final one
-        self.next_norms = [layer.norm_in for layer in self.layers[1:]] + [_norm(self.core.norm)]
+        # a layer range of a pipeline stage (``layer_range.keep_layers``): the embedding only
+        # on the first, the final norm (a real one, not ``Identity``) only on the last
+        self.first = getattr(self.core, "embed_tokens", None) is not None
+        self.last = getattr(self.core.norm, "weight", None) is not None
+        # the norm each layer's output goes through next: the next layer's, then the final
+        # one (none after a middle stage's last layer: its residual stream goes on)
+        final = _norm(self.core.norm) if self.last else None
+        self.next_norms: list[tuple[Any, float] | None] = [layer.norm_in for layer in self.layers[1:]]
+        self.next_norms.append(final)
         steps = (add_norm, rope_split, silu_mul, attend)
         self.fused = fuse and _can_compile()
         if self.fused:
@@ -223,11 +230,28 @@ class StaticDecoder:
         """Logits (b, w, vocab) of ``ids`` (b, w) at rope ``positions``, their keys and values
         written at ``columns`` of ``slots``; ``mask`` (b, 1, w, span) additive; ``rows``: the
         slots as a slice when they are consecutive (the cache then read in place)."""
+        return self.head(self.hidden_states(ids, positions, columns, slots, mask, keys, values, rows))
+
+    def hidden_states(
+        self,
+        x: Any,
+        positions: Any,
+        columns: Any,
+        slots: Any,
+        mask: Any,
+        keys: list[Any],
+        values: list[Any],
+        rows: slice | None,
+    ) -> Any:
+        """``forward`` before the output head: ``x`` is token ids (b, w) where the decoder
+        has the embedding, else the previous stage's hidden states (b, w, hidden); out come
+        the final norm's outputs (what the head reads) on the last stage, else the residual
+        stream the next stage takes."""
         torch, linear = self.torch, self.torch.nn.functional.linear
-        hidden = self.core.embed_tokens(ids)
+        hidden = self.core.embed_tokens(x) if self.first else x
         cos, sin = (t[:, :, None, :] for t in self.core.rotary_emb(hidden, positions))
         group = self.heads // self.kv_heads
-        b, w, span = ids.shape[0], ids.shape[1], mask.shape[-1]
+        b, w, span = hidden.shape[0], hidden.shape[1], mask.shape[-1]
         packed_mask = mask[:, :, None].expand(b, 1, group, w, span).reshape(b, 1, group * w, span)
         weight, eps = self.layers[0].norm_in
         normed = torch.nn.functional.rms_norm(hidden, (hidden.shape[-1],), weight, eps)
@@ -237,8 +261,11 @@ class StaticDecoder:
             )
             hidden, normed = self.add_norm(hidden, attended, *layer.norm_post)
             mixed = linear(self.silu_mul(linear(normed, layer.gate_up)), layer.down)
-            hidden, normed = self.add_norm(hidden, mixed, *self.next_norms[i])
-        return self.head(normed)
+            after = self.next_norms[i]
+            if after is None:
+                return hidden + mixed
+            hidden, normed = self.add_norm(hidden, mixed, *after)
+        return normed
 
     def _attention(
         self,

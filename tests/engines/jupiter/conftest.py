@@ -40,9 +40,10 @@ def model_and_heads(tmp_path_factory: pytest.TempPathFactory) -> tuple[str, str]
 
 
 @contextmanager
-def cluster_with_heads(path: str, heads_dir: str, world: int) -> Iterator[Any]:
+def cluster_with_heads(path: str, heads_dir: str, world: int, kv: str = "dynamic") -> Iterator[Any]:
     """This process as device 0 of ``world`` (the others as ``coinfer edge worker``
-    processes), the heads given to the cluster; closed and waited for after."""
+    processes), every stage on ``kv`` caches, the heads given to the cluster; closed and
+    waited for after."""
     import os
     import subprocess
 
@@ -57,7 +58,7 @@ def cluster_with_heads(path: str, heads_dir: str, world: int) -> Iterator[Any]:
         subprocess.Popen(worker_command(r, world, master, [0], f"d{r}"), env=env) for r in range(1, world)
     ]
     try:
-        cluster = EdgeCluster(path, world=world, master=master, threads=1, token="t0ken")
+        cluster = EdgeCluster(path, world=world, master=master, threads=1, token="t0ken", kv=kv)
         cluster.use_heads(DraftHeads.load(heads_dir))
         yield cluster
         cluster.close()

@@ -1,7 +1,8 @@
 """Outline decoding's branches on real devices (paper 004 §V-B): several branches share the
 prompt's cache and go through the pipeline together, and each writes exactly what plain
 decoding writes for the prompt followed by that branch's request, greedy, with and
-without the heads' trees, on one, two and three devices."""
+without the heads' trees, on one, two and three devices (and on two with static caches,
+the GPU path's)."""
 
 from __future__ import annotations
 
@@ -48,10 +49,10 @@ def _branches(cluster: Any, heads: Any, width: int) -> list[list[int]]:
     return [b.produced for b in branches]
 
 
-def _requests(path: str, heads_dir: str, world: int, out) -> None:  # type: ignore[no-untyped-def]
+def _requests(path: str, heads_dir: str, world: int, kv: str, out) -> None:  # type: ignore[no-untyped-def]
     from coinfer.engines.jupiter import JupiterConfig, generate
 
-    with cluster_with_heads(path, heads_dir, world) as cluster:
+    with cluster_with_heads(path, heads_dir, world, kv) as cluster:
         naive = [generate(cluster, PROMPT + f, config=JupiterConfig(max_tokens=N)).tokens for f in FEEDS]
         plain = _branches(cluster, None, 1)
         drafted = _branches(cluster, cluster.heads, 2)
@@ -60,11 +61,11 @@ def _requests(path: str, heads_dir: str, world: int, out) -> None:  # type: igno
         out.put((naive, plain, drafted, (asked.text, asked.extras["decoded"]), direct.text))
 
 
-@pytest.mark.parametrize("world", [1, 2, 3])
+@pytest.mark.parametrize(("world", "kv"), [(1, "dynamic"), (2, "dynamic"), (3, "dynamic"), (2, "static")])
 def test_branches_decoded_together_write_what_each_writes_alone(
-    model_and_heads: tuple[str, str], world: int
+    model_and_heads: tuple[str, str], world: int, kv: str
 ) -> None:
-    naive, plain, drafted, (asked, decoded), direct = run_spawned(_requests, *model_and_heads, world)
+    naive, plain, drafted, (asked, decoded), direct = run_spawned(_requests, *model_and_heads, world, kv)
     assert plain == naive  # each branch sees the shared prompt and its own tokens only
     assert drafted == naive  # and the heads' trees inside each branch change nothing
     # a random model writes no outline: the question is answered as plain decoding answers it

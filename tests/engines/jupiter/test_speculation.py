@@ -14,11 +14,11 @@ from tests.engines.jupiter.conftest import PROMPT, cluster_with_heads, run_spawn
 pytestmark = pytest.mark.skipif(not HAS_TORCH, reason="needs the torch extra")
 
 
-def _requests(path: str, heads_dir: str, world: int, runs: list[dict[str, Any]], out) -> None:  # type: ignore[no-untyped-def]
+def _requests(path: str, heads_dir: str, world: int, runs: list[dict[str, Any]], kv: str, out) -> None:  # type: ignore[no-untyped-def]
     from coinfer.decoding.sampling import SamplingParams
     from coinfer.engines.jupiter import JupiterConfig, generate
 
-    with cluster_with_heads(path, heads_dir, world) as cluster:
+    with cluster_with_heads(path, heads_dir, world, kv) as cluster:
         results = []
         for run in runs:
             sampling = SamplingParams(**run.pop("sampling", {}))
@@ -31,8 +31,10 @@ def _requests(path: str, heads_dir: str, world: int, runs: list[dict[str, Any]],
         out.put(results)
 
 
-def _run(model_and_heads: tuple[str, str], world: int, runs: list[dict[str, Any]]) -> list[Any]:
-    return run_spawned(_requests, *model_and_heads, world, runs)  # type: ignore[no-any-return]
+def _run(
+    model_and_heads: tuple[str, str], world: int, runs: list[dict[str, Any]], kv: str = "dynamic"
+) -> list[Any]:
+    return run_spawned(_requests, *model_and_heads, world, runs, kv)  # type: ignore[no-any-return]
 
 
 @pytest.mark.parametrize("world", [1, 2, 3])
@@ -46,6 +48,18 @@ def test_greedy_speculative_decoding_writes_plain_decodings_text(
     assert chain[0] == naive[0] and wide[0] == naive[0] and sized[0] == naive[0]
     assert chain[1] > 0 and wide[1] > 0  # the heads' guesses were accepted ...
     assert chain[2] < len(naive[0]) - 1  # ... so fewer passes than tokens
+
+
+def test_static_caches_on_two_devices_write_the_dynamic_caches_text(model_and_heads: tuple[str, str]) -> None:
+    """The GPU path's stages (``--kv static``), run here on the CPU through the same wire."""
+    (dynamic,) = _run(model_and_heads, 1, [{}])
+    naive, sd, sampled, sampled_sd = _run(model_and_heads, 2, [
+        {}, {"decode": "sd", "tree_width": 2}, {"sampling": {"temperature": 0.9, "seed": 7}},
+        {"decode": "sd", "sampling": {"temperature": 0.9, "seed": 7}},
+    ], kv="static")  # fmt: skip
+    assert naive[0] == dynamic[0] and sd[0] == dynamic[0]
+    assert sd[1] > 0 and sd[2] < len(dynamic[0]) - 1  # the heads' trees were verified and kept
+    assert sampled_sd[0] == sampled[0]
 
 
 def test_sampled_speculative_decoding_writes_plain_decodings_text_for_a_seed(
@@ -86,5 +100,7 @@ def test_the_last_device_guesses_only_among_the_heads_vocabulary(
     heads = DraftHeads.load(heads_dir)
     heads.vocab = torch.tensor([t for t in range(int(max(naive[0])) + 2) if t not in set(naive[0])])
     heads.save(tmp_path)
-    (narrow,) = run_spawned(_requests, path, str(tmp_path), 2, [{"decode": "sd", "adaptive_tree": False}])
+    (narrow,) = run_spawned(
+        _requests, path, str(tmp_path), 2, [{"decode": "sd", "adaptive_tree": False}], "dynamic"
+    )
     assert narrow[0] == naive[0] and narrow[1] == 0  # none of the text's tokens to guess: none hold

@@ -133,7 +133,7 @@ class BranchVerifier:
         """(p, d) -> each row's heads' ``width`` best per head, flat."""
         if self.heads is None:
             return [[] for _ in range(int(hidden.shape[0]))]
-        guesses = self.heads.vocab_guesses(hidden, stage.model.lm_head, self.width)
+        guesses = stage.guesses(self.heads, hidden, self.width)
         return [[int(t) for t in row.flatten()] for row in guesses]
 
     def answer(self, stage: Any, out: Any, at: int) -> Any:

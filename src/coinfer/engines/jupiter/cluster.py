@@ -25,7 +25,7 @@ from coinfer.engines.jupiter.profile import (
     measure_link,
     profile_device,
 )
-from coinfer.engines.jupiter.stage import Stage
+from coinfer.engines.jupiter.static_stage import KV_KINDS, open_stage
 from coinfer.engines.jupiter.wire import TOKEN_ENV, join, leave, recv_json, send_json
 from coinfer.engines.jupiter.worker import peak_rss_bytes, reset_peak_rss
 from coinfer.errors import ConfigError, TransportError
@@ -74,12 +74,16 @@ class EdgeCluster:
         n_ctx: int = 4096,
         token: str | None = None,
         before_load: Callable[[], None] | None = None,
+        kv: str = "dynamic",
+        device: str = "cpu",
     ) -> None:
         import os
 
         from coinfer.models.hf import HFTokenizer
         from coinfer.models.load import transformers_folder
 
+        if kv not in KV_KINDS:
+            raise ConfigError(f"unknown KV cache kind {kv!r}", hint=f"choose one of {', '.join(KV_KINDS)}")
         if split not in SPLITS:
             raise ConfigError(f"unknown layer split {split!r}", hint=f"choose one of {', '.join(SPLITS)}")
         if budgets is not None and len(budgets) != world:
@@ -90,6 +94,7 @@ class EdgeCluster:
 
         torch.set_num_threads(threads)  # this process is device 0: profiled and run on these
         self.model, self.world, self.split, self.n_ctx = model, world, split, n_ctx
+        self.kv, self.device = kv, device  # device 0's; every device's stage takes ``kv``
         self.budgets: list[float | None] = list(budgets) if budgets is not None else [None] * world
         self.folder = transformers_folder(model)
         self.text = HFTokenizer.load(self.folder, name=model)
@@ -196,8 +201,9 @@ class EdgeCluster:
     def _load(self) -> None:
         ranges = self.layer_plan.ranges
         for rank in range(1, self.world):
-            send_json({"op": "load", "start": ranges[rank][0], "stop": ranges[rank][1]}, rank)
-        self.stage = Stage.load(self.folder, *ranges[0])
+            start, stop = ranges[rank]
+            send_json({"op": "load", "start": start, "stop": stop, "kv": self.kv, "n_ctx": self.n_ctx}, rank)
+        self.stage = open_stage(self.folder, *ranges[0], kv=self.kv, device=self.device, n_ctx=self.n_ctx)
         self.devices[0].peak_rss = peak_rss_bytes()
         for rank in range(1, self.world):
             self.devices[rank].peak_rss = int(self._ask(rank)["peak_rss"])

@@ -114,6 +114,10 @@ class Stage:
         with torch.inference_mode():
             return self.model.lm_head(hidden)
 
+    def guesses(self, heads: Any, hidden: Any, width: int) -> Any:
+        """The draft heads' ``width`` best per head for hidden states (n, d)."""
+        return heads.vocab_guesses(hidden, self.model.lm_head, width)
+
     def commit(self, start: int, nodes: Sequence[int]) -> None:
         """Keep the first ``start`` cached tokens and then the nodes ``nodes`` of the tree
         that followed them: the verified path."""

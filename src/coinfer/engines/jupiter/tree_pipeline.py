@@ -64,7 +64,7 @@ class TreeVerifier:
 
     def _guesses(self, stage: Any, hidden: Any) -> list[int]:
         """(d,) -> the heads' ``width`` best per head, flat (K * width)."""
-        guesses = self.heads.vocab_guesses(hidden[None], stage.model.lm_head, self.width)
+        guesses = stage.guesses(self.heads, hidden[None], self.width)
         return [int(t) for t in guesses[0].flatten()]
 
     wants = "hidden"  # the prompt's last hidden state: the heads guess from it

@@ -23,6 +23,7 @@ from coinfer.engines.jupiter.pipeline import Answerer, Picker
 from coinfer.engines.jupiter.profile import echo_link, measure_link, profile_device
 from coinfer.engines.jupiter.relay import serve
 from coinfer.engines.jupiter.stage import Stage
+from coinfer.engines.jupiter.static_stage import StaticStage, open_stage
 from coinfer.engines.jupiter.tree_pipeline import TreeVerifier
 from coinfer.engines.jupiter.wire import check_request, check_token, join, leave, recv_json, send_json
 from coinfer.errors import CoinferError, TransportError
@@ -30,13 +31,15 @@ from coinfer.errors import CoinferError, TransportError
 __all__ = ["peak_rss_bytes", "reset_peak_rss", "run_worker", "worker_command"]
 
 
-def worker_command(rank: int, world: int, master: str, cores: list[int], name: str) -> list[str]:
+def worker_command(
+    rank: int, world: int, master: str, cores: list[int], name: str, device: str = "cpu"
+) -> list[str]:
     """The command that runs device ``rank`` as a ``coinfer edge worker`` process here."""
     import sys
 
     return [
         sys.executable, "-m", "coinfer", "edge", "worker", "--rank", str(rank), "--world", str(world),
-        "--master", master, "--cores", ",".join(map(str, cores)), "--name", name,
+        "--master", master, "--cores", ",".join(map(str, cores)), "--name", name, "--device", device,
     ]  # fmt: skip
 
 
@@ -65,11 +68,17 @@ def reset_peak_rss() -> None:
 
 class _Device:
     def __init__(
-        self, rank: int, world: int, name: str, threads: int, before_load: Callable[[], None] | None
+        self,
+        rank: int,
+        world: int,
+        name: str,
+        threads: int,
+        before_load: Callable[[], None] | None,
+        device: str = "cpu",
     ) -> None:
-        self.rank, self.world, self.name, self.threads = rank, world, name, threads
+        self.rank, self.world, self.name, self.threads, self.device = rank, world, name, threads, device
         self.before_load = before_load
-        self.stage: Stage | None = None
+        self.stage: Stage | StaticStage | None = None
         self.heads: Any = None
         self.folder: str | None = None
         self.base_bytes = peak_rss_bytes()
@@ -97,7 +106,10 @@ class _Device:
             if self.before_load is not None:  # e.g. enter this device's memory cgroup, once
                 self.before_load()
                 self.before_load = None
-            self.stage = Stage.load(self.folder, int(msg["start"]), int(msg["stop"]))
+            self.stage = open_stage(
+                self.folder, int(msg["start"]), int(msg["stop"]), kv=str(msg.get("kv", "dynamic")),
+                device=self.device, n_ctx=int(msg.get("n_ctx", 4096)),
+            )  # fmt: skip
             return {"ok": True, "peak_rss": peak_rss_bytes()}
         if op == "serve":
             return self._serve(msg)
@@ -160,23 +172,25 @@ def run_worker(
     threads: int,
     budget: int | None = None,
     before_load: Callable[[], None] | None = None,
+    device: str = "cpu",
 ) -> None:
     """Serve as device ``rank`` until rank 0 says ``bye`` (or goes away). ``budget``: this
     device's memory budget in bytes, told to rank 0, which plans the layers under it;
     ``before_load``: called once the plan fits, before the layers are read (the CLI enters
-    a memory cgroup of the budget there)."""
+    a memory cgroup of the budget there); ``device``: where this device's stage runs (a
+    GPU needs rank 0's ``kv="static"``)."""
     import torch
 
     torch.set_num_threads(threads)
     join(rank, world, master)
     try:
         check_token(recv_json(0))
-        device = _Device(rank, world, name, threads, before_load)
+        me = _Device(rank, world, name, threads, before_load, device)
         send_json({"ok": True, "name": name, "threads": threads, "budget": budget}, 0)
         while True:
             msg = recv_json(0)
             try:
-                reply = device.handle(msg)
+                reply = me.handle(msg)
             except CoinferError as exc:
                 send_json({"error": str(exc).splitlines()[0]}, 0)
                 raise
