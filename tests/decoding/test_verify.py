@@ -114,6 +114,9 @@ def test_tree_acceptance_walks_the_targets_greedy_choices_through_the_tree() -> 
     assert accept_tree(tree, rows, greedy, PositionDraws(0), 10) == ([3, 4], 3)  # the second root's branch
     assert accept_tree(tree, _logits_of(_one_hot([3] * 6)), greedy, PositionDraws(0), 10) == ([], 3)
     assert accept_tree(TokenTree.of([], []), rows[:1], greedy, PositionDraws(0), 10) == ([], 2)
+    # greedy, each row's argmax alone does (what a GPU stage reads back)
+    assert accept_tree(tree, np.array(choices), greedy, PositionDraws(0), 10) == ([0, 2], 2)
+    assert accept_tree(tree, np.array([2, 0, 0, 0, 0, 3]), greedy, PositionDraws(0), 10) == ([3, 4], 3)
 
 
 def test_tree_acceptance_when_sampling_emits_the_targets_own_draws() -> None:

@@ -92,7 +92,9 @@ def accept_tree(
 
     ``rows`` (len(tree) + 1, vocab): the target's logits from one forward over
     ``tree.verify_inputs(pending)``: row 0 after the context, row i + 1 after node i; row 0
-    predicts position ``at``. Siblings hold distinct tokens (a trie), so the walk is one path.
+    predicts position ``at``. Greedy, ``rows`` may be each row's argmax (len(tree) + 1,)
+    instead: a GPU then reads back one id per row, not a vocabulary of logits. Siblings hold
+    distinct tokens (a trie), so the walk is one path.
     """
     children = tree.children()
     level = [i for i, p in enumerate(tree.parents) if p < 0]
@@ -101,7 +103,7 @@ def accept_tree(
     while True:
         logits = rows[row]
         if sampling.greedy:
-            choice = int(np.argmax(logits))
+            choice = int(logits) if rows.ndim == 1 else int(np.argmax(logits))
         else:
             choice = sample_at(probs_from_logits(logits, sampling), draws.uniform(at + len(path)))
         node = next((c for c in level if tree.tokens[c] == choice), None)

@@ -75,6 +75,8 @@ def test_a_tree_and_its_committed_path_match_the_dynamic_stage(tiny_dirs, pad: b
     hidden = [stage.forward_tree(tree, 9, parents) for stage in (dynamic, static)]
     assert _close(*hidden)
     assert _close(*(stage.head(h[0]) for stage, h in zip((dynamic, static), hidden, strict=True)))
+    chosen = [stage.choices(h[0]) for stage, h in zip((dynamic, static), hidden, strict=True)]
+    assert chosen[0].shape == (7,) and (chosen[0] == chosen[1]).all()  # greedy ids, read back alone
     for stage in (dynamic, static):
         stage.commit(9, [0, 2, 4])  # not the tree's first nodes: the kept columns move down
         assert stage.length == 12

@@ -151,7 +151,8 @@ class BranchVerifier:
         lasts: list[int] = []
         for branch, root, count, at in call.pieces:
             nodes = list(range(root, root + 1 + count))
-            rows = stage.head(hidden[nodes]).float().numpy()
+            mine = hidden[nodes]
+            rows = stage.choices(mine) if self.sampling.greedy else stage.head(mine).float().numpy()
             tree = TokenTree.of(
                 [call.tokens[i] for i in nodes[1:]], [call.parents[i] - root - 1 for i in nodes[1:]]
             )

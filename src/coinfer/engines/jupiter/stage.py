@@ -114,6 +114,10 @@ class Stage:
         with torch.inference_mode():
             return self.model.lm_head(hidden)
 
+    def choices(self, hidden: Any) -> Any:
+        """The greedy choice after each of the last stage's hidden states (n, d): int64 (n,)."""
+        return self.head(hidden).argmax(-1).numpy()
+
     def guesses(self, heads: Any, hidden: Any, width: int) -> Any:
         """The draft heads' ``width`` best per head for hidden states (n, d)."""
         return heads.vocab_guesses(hidden, self.model.lm_head, width)

@@ -35,7 +35,7 @@ from coinfer.errors import ConfigError, ModelError, SequenceError
 from coinfer.models.hf_static import static_unsupported
 from coinfer.models.layer_range import keep_layers, layer_count, load_layer_range
 from coinfer.models.static_graphs import GRAPH_WIDTH, capture_graph, padded_width, span_for
-from coinfer.models.static_layers import StaticDecoder
+from coinfer.models.static_layers import StaticDecoder, top_choice
 from coinfer.models.tree import TokenTree
 
 __all__ = ["KV_KINDS", "StaticStage", "open_stage"]
@@ -218,6 +218,13 @@ class StaticStage:
         """The last stage's logits for its hidden states, float32 on the host."""
         with self._torch.inference_mode():
             return self.model.lm_head(hidden.to(self.device, self.dtype)).float().cpu()
+
+    def choices(self, hidden: Any) -> Any:
+        """The greedy choice after each hidden state (n, d), taken on this stage's device:
+        one id per row comes back, not a vocabulary of logits."""
+        with self._torch.inference_mode():
+            logits = self.model.lm_head(hidden.to(self.device, self.dtype))
+            return top_choice(logits).cpu().numpy()
 
     def guesses(self, heads: Any, hidden: Any, width: int) -> Any:
         """The draft heads' ``width`` best per head for hidden states (n, d), run on this

@@ -85,7 +85,7 @@ class TreeVerifier:
         import torch
 
         candidates = TokenTree.of(tokens[1:], [p - 1 for p in parents[1:]])
-        rows = stage.head(hidden).float().numpy()
+        rows = stage.choices(hidden) if self.sampling.greedy else stage.head(hidden).float().numpy()
         path, token = accept_tree(candidates, rows, self.sampling, self.pick.draws, position + 1)
         last = path[-1] + 1 if path else 0
         padded = [p + 1 for p in path] + [0] * (len(parents) - len(path))
