@@ -82,3 +82,24 @@ def test_a_stage_read_alone_from_disk_equals_the_pruned_whole_model(tiny_dirs, a
     alone = [Stage.load(path, 0, 1), Stage.load(path, 1, 2)]
     assert alone[0].model.lm_head is None and alone[1].model.model.embed_tokens is None
     assert torch.allclose(_through(alone, ids, 0), _through(pruned, ids, 0), atol=1e-6)
+
+
+def test_a_tied_models_whole_range_loads_its_head_from_the_embedding(tmp_path: Path) -> None:
+    """Qwen2.5's small models tie the head to the embedding and store it once: one device
+    holding every layer (``--devices 1``) still gets its head, shared, not copied."""
+    import torch
+    from transformers import AutoModelForCausalLM, Qwen2Config
+
+    from coinfer.engines.jupiter.stage import Stage
+
+    config = Qwen2Config(vocab_size=300, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                         num_attention_heads=4, num_key_value_heads=2, tie_word_embeddings=True)  # fmt: skip
+    torch.manual_seed(0)
+    whole = AutoModelForCausalLM.from_config(config).eval()
+    whole.save_pretrained(tmp_path)
+    stage = Stage.load(tmp_path, 0, 2)
+    assert stage.model.lm_head.weight is stage.model.model.embed_tokens.weight
+    ids = torch.randint(3, 300, (1, 7), generator=torch.Generator().manual_seed(1))
+    with torch.inference_mode():
+        expected = whole(ids).logits
+    assert torch.allclose(stage.forward(ids, 0), expected, atol=1e-5)

@@ -77,7 +77,7 @@ class Stage:
                 f"stage {self.start}-{self.stop} holds {self.length} tokens, got position {position}"
             )
         n = int(x.shape[1])
-        positions = torch.arange(position, position + n).unsqueeze(0)
+        x, positions = self._on_device(x, torch.arange(position, position + n).unsqueeze(0))
         self.labels.extend([-1] * n)
         with torch.inference_mode():
             kwargs: dict[str, Any] = {"input_ids": x} if self.first else {"inputs_embeds": x}
@@ -107,6 +107,12 @@ class Stage:
         depths = TokenTree.of([0] * len(parents), parents).depths()
         return self.forward_branches(x, [position + d for d in depths], [-1] * len(parents), parents)
 
+    def _on_device(self, *tensors: Any) -> tuple[Any, ...]:
+        """The inputs where the model is (the CPU here; a GPU only in the bench that times
+        this stage against ``StaticStage``)."""
+        device = next(self.model.parameters()).device
+        return tuple(t.to(device) for t in tensors)
+
     def head(self, hidden: Any) -> Any:
         """The last stage's logits for its hidden states."""
         import torch
@@ -116,7 +122,7 @@ class Stage:
 
     def choices(self, hidden: Any) -> Any:
         """The greedy choice after each of the last stage's hidden states (n, d): int64 (n,)."""
-        return self.head(hidden).argmax(-1).numpy()
+        return self.head(hidden).argmax(-1).cpu().numpy()
 
     def guesses(self, heads: Any, hidden: Any, width: int) -> Any:
         """The draft heads' ``width`` best per head for hidden states (n, d)."""
@@ -146,12 +152,13 @@ class Stage:
         ):
             raise ConfigError(f"{int(x.shape[1])} nodes need as many positions, branches and parents")
         mask = branch_attention_mask(self.labels, branches, parents, self.model.dtype)
+        x, at, mask = self._on_device(x, torch.tensor([list(positions)]), mask)
         self.labels.extend(int(b) for b in branches)
         with torch.inference_mode():
             kwargs: dict[str, Any] = {"input_ids": x} if self.first else {"inputs_embeds": x}
             out = self.model.model(
                 **kwargs,
-                position_ids=torch.tensor([list(positions)]),
+                position_ids=at,
                 attention_mask=mask,
                 past_key_values=self.cache,
                 use_cache=True,
