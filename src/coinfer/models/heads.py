@@ -90,8 +90,8 @@ class DraftHeads:
         return h.unsqueeze(1) + torch.nn.functional.silu(z)
 
     def logits(self, hidden: Any, lm_head: Any) -> Any:
-        """(n, d) -> (n, K, vocab)."""
-        return lm_head(self.residual(hidden))
+        """(n, d) -> (n, K, vocab), in the head's dtype (a bf16 model's on a GPU)."""
+        return lm_head(self.residual(hidden).to(lm_head.weight.dtype))
 
     def guesses(self, hidden: Any, lm_head: Any, top: int = 1) -> Any:
         """(n, d) -> (n, K, top) token ids: each head's ``top`` best, best first."""

@@ -140,7 +140,7 @@ class BranchVerifier:
         """After a prompt (``out``: its last hidden state): ``[0, token, guesses]``."""
         import torch
 
-        token = self.pick(stage.head(out), at)
+        token = self.pick.choose(stage, out, at)
         return torch.tensor([0, token, *self._guesses(stage, out[None])[0]], dtype=torch.int64)
 
     def verify(self, stage: Any, hidden: Any, call: BranchCall) -> Any:

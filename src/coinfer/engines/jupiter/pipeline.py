@@ -49,19 +49,26 @@ class Answerer(Protocol):
 
 
 class Picker:
-    """The last stage's choice of the next token from its logits (plain decoding)."""
+    """The last stage's choice of the next token (plain decoding)."""
 
-    wants = "last"  # what the last stage's forward returns for it: the last token's logits
+    wants = "hidden"  # what the last stage's forward returns for it: the last token's hidden state
 
     def __init__(self, sampling: SamplingParams) -> None:
         self.sampling = sampling
         self.draws = PositionDraws(sampling.seed)
 
     def answer(self, stage: Any, out: Any, at: int) -> Any:
-        """What goes back to rank 0 for logits ``out`` (1, 1, vocab): the token at ``at``."""
+        """What goes back to rank 0 for the hidden state ``out`` (d,): the token at ``at``."""
         import torch
 
-        return torch.tensor([self(out[0, -1], at)], dtype=torch.int64)
+        return torch.tensor([self.choose(stage, out, at)], dtype=torch.int64)
+
+    def choose(self, stage: Any, hidden: Any, at: int) -> int:
+        """The token at ``at`` after the last stage's hidden state (d,): greedy, the stage's
+        own choice (on a GPU one id comes back, not the logits); sampled, from its logits."""
+        if self.sampling.greedy:
+            return int(stage.choices(hidden[None])[0])
+        return self(stage.head(hidden), at)
 
     def __call__(self, logits: Any, position: int) -> int:
         """``logits`` (vocab,) for the token at ``position``."""

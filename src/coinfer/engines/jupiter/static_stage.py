@@ -59,12 +59,17 @@ class _Inputs:
         self.ints = torch.zeros(2 * w, dtype=torch.long, device=device)
         self.sees_host = torch.zeros((w, span), dtype=torch.bool, pin_memory=pinned)
         self.sees = torch.zeros((w, span), dtype=torch.bool, device=device)
+        # a graph's host buffers are copied asynchronously: the next fill waits for that copy
+        # (a prompt piece on the last stage reads nothing back, so nothing else waits)
+        self.copied = torch.cuda.Event() if pinned else None
 
     def fill(
         self, x: Any, positions: Sequence[int], columns: Sequence[int], sees: np.ndarray, scratch: int
     ) -> None:
         """Padding rows write the scratch column and see nothing (their outputs are unread)."""
         n, w = len(positions), self.w
+        if self.copied is not None:
+            self.copied.synchronize()
         self.x.zero_()
         self.x[:, :n] = x.to(self.x.dtype)
         ints = self.ints_host.numpy()
@@ -75,6 +80,8 @@ class _Inputs:
         view[:n, : sees.shape[1]] = sees
         self.ints.copy_(self.ints_host, non_blocking=True)
         self.sees.copy_(self.sees_host, non_blocking=True)
+        if self.copied is not None:
+            self.copied.record()
 
 
 class StaticStage:

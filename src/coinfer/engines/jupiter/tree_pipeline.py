@@ -74,7 +74,7 @@ class TreeVerifier:
         place of the token to choose."""
         import torch
 
-        token = self.pick(stage.head(out), at)
+        token = self.pick.choose(stage, out, at)
         return torch.tensor([0, token, *self._guesses(stage, out)], dtype=torch.int64)
 
     def verify(
