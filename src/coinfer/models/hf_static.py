@@ -362,7 +362,10 @@ class HFStaticModel(HFModel):
         span, first = key[2], key[3]
         mask = self._mask(starts, sees, span, self.model.dtype)
         rows = None if first is None else slice(first, first + key[0])
-        logits = self._decoder.forward(ids, positions, columns, slots, mask, self._keys, self._values, rows)
+        decoder = self._decoder
+        logits = decoder.head(
+            decoder.hidden_states(ids, positions, columns, slots, mask, self._keys, self._values, rows)
+        )
         return logits, top_choice(logits)
 
     def _mask(self, starts: Any, sees: Any, span: int, dtype: Any) -> Any:

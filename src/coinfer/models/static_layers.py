@@ -216,22 +216,6 @@ class StaticDecoder:
             steps = tuple(torch.compile(step, dynamic=True) for step in steps)
         self.add_norm, self.rope_split, self.silu_mul, self.attend = steps
 
-    def forward(
-        self,
-        ids: Any,
-        positions: Any,
-        columns: Any,
-        slots: Any,
-        mask: Any,
-        keys: list[Any],
-        values: list[Any],
-        rows: slice | None,
-    ) -> Any:
-        """Logits (b, w, vocab) of ``ids`` (b, w) at rope ``positions``, their keys and values
-        written at ``columns`` of ``slots``; ``mask`` (b, 1, w, span) additive; ``rows``: the
-        slots as a slice when they are consecutive (the cache then read in place)."""
-        return self.head(self.hidden_states(ids, positions, columns, slots, mask, keys, values, rows))
-
     def hidden_states(
         self,
         x: Any,
@@ -243,10 +227,12 @@ class StaticDecoder:
         values: list[Any],
         rows: slice | None,
     ) -> Any:
-        """``forward`` before the output head: ``x`` is token ids (b, w) where the decoder
-        has the embedding, else the previous stage's hidden states (b, w, hidden); out come
-        the final norm's outputs (what the head reads) on the last stage, else the residual
-        stream the next stage takes."""
+        """The new tokens' hidden states (b, w, hidden), their keys and values written at
+        ``columns`` of ``slots``; ``x``: token ids (b, w) where the decoder has the embedding,
+        else the previous stage's hidden states; ``positions``: their rope positions; ``mask``
+        (b, 1, w, span) additive; ``rows``: the slots as a slice when they are consecutive
+        (the cache then read in place). Out come the final norm's outputs (what ``head``
+        reads) on the last stage, else the residual stream the next stage takes."""
         torch, linear = self.torch, self.torch.nn.functional.linear
         hidden = self.core.embed_tokens(x) if self.first else x
         cos, sin = (t[:, :, None, :] for t in self.core.rotary_emb(hidden, positions))

@@ -25,7 +25,7 @@ from coinfer.engines.jupiter.profile import (
     measure_link,
     profile_device,
 )
-from coinfer.engines.jupiter.static_stage import KV_KINDS, open_stage
+from coinfer.engines.jupiter.static_stage import check_kv, open_stage
 from coinfer.engines.jupiter.wire import TOKEN_ENV, join, leave, recv_json, send_json
 from coinfer.engines.jupiter.worker import peak_rss_bytes, reset_peak_rss
 from coinfer.errors import ConfigError, TransportError
@@ -82,8 +82,7 @@ class EdgeCluster:
         from coinfer.models.hf import HFTokenizer
         from coinfer.models.load import transformers_folder
 
-        if kv not in KV_KINDS:
-            raise ConfigError(f"unknown KV cache kind {kv!r}", hint=f"choose one of {', '.join(KV_KINDS)}")
+        check_kv(kv)
         if split not in SPLITS:
             raise ConfigError(f"unknown layer split {split!r}", hint=f"choose one of {', '.join(SPLITS)}")
         if budgets is not None and len(budgets) != world:

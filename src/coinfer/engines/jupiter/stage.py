@@ -24,7 +24,29 @@ from coinfer.models.hf import branch_attention_mask, commit_tree_path, keep_cach
 from coinfer.models.layer_range import keep_layers, layer_count, load_layer_range
 from coinfer.models.tree import TokenTree
 
-__all__ = ["Stage"]
+__all__ = ["Stage", "entries_kept", "forward_output"]
+
+
+def forward_output(stage: Any, hidden: Any, logits: str) -> Any:
+    """What ``forward`` returns for its new tokens' hidden states (1, n, d): them, on a stage
+    before the last; on the last what ``logits`` asks for."""
+    if not stage.last:
+        return hidden
+    if logits == "none":
+        return None
+    if logits == "hidden":  # the last token's, for heads that guess from it
+        return hidden[0, -1]
+    return stage.head(hidden[:, -1:] if logits == "last" else hidden)
+
+
+def entries_kept(stage: Any, slots: Sequence[int]) -> list[int]:
+    """The entries of ``stage``'s cache left, in order, when ``slots`` are dropped."""
+    gone = set(slots)
+    if min(gone) < 0 or max(gone) >= stage.length:
+        raise ConfigError(
+            f"stage {stage.start}-{stage.stop} holds {stage.length} tokens, asked to drop {max(gone)}"
+        )
+    return [i for i in range(stage.length) if i not in gone]
 
 
 class Stage:
@@ -84,14 +106,7 @@ class Stage:
             out = self.model.model(
                 **kwargs, position_ids=positions, past_key_values=self.cache, use_cache=True
             )
-            hidden = out.last_hidden_state
-            if not self.last:
-                return hidden
-            if logits == "none":
-                return None
-            if logits == "hidden":  # the last token's, for heads that guess from it
-                return hidden[0, -1]
-            return self.model.lm_head(hidden[:, -1:] if logits == "last" else hidden)
+        return forward_output(self, out.last_hidden_state, logits)
 
     def forward_tree(self, x: Any, position: int, parents: Sequence[int]) -> Any:
         """A token tree after the cache's ``position`` tokens in one pass (paper 004 §V-A):
@@ -169,12 +184,7 @@ class Stage:
         """Forget the cache entries ``slots`` (a branch's rejected guesses, a finished phase)."""
         if not slots:
             return
-        gone = set(slots)
-        if min(gone) < 0 or max(gone) >= self.length:
-            raise ConfigError(
-                f"stage {self.start}-{self.stop} holds {self.length} tokens, asked to drop {max(gone)}"
-            )
-        keep = [i for i in range(self.length) if i not in gone]
+        keep = entries_kept(self, slots)
         keep_cache_slots(self.cache, keep)
         self.labels = [self.labels[i] for i in keep]
 

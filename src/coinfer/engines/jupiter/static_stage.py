@@ -30,7 +30,7 @@ from typing import Any
 
 import numpy as np
 
-from coinfer.engines.jupiter.stage import Stage
+from coinfer.engines.jupiter.stage import Stage, entries_kept, forward_output
 from coinfer.errors import ConfigError, ModelError, SequenceError
 from coinfer.models.hf_static import static_unsupported
 from coinfer.models.layer_range import keep_layers, layer_count, load_layer_range
@@ -38,7 +38,7 @@ from coinfer.models.static_graphs import GRAPH_WIDTH, capture_graph, padded_widt
 from coinfer.models.static_layers import StaticDecoder, top_choice
 from coinfer.models.tree import TokenTree
 
-__all__ = ["KV_KINDS", "StaticStage", "open_stage"]
+__all__ = ["KV_KINDS", "StaticStage", "check_kv", "open_stage"]
 
 KV_KINDS = ("dynamic", "static")
 
@@ -187,14 +187,7 @@ class StaticStage:
             sees = np.concatenate([np.ones((m, before), dtype=bool), np.tril(np.ones((m, m), dtype=bool))], 1)
             self.labels.extend([-1] * m)
             pieces.append(self._run(x[:, at : at + m], range(before, before + m), sees))
-        hidden = pieces[0] if len(pieces) == 1 else self._torch.cat(pieces, 1)
-        if not self.last:
-            return hidden
-        if logits == "none":
-            return None
-        if logits == "hidden":  # the last token's, for heads that guess from it
-            return hidden[0, -1]
-        return self.head(hidden[:, -1:] if logits == "last" else hidden)
+        return forward_output(self, pieces[0] if len(pieces) == 1 else self._torch.cat(pieces, 1), logits)
 
     def forward_tree(self, x: Any, position: int, parents: Sequence[int]) -> Any:
         """As ``Stage.forward_tree``: node i at ``position + depth`` sees the shared cache,
@@ -252,12 +245,7 @@ class StaticStage:
         """Forget the cache entries ``slots``; the rest move down, in order."""
         if not slots:
             return
-        gone = set(slots)
-        if min(gone) < 0 or max(gone) >= self.length:
-            raise ConfigError(
-                f"stage {self.start}-{self.stop} holds {self.length} tokens, asked to drop {max(gone)}"
-            )
-        keep = [i for i in range(self.length) if i not in gone]
+        keep = entries_kept(self, slots)
         first = next((i for i, k in enumerate(keep) if k != i), len(keep))
         if first < len(keep):
             self._move_down(first, keep[first:])
@@ -343,14 +331,18 @@ class StaticStage:
         )
 
 
+def check_kv(kv: str) -> None:
+    if kv not in KV_KINDS:
+        raise ConfigError(f"unknown KV cache kind {kv!r}", hint=f"choose one of {', '.join(KV_KINDS)}")
+
+
 def open_stage(
     folder: str | Path, start: int, stop: int, *, kv: str = "dynamic", device: str = "cpu", n_ctx: int = 4096
 ) -> Stage | StaticStage:
     """Layers ``[start, stop)`` of the checkpoint in ``folder`` as a stage: on transformers'
     dynamic caches (``kv="dynamic"``, the CPU) or on static ones (``"static"``, any device;
     CUDA graphs on a GPU)."""
-    if kv not in KV_KINDS:
-        raise ConfigError(f"unknown KV cache kind {kv!r}", hint=f"choose one of {', '.join(KV_KINDS)}")
+    check_kv(kv)
     if kv == "dynamic":
         if device != "cpu":
             raise ConfigError(
