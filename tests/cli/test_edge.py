@@ -84,6 +84,14 @@ def test_a_budget_nothing_fits_is_refused_in_one_line(four_layers: Path) -> None
     assert_user_error(proc, "--memory")
 
 
+@needs_torch
+def test_devices_on_static_caches_write_what_generate_writes(four_layers: Path) -> None:
+    """``--kv static``: the GPU path's stages (``StaticStage``), here on the CPU."""
+    assert _launch(four_layers, "--devices", "2", "--kv", "static")["text"] == _generate(four_layers)["text"]
+    proc = coinfer("edge", "launch", "hi", "-m", str(four_layers), "--device", "cuda", "--kv", "dynamic")
+    assert_user_error(proc, "runs on the CPU")
+
+
 def _edge_cgroups() -> set[str]:
     root = Path("/sys/fs/cgroup/memory")
     return {p.name for p in root.glob("coinfer-edge-*")} if root.is_dir() else set()

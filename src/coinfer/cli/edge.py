@@ -244,6 +244,7 @@ def cmd_launch(args: argparse.Namespace) -> int:
     if args.decode in ("outline", "auto") and args.raw:
         raise ConfigError(f"--decode {args.decode} writes its own chat turns: it cannot take --raw")
     budgets = _budgets(args.memory, args.devices)  # checked before anything starts
+    stage_placement(args)
     check_trace_path(args.trace)
     master, token = rendezvous(args)
     from coinfer.bench.cgroup import fence_each, remove_all
@@ -389,6 +390,8 @@ def stage_placement(args: argparse.Namespace) -> tuple[str, str]:
     by default, static caches by default off it (the dynamic-cache stage runs on the CPU)."""
     device = getattr(args, "device", None) or "cpu"
     kv = getattr(args, "kv", None) or ("dynamic" if device == "cpu" else "static")
+    if kv == "dynamic" and device != "cpu":
+        raise ConfigError(f"the dynamic-cache stage runs on the CPU, not {device!r}", hint="use --kv static")
     return kv, device
 
 
