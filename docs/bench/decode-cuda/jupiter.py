@@ -119,7 +119,8 @@ def forwards(arch: str) -> dict[str, Any]:
             row[f"{name}_ms"] = timed_ms(run(lambda s=stage, p=parents, x=ids: s.forward_tree(x, CONTEXT, p)))
             hidden = stage.forward_tree(ids, CONTEXT, parents)[0]
             stage.truncate(CONTEXT)
-            row[f"{name}_read_logits_ms"] = timed_ms(lambda s=stage, h=hidden: s.head(h).float().numpy())
+            logits = lambda s=stage, h=hidden: s.head(h).float().cpu().numpy()  # noqa: E731
+            row[f"{name}_read_logits_ms"] = timed_ms(logits)
             row[f"{name}_read_ids_ms"] = timed_ms(lambda s=stage, h=hidden: s.choices(h))
         if isinstance(stage, StaticStage):
             row["graphs"] = stage.graph_count
