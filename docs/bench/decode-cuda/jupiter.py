@@ -149,7 +149,9 @@ def engine() -> dict[str, Any]:
     whole_vocabulary(byte_tokenizer(), model.config.vocab_size).save_pretrained(folder)
     del model
     start = time.perf_counter()
-    cluster = EdgeCluster(folder, world=1, master="127.0.0.1:1", threads=4, kv="static", device=DEVICE)
+    cluster = EdgeCluster(
+        folder, world=1, master="127.0.0.1:1", threads=4, kv="static", device=DEVICE, dtype="float32"
+    )
     setup_s = time.perf_counter() - start
     cluster.use_heads(DraftHeads.zeros(model="random", digest=config_digest(folder),
                                        hidden=int(cluster.shape.hidden), heads=3))  # fmt: skip

@@ -19,7 +19,15 @@ from coinfer.errors import ConfigError, MissingDependencyError, ModelError
 from coinfer.models.base import SteerableModel
 from coinfer.models.resolve import ModelSource, resolve
 
-__all__ = ["BACKENDS", "gguf_path", "hf_cache_key", "load_model", "transformers_folder", "wrap_transformers"]
+__all__ = [
+    "BACKENDS",
+    "dtype_on",
+    "gguf_path",
+    "hf_cache_key",
+    "load_model",
+    "transformers_folder",
+    "wrap_transformers",
+]
 
 Backend = Literal["llama.cpp", "transformers"]
 BACKENDS: tuple[str, ...] = ("llama.cpp", "transformers")
@@ -146,7 +154,7 @@ def _load_transformers(
     if n_threads:
         torch.set_num_threads(n_threads)
     dev = device or ("cuda" if torch.cuda.is_available() else "cpu")
-    torch_dtype = _torch_dtype(torch, dtype, dev)
+    torch_dtype = dtype_on(torch, dtype, dev)
     folder = transformers_folder(source.spec)
     return _from_pretrained(folder, torch_dtype, dev)
 
@@ -163,7 +171,8 @@ def transformers_folder(spec: str) -> Path:
     return convert_gguf(gguf, hf_cache_key(source, gguf))
 
 
-def _torch_dtype(torch: Any, dtype: str | None, device: str) -> Any:
+def dtype_on(torch: Any, dtype: str | None, device: str) -> Any:
+    """The torch dtype named ``dtype``, or by default float32 on the CPU and bfloat16 on a GPU."""
     if dtype is None:
         return torch.float32 if device == "cpu" else torch.bfloat16
     try:

@@ -144,3 +144,24 @@ def test_a_static_stage_read_alone_from_disk_matches_the_whole_models_logits(tin
         expected = _model(path)(ids).logits
     stages = [StaticStage.load(path, 0, 1, n_ctx=64), StaticStage.load(path, 1, 2, n_ctx=64)]
     assert _close(stages[1].forward(stages[0].forward(ids, 0), 0), expected)
+
+
+def test_a_static_stage_loads_in_the_dtype_asked_and_float32_by_default_on_the_cpu(tiny_dirs) -> None:  # type: ignore[no-untyped-def]
+    import torch
+
+    from coinfer.engines.jupiter.static_stage import open_stage
+    from coinfer.errors import ConfigError
+
+    path = tiny_dirs["qwen2"]
+    assert open_stage(path, 0, 2, kv="static").dtype == torch.float32
+    half = open_stage(path, 0, 2, kv="static", dtype="bfloat16")
+    assert half.dtype == torch.bfloat16
+    full = open_stage(path, 0, 2, kv="static")
+    ids = _ids(6, 4)
+    a, b = half.forward(ids, 0, logits="last"), full.forward(ids, 0, logits="last")
+    assert a.dtype == torch.float32  # logits come back float32, near the float32 stage's
+    assert float((a - b).norm() / b.norm()) < 0.05
+    with pytest.raises(ConfigError, match="runs in float32"):
+        open_stage(path, 0, 2, kv="dynamic", dtype="bfloat16")
+    with pytest.raises(ConfigError, match="unknown dtype"):
+        open_stage(path, 0, 2, kv="static", dtype="int8")

@@ -76,6 +76,7 @@ class EdgeCluster:
         before_load: Callable[[], None] | None = None,
         kv: str = "dynamic",
         device: str = "cpu",
+        dtype: str | None = None,
     ) -> None:
         import os
 
@@ -91,9 +92,13 @@ class EdgeCluster:
             )
         import torch
 
+        from coinfer.models.load import dtype_on
+
+        dtype_on(torch, dtype, device)  # a dtype it does not know is refused before any device joins
         torch.set_num_threads(threads)  # this process is device 0: profiled and run on these
         self.model, self.world, self.split, self.n_ctx = model, world, split, n_ctx
-        self.kv, self.device = kv, device  # device 0's; every device's stage takes ``kv``
+        # device 0's; every device's stage takes ``kv`` and ``dtype`` (None: its device's default)
+        self.kv, self.device, self.dtype = kv, device, dtype
         self.budgets: list[float | None] = list(budgets) if budgets is not None else [None] * world
         self.folder = transformers_folder(model)
         self.text = HFTokenizer.load(self.folder, name=model)
@@ -201,8 +206,11 @@ class EdgeCluster:
         ranges = self.layer_plan.ranges
         for rank in range(1, self.world):
             start, stop = ranges[rank]
-            send_json({"op": "load", "start": start, "stop": stop, "kv": self.kv, "n_ctx": self.n_ctx}, rank)
-        self.stage = open_stage(self.folder, *ranges[0], kv=self.kv, device=self.device, n_ctx=self.n_ctx)
+            load = {"op": "load", "start": start, "stop": stop, "kv": self.kv, "n_ctx": self.n_ctx}
+            send_json(load if self.dtype is None else {**load, "dtype": self.dtype}, rank)
+        self.stage = open_stage(
+            self.folder, *ranges[0], kv=self.kv, device=self.device, n_ctx=self.n_ctx, dtype=self.dtype
+        )
         self.devices[0].peak_rss = peak_rss_bytes()
         for rank in range(1, self.world):
             self.devices[rank].peak_rss = int(self._ask(rank)["peak_rss"])

@@ -34,6 +34,7 @@ from coinfer.engines.jupiter.stage import Stage, entries_kept, forward_output
 from coinfer.errors import ConfigError, ModelError, SequenceError
 from coinfer.models.hf_static import static_unsupported
 from coinfer.models.layer_range import keep_layers, layer_count, load_layer_range
+from coinfer.models.load import dtype_on
 from coinfer.models.static_graphs import GRAPH_WIDTH, capture_graph, padded_width, span_for
 from coinfer.models.static_layers import StaticDecoder, top_choice
 from coinfer.models.tree import TokenTree
@@ -136,12 +137,14 @@ class StaticStage:
         stop: int,
         *,
         device: str = "cpu",
-        dtype: Any = None,
+        dtype: str | None = None,
         n_ctx: int = 4096,
     ) -> StaticStage:
-        """Layers ``[start, stop)`` of the checkpoint in ``folder``, read alone and moved to
-        ``device``."""
-        model, n_layers = load_layer_range(folder, start, stop, dtype=dtype)
+        """Layers ``[start, stop)`` of the checkpoint in ``folder``, read alone in ``dtype``
+        (float32 on the CPU, bfloat16 on a GPU, as ``load_model``) and moved to ``device``."""
+        import torch
+
+        model, n_layers = load_layer_range(folder, start, stop, dtype=dtype_on(torch, dtype, device))
         try:
             model.to(device)
         except (RuntimeError, AssertionError) as exc:
@@ -337,16 +340,26 @@ def check_kv(kv: str) -> None:
 
 
 def open_stage(
-    folder: str | Path, start: int, stop: int, *, kv: str = "dynamic", device: str = "cpu", n_ctx: int = 4096
+    folder: str | Path,
+    start: int,
+    stop: int,
+    *,
+    kv: str = "dynamic",
+    device: str = "cpu",
+    n_ctx: int = 4096,
+    dtype: str | None = None,
 ) -> Stage | StaticStage:
     """Layers ``[start, stop)`` of the checkpoint in ``folder`` as a stage: on transformers'
-    dynamic caches (``kv="dynamic"``, the CPU) or on static ones (``"static"``, any device;
-    CUDA graphs on a GPU)."""
+    dynamic caches (``kv="dynamic"``, the CPU, float32) or on static ones (``"static"``, any
+    device, in ``dtype``: by default float32 on the CPU and bfloat16 on a GPU; CUDA graphs
+    on a GPU). Hidden states cross the wire as float32 either way."""
     check_kv(kv)
     if kv == "dynamic":
         if device != "cpu":
             raise ConfigError(
                 f"the dynamic-cache stage runs on the CPU, not {device!r}", hint="use --kv static on a GPU"
             )
+        if dtype not in (None, "float32"):
+            raise ConfigError(f"the dynamic-cache stage runs in float32, not {dtype}", hint="use --kv static")
         return Stage.load(folder, start, stop)
-    return StaticStage.load(folder, start, stop, device=device, n_ctx=n_ctx)
+    return StaticStage.load(folder, start, stop, device=device, dtype=dtype, n_ctx=n_ctx)

@@ -40,7 +40,7 @@ REQUESTS: dict[str, dict[str, tuple[tuple[type, ...], bool]]] = {
     "link_send": {"peer": ((int,), True)},
     "link_echo": {"peer": ((int,), True)},
     "load": {"start": ((int,), True), "stop": ((int,), True), "kv": ((str,), False),
-             "n_ctx": ((int,), False)},
+             "n_ctx": ((int,), False), "dtype": ((str,), False)},
     "serve": {"sampling": ((dict, type(None)), False), "tree_width": ((int, type(None)), False),
               "branches": ((bool, type(None)), False)},
     "heads": {"heads": ((int,), True), "hidden": ((int,), True), "vocab": ((int,), False)},

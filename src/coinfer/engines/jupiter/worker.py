@@ -108,7 +108,7 @@ class _Device:
                 self.before_load = None
             self.stage = open_stage(
                 self.folder, int(msg["start"]), int(msg["stop"]), kv=str(msg.get("kv", "dynamic")),
-                device=self.device, n_ctx=int(msg.get("n_ctx", 4096)),
+                device=self.device, n_ctx=int(msg.get("n_ctx", 4096)), dtype=msg.get("dtype"),
             )  # fmt: skip
             return {"ok": True, "peak_rss": peak_rss_bytes()}
         if op == "serve":
