@@ -48,6 +48,22 @@ def memory_split(n_layers: int, memories: list[float]) -> tuple[tuple[int, int],
     return tuple(zip(edges, edges[1:], strict=False))
 
 
+def _check_options(
+    world: int, split: str, budgets: list[float | None] | None, kv: str, device: str, dtype: str | None
+) -> None:
+    """``EdgeCluster``'s options, refused before any device joins."""
+    import torch
+
+    from coinfer.models.load import dtype_on
+
+    check_kv(kv)
+    dtype_on(torch, dtype, device)
+    if split not in SPLITS:
+        raise ConfigError(f"unknown layer split {split!r}", hint=f"choose one of {', '.join(SPLITS)}")
+    if budgets is not None and len(budgets) != world:
+        raise ConfigError(f"{len(budgets)} memory budgets for {world} devices", hint="give one per device")
+
+
 @dataclass
 class _Device:
     rank: int
@@ -83,18 +99,9 @@ class EdgeCluster:
         from coinfer.models.hf import HFTokenizer
         from coinfer.models.load import transformers_folder
 
-        check_kv(kv)
-        if split not in SPLITS:
-            raise ConfigError(f"unknown layer split {split!r}", hint=f"choose one of {', '.join(SPLITS)}")
-        if budgets is not None and len(budgets) != world:
-            raise ConfigError(
-                f"{len(budgets)} memory budgets for {world} devices", hint="give one per device"
-            )
+        _check_options(world, split, budgets, kv, device, dtype)
         import torch
 
-        from coinfer.models.load import dtype_on
-
-        dtype_on(torch, dtype, device)  # a dtype it does not know is refused before any device joins
         torch.set_num_threads(threads)  # this process is device 0: profiled and run on these
         self.model, self.world, self.split, self.n_ctx = model, world, split, n_ctx
         # device 0's; every device's stage takes ``kv`` and ``dtype`` (None: its device's default)
