@@ -390,8 +390,9 @@ def stage_placement(args: argparse.Namespace) -> tuple[str, str]:
     by default, static caches by default off it (the dynamic-cache stage runs on the CPU)."""
     device = getattr(args, "device", None) or "cpu"
     kv = getattr(args, "kv", None) or ("dynamic" if device == "cpu" else "static")
-    if kv == "dynamic" and device != "cpu":
-        raise ConfigError(f"the dynamic-cache stage runs on the CPU, not {device!r}", hint="use --kv static")
+    from coinfer.engines.jupiter.static_stage import check_placement
+
+    check_placement(kv, device)
     return kv, device
 
 

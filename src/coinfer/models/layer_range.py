@@ -159,15 +159,11 @@ def load_layer_range(folder: str | Path, start: int, stop: int, *, dtype: Any = 
     names = (name for name, _ in model.named_parameters(remove_duplicate=False))
     wanted = {name: _tensor_name(name, start) for name in names}
     model.load_state_dict(_read_tensors(folder, wanted, dtype), strict=True, assign=True)
-    if model.lm_head is not None and inner_embedding(model) is not None and config.tie_word_embeddings:
-        model.lm_head.weight = inner_embedding(model).weight  # one range holds both: tied again, held once
+    embedding = model.model.embed_tokens
+    if model.lm_head is not None and embedding is not None and config.tie_word_embeddings:
+        model.lm_head.weight = embedding.weight  # one range holds both: tied again, held once
     materialize_buffers(model)
     return model.eval(), n_layers
-
-
-def inner_embedding(model: Any) -> Any:
-    """The token embedding the range holds (None after the first layer)."""
-    return getattr(model.model, "embed_tokens", None)
 
 
 def materialize_buffers(model: Any) -> None:

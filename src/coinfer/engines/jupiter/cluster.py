@@ -25,7 +25,7 @@ from coinfer.engines.jupiter.profile import (
     measure_link,
     profile_device,
 )
-from coinfer.engines.jupiter.static_stage import check_kv, open_stage
+from coinfer.engines.jupiter.static_stage import check_placement, open_stage
 from coinfer.engines.jupiter.wire import TOKEN_ENV, join, leave, recv_json, send_json
 from coinfer.engines.jupiter.worker import peak_rss_bytes, reset_peak_rss
 from coinfer.errors import ConfigError, TransportError
@@ -56,7 +56,7 @@ def _check_options(
 
     from coinfer.models.load import dtype_on
 
-    check_kv(kv)
+    check_placement(kv, device, dtype)
     dtype_on(torch, dtype, device)
     if split not in SPLITS:
         raise ConfigError(f"unknown layer split {split!r}", hint=f"choose one of {', '.join(SPLITS)}")

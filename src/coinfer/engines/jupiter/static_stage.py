@@ -39,7 +39,7 @@ from coinfer.models.static_graphs import GRAPH_WIDTH, capture_graph, padded_widt
 from coinfer.models.static_layers import StaticDecoder, top_choice
 from coinfer.models.tree import TokenTree
 
-__all__ = ["KV_KINDS", "StaticStage", "check_kv", "open_stage"]
+__all__ = ["KV_KINDS", "StaticStage", "check_placement", "open_stage"]
 
 KV_KINDS = ("dynamic", "static")
 
@@ -334,9 +334,15 @@ class StaticStage:
         )
 
 
-def check_kv(kv: str) -> None:
+def check_placement(kv: str, device: str, dtype: str | None = None) -> None:
+    """Refuse a cache kind it does not know, and a dynamic-cache stage off the CPU or in
+    another dtype than float32 (transformers' own layers, as ``Stage`` runs them)."""
     if kv not in KV_KINDS:
         raise ConfigError(f"unknown KV cache kind {kv!r}", hint=f"choose one of {', '.join(KV_KINDS)}")
+    if kv == "dynamic" and device != "cpu":
+        raise ConfigError(f"the dynamic-cache stage runs on the CPU, not {device!r}", hint="use --kv static")
+    if kv == "dynamic" and dtype not in (None, "float32"):
+        raise ConfigError(f"the dynamic-cache stage runs in float32, not {dtype}", hint="use --kv static")
 
 
 def open_stage(
@@ -353,13 +359,7 @@ def open_stage(
     dynamic caches (``kv="dynamic"``, the CPU, float32) or on static ones (``"static"``, any
     device, in ``dtype``: by default float32 on the CPU and bfloat16 on a GPU; CUDA graphs
     on a GPU). Hidden states cross the wire as float32 either way."""
-    check_kv(kv)
+    check_placement(kv, device, dtype)
     if kv == "dynamic":
-        if device != "cpu":
-            raise ConfigError(
-                f"the dynamic-cache stage runs on the CPU, not {device!r}", hint="use --kv static on a GPU"
-            )
-        if dtype not in (None, "float32"):
-            raise ConfigError(f"the dynamic-cache stage runs in float32, not {dtype}", hint="use --kv static")
         return Stage.load(folder, start, stop)
     return StaticStage.load(folder, start, stop, device=device, dtype=dtype, n_ctx=n_ctx)
