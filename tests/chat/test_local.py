@@ -7,6 +7,7 @@ import json
 import pytest
 
 from coinfer.chat import ChatRequest, LocalChat
+from coinfer.decoding.speculative import SpecConfig, generate
 from coinfer.errors import ConfigError, ContextOverflowError
 
 pytestmark = pytest.mark.llama
@@ -36,6 +37,26 @@ def test_a_concurrent_batch_answers_like_one_at_a_time(smollm_llama) -> None:  #
     assert smollm_llama.live_sequences == 0  # every sequence released
 
 
+def test_greedy_conversations_read_back_choices_and_answer_as_greedy_decoding_does(
+    smollm_llama, monkeypatch
+) -> None:  # type: ignore[no-untyped-def]
+    """Greedy conversations get one id per step off the model, not a vocabulary of logits
+    (on a GPU, 600 KB a row for a 150k vocabulary), and each answer is the model's own
+    greedy text (one at a time here: a batch's rounding may flip a near-tie)."""
+    requests = [_ask(q, max_tokens=12) for q in QUESTIONS]
+    logits_read: list[int] = []
+    monkeypatch.setattr(smollm_llama, "extend_many", _counting(smollm_llama.extend_many, logits_read))
+    with LocalChat(smollm_llama, max_concurrent=1) as chat:
+        replies = chat.chat_batch(requests)
+    with LocalChat(smollm_llama, max_concurrent=4) as chat:
+        chat.chat_batch(requests)
+    assert logits_read == []
+    config = SpecConfig(max_tokens=12)
+    for request, reply in zip(requests, replies, strict=True):
+        prompt = smollm_llama.chat_prompt(request.messages)
+        assert reply.text == generate(smollm_llama, prompt, draft=None, config=config).text
+
+
 def test_samples_are_independent_and_a_seed_repeats_them(smollm_llama) -> None:  # type: ignore[no-untyped-def]
     request = _ask("Write a word.", n=3, temperature=1.0, seed=7, max_tokens=8)
     with LocalChat(smollm_llama, keep=0) as chat:
@@ -60,13 +81,8 @@ def test_the_shared_cache_is_never_overfilled(smollm_llama) -> None:  # type: ig
 def test_a_growing_conversation_reads_its_shared_prefix_once(smollm_llama, monkeypatch) -> None:  # type: ignore[no-untyped-def]
     """Minion's local side: turn after turn over the same long document."""
     fed: list[int] = []
-    extend_many = smollm_llama.extend_many
-
-    def counting(items, **kwargs):  # type: ignore[no-untyped-def]
-        fed.append(sum(len(ids) for _, ids in items))
-        return extend_many(items, **kwargs)
-
-    monkeypatch.setattr(smollm_llama, "extend_many", counting)
+    for name in ("extend_many", "extend_many_greedy"):  # logits, or greedy choices only
+        monkeypatch.setattr(smollm_llama, name, _counting(getattr(smollm_llama, name), fed))
     document = "The manual. " + " ".join(f"Setting {i} is {i * 7}." for i in range(60))
     first = [{"role": "system", "content": document}, {"role": "user", "content": "What is setting 3?"}]
     chat = LocalChat(smollm_llama)  # closed below: kept caches hold cells of the shared model
@@ -80,6 +96,14 @@ def test_a_growing_conversation_reads_its_shared_prefix_once(smollm_llama, monke
     chat.close()
     fresh = LocalChat(smollm_llama, keep=0).chat(ChatRequest(second, max_tokens=8))
     assert reused.texts[0][:10] == fresh.texts[0][:10]  # the same answer (up to batch rounding)
+
+
+def _counting(extend, fed: list[int]):  # type: ignore[no-untyped-def]
+    def counting(items, **kwargs):  # type: ignore[no-untyped-def]
+        fed.append(sum(len(ids) for _, ids in items))
+        return extend(items, **kwargs)
+
+    return counting
 
 
 PERSON = {

@@ -309,6 +309,26 @@ def test_extend_many_greedy_gives_the_top_token_after_each_chain(subject: Subjec
     model.release(s2)
 
 
+def test_extend_many_choices_gives_the_top_token_after_every_token_of_each_chain(subject: Subject) -> None:
+    """A batch's greedy verification: each sequence's choice after each of its new tokens
+    (as ``argmax`` of ``extend_many``'s rows, within the tolerance for near-ties), each
+    sequence extended by its chain."""
+    model, prompt = subject.model, _prompt(subject.model)
+    s1, s2 = model.new_sequence(), model.new_sequence()
+    model.extend(s1, prompt)
+    model.extend(s2, prompt[:3])
+    out = model.extend_many_choices([(s1, [41, 42, 43]), (s2, [44])])
+    assert [(c.shape, c.dtype) for c in out] == [((3,), np.int64), ((1,), np.int64)]
+    for choices, context, n in zip(out, ([*prompt, 41, 42, 43], [*prompt[:3], 44]), (3, 1), strict=True):
+        fresh = _fresh(model, context)[-n:]
+        for row, choice in zip(fresh, choices, strict=True):
+            assert row[choice] >= row.max() - 1e-3 * max(1.0, abs(row.max()))
+    assert len(s1) == len(prompt) + 3 and len(s2) == 4
+    subject.assert_close(model.extend(s1, [45]), _fresh(model, [*prompt, 41, 42, 43, 45])[-1:])
+    model.release(s1)
+    model.release(s2)
+
+
 def test_misuse_is_refused_with_a_clear_error(subject: Subject) -> None:
     model = subject.model
     seq = model.new_sequence()
@@ -328,5 +348,7 @@ def test_misuse_is_refused_with_a_clear_error(subject: Subject) -> None:
     model.release(seq)
     with pytest.raises(SequenceError, match="released"):
         model.extend(seq, [1])
+    fresh = model.new_sequence()
     with pytest.raises(SequenceError, match="cannot truncate"):
-        model.truncate(model.new_sequence(), 1)
+        model.truncate(fresh, 1)
+    model.release(fresh)  # the model is shared: a sequence left live would hold a slot

@@ -52,7 +52,18 @@ class _Job:
     finish: str | None = None
     seq: Seq | None = None
     logits: np.ndarray | None = None  # the next token's, once fed
+    choice: int | None = None  # instead, where the step read greedy choices: the next token
     constraint: TokenConstraint | None = None  # the JSON schema's grammar, where enforced
+
+    @property
+    def fed(self) -> bool:
+        """Whether the model has read the job's latest tokens (its next token is known)."""
+        return self.logits is not None or self.choice is not None
+
+    @property
+    def greedy(self) -> bool:
+        """Whether the next token is the argmax of the logits alone (no grammar to apply)."""
+        return self.params.greedy and self.constraint is None
 
     @property
     def reserve(self) -> int:
@@ -139,17 +150,26 @@ class LocalChat(ChatModel):
         model once. Returns the jobs still running."""
         feed = self._admit(waiting, running)
         for job in running:
-            if job.logits is not None and job.finish is None:
+            if job.fed and job.finish is None:
                 token = self._next_token(job)
                 if token is not None:
                     feed.append((job, [token]))
         running = [j for j in running if not self._retire(j)]
         feed = [(j, ids) for j, ids in feed if j.finish is None]
         if feed:
-            rows = self.model.extend_many([(_seq(j), ids) for j, ids in feed], last_only=True)
-            for (job, _), logits in zip(feed, rows, strict=True):
-                job.logits = logits[-1]
+            self._feed(feed)
         return running
+
+    def _feed(self, feed: list[tuple[_Job, list[int]]]) -> None:
+        """One forward over every job's new tokens. Where every job decodes greedily, only
+        each one's choice comes back (one id, not a vocabulary of logits)."""
+        items = [(_seq(j), ids) for j, ids in feed]
+        if all(job.greedy for job, _ in feed):
+            for (job, _), choice in zip(feed, self.model.extend_many_greedy(items), strict=True):
+                job.choice = int(choice)
+            return
+        for (job, _), logits in zip(feed, self.model.extend_many(items, last_only=True), strict=True):
+            job.logits = logits[-1]
 
     def cancel(self, job: _Job, waiting: deque[_Job]) -> None:
         """Stop ``job`` (its client went away): out of ``waiting``, or retired, its cache
@@ -202,16 +222,12 @@ class LocalChat(ChatModel):
         return best, common
 
     def _next_token(self, job: _Job) -> int | None:
-        """Sample the job's next token; None (and ``finish`` set) when it is done."""
-        assert job.logits is not None
-        token = sample(probs_from_logits(job.logits, job.params), job.rng)
-        if job.constraint is not None and not job.constraint.allows(token):
-            allowed = job.constraint.restrict(job.logits)
-            if not np.isfinite(allowed).any():  # the grammar is complete or stuck: nothing may follow
-                token = next(iter(self.model.eos_ids))
-            else:
-                token = sample(probs_from_logits(allowed, job.params), job.rng)
-        job.logits = None
+        """The job's next token (its greedy choice, or sampled); None (and ``finish`` set)
+        when it is done."""
+        if job.choice is not None:
+            token, job.choice = job.choice, None
+        else:
+            token = self._sampled(job)
         if token in self.model.eos_ids:
             job.finish = "stop"
             return None
@@ -221,6 +237,18 @@ class LocalChat(ChatModel):
         if len(job.tokens) >= job.max_tokens:
             job.finish = "length"
             return None
+        return token
+
+    def _sampled(self, job: _Job) -> int:
+        """A token sampled from the job's logits, within its grammar where it has one."""
+        assert job.logits is not None
+        logits, job.logits = job.logits, None
+        token = sample(probs_from_logits(logits, job.params), job.rng)
+        if job.constraint is not None and not job.constraint.allows(token):
+            allowed = job.constraint.restrict(logits)
+            if not np.isfinite(allowed).any():  # the grammar is complete or stuck: nothing may follow
+                return next(iter(self.model.eos_ids))
+            token = sample(probs_from_logits(allowed, job.params), job.rng)
         return token
 
     def _retire(self, job: _Job, *, force: bool = False) -> bool:

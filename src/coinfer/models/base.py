@@ -205,6 +205,12 @@ class SteerableModel(Prompter):
         moving a vocabulary of logits per sequence off the device."""
         return self._many(items, "extend_many_greedy", self._extend_many_greedy)
 
+    def extend_many_choices(self, items: Sequence[tuple[Seq, Sequence[int]]]) -> list[np.ndarray]:
+        """``extend_many``, returning each item's greedy choice after every one of its
+        tokens (int64, shape (len(ids),)) instead of its logits: what a batch's greedy
+        verification needs, one id per row off the device, not a vocabulary."""
+        return self._many(items, "extend_many_choices", self._extend_many_choices)
+
     def _many(self, items: Sequence[tuple[Seq, Sequence[int]]], what: str, run: Callable[[Any], Any]) -> Any:
         """Check several sequences' chains, run them, then append each chain to its sequence."""
         checked = [(seq, self._check_extend(seq, ids)) for seq, ids in items]
@@ -319,6 +325,9 @@ class SteerableModel(Prompter):
 
     def _extend_many_greedy(self, items: list[tuple[Seq, list[int]]]) -> np.ndarray:
         return np.array([int(np.argmax(rows[-1])) for rows in self._extend_many(items, True)], dtype=np.int64)
+
+    def _extend_many_choices(self, items: list[tuple[Seq, list[int]]]) -> list[np.ndarray]:
+        return [np.argmax(rows, axis=-1) for rows in self._extend_many(items, False)]
 
     @abstractmethod
     def _fork(self, source: Seq, new: Seq) -> None: ...

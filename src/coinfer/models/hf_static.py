@@ -43,7 +43,7 @@ from coinfer.errors import ModelError, SequenceError
 from coinfer.models.base import Seq, backend_seq
 from coinfer.models.hf import HFModel
 from coinfer.models.static_graphs import GRAPH_WIDTH, MIN_SPAN, WIDTHS, capture_graph, padded_width, span_for
-from coinfer.models.static_layers import StaticDecoder, fused_layers_unsupported, top_choice
+from coinfer.models.static_layers import StaticDecoder, fused_layers_unsupported, greedy_ids, top_choice
 from coinfer.models.tree import TokenTree
 
 __all__ = ["ForwardRow", "HFStaticModel", "static_unsupported"]
@@ -263,6 +263,10 @@ class HFStaticModel(HFModel):
         rows = [ForwardRow.chain(_sseq(seq).slot, len(seq.tokens), ids) for seq, ids in items]
         return np.array([int(c[-1]) for c in self.forward_rows(rows, "argmax")], dtype=np.int64)
 
+    def _extend_many_choices(self, items: list[tuple[Seq, list[int]]]) -> list[np.ndarray]:
+        rows = [ForwardRow.chain(_sseq(seq).slot, len(seq.tokens), ids) for seq, ids in items]
+        return self.forward_rows(rows, "argmax")
+
     def forward_rows(self, rows: Sequence[ForwardRow], read: str) -> list[np.ndarray]:
         """One forward over ``rows``, chains longer than a prefill chunk in pieces.
         ``read``: "logits" (every new token's), "last" (each row's last) or "argmax"."""
@@ -334,7 +338,7 @@ class HFStaticModel(HFModel):
         if not self.graphs_enabled or key[1] > GRAPH_WIDTH:
             inputs = _Inputs(self._torch, key[0], key[1], self.device)
             inputs.fill(rows, self.n_ctx, self._pad)
-            return self._forward(inputs, key)
+            return self._forward(inputs, key, choose=False)
         entry = self._graphs.get(key)
         if entry is None:
             return self._capture(key, rows)
@@ -356,8 +360,9 @@ class HFStaticModel(HFModel):
         self._graphs[key] = (graph, inputs, outputs)
         return outputs
 
-    def _forward(self, inputs: _Inputs, key: _Key) -> tuple[Any, Any]:
-        """The forward over the packed inputs: logits (b, w, vocab) and their argmax (b, w)."""
+    def _forward(self, inputs: _Inputs, key: _Key, *, choose: bool = True) -> tuple[Any, Any]:
+        """The forward over the packed inputs: logits (b, w, vocab) and, with ``choose``
+        (inside a graph, which cannot take it later), their argmax (b, w), else None."""
         ids, positions, columns, starts, slots, sees = inputs.views()
         span, first = key[2], key[3]
         mask = self._mask(starts, sees, span, self.model.dtype)
@@ -366,7 +371,7 @@ class HFStaticModel(HFModel):
         logits = decoder.head(
             decoder.hidden_states(ids, positions, columns, slots, mask, self._keys, self._values, rows)
         )
-        return logits, top_choice(logits)
+        return logits, top_choice(logits) if choose else None
 
     def _mask(self, starts: Any, sees: Any, span: int, dtype: Any) -> Any:
         """Additive mask (b, 1, w, span): row i's token q sees every column below its start,
@@ -385,7 +390,7 @@ class HFStaticModel(HFModel):
         """Each row's results; ``order``: where each row ran in the forward."""
         counts = [len(r.ids) for r in rows]
         if read == "argmax":
-            picked = choices.cpu().numpy()
+            picked = greedy_ids(logits) if choices is None else choices.cpu().numpy()
             return [picked[i, :n] for i, n in zip(order, counts, strict=True)]
         if read == "last":
             torch = self._torch

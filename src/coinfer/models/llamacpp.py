@@ -425,6 +425,11 @@ class LlamaCppModel(SteerableModel):
         rows, ends = self._many_rows(items)
         return self._decode(rows, outputs=ends, greedy=True)
 
+    def _extend_many_choices(self, items: list[tuple[Seq, list[int]]]) -> list[np.ndarray]:
+        rows, ends = self._many_rows(items)
+        choices = self._decode(rows, greedy=True)
+        return [choices[end + 1 - len(ids) : end + 1] for (_, ids), end in zip(items, ends, strict=True)]
+
     def _many_rows(
         self, items: list[tuple[Seq, list[int]]]
     ) -> tuple[list[tuple[int, int, tuple[int, ...]]], list[int]]:

@@ -49,6 +49,33 @@ def _drafted(responses: list[Response]) -> int:
 
 
 @needs_torch
+def test_greedy_rounds_read_back_the_targets_choices_not_its_logits(
+    tiny_pair: tuple[SteerableModel, SteerableModel], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A greedy batch's prefill and verifications get one id per row off the target (on a
+    GPU, a vocabulary of logits is 600 KB a row), and the text is still the target's own."""
+    target, draft = tiny_pair
+    prompts = _prompts(target)
+    logits_read: list[int] = []
+    extend_many = target.extend_many
+
+    def counting(items, **kwargs):  # type: ignore[no-untyped-def]
+        logits_read.append(len(items))
+        return extend_many(items, **kwargs)
+
+    monkeypatch.setattr(target, "extend_many", counting)
+    config = CollectiveConfig(max_tokens=24, draft_tokens=3, max_batch=2, gate=None)
+    drafter = ModelDrafter(draft)
+    out = generate(target, prompts, drafts=[drafter], config=config)
+    drafter.close()
+    assert logits_read == [] and _drafted(out) > 0
+    assert [r.tokens for r in out] == _alone(target, prompts, 24)
+    sampled = CollectiveConfig(max_tokens=8, max_batch=2, sampling=SamplingParams(temperature=0.8, seed=1))
+    generate(target, prompts, drafts=[NgramDrafter()], config=sampled)
+    assert logits_read  # sampling reads the logits
+
+
+@needs_torch
 @pytest.mark.parametrize(("draft_tokens", "selector"), [(0, None), (3, None), ("auto", (2, 2))])
 def test_greedy_output_is_the_target_alone_whatever_the_batch(
     tiny_pair: tuple[SteerableModel, SteerableModel],
@@ -335,17 +362,18 @@ def test_one_slow_forward_over_a_whole_batch_does_not_split_the_next_rounds() ->
 
 def _timed(target: ScriptedModel, seconds: dict[int, float] | Callable[[int], float]) -> list[int]:
     """Make each batched forward of ``target`` take ``seconds`` of its tokens (a table, 1 ms
-    where it has none, or a function); the rows of every forward, as they run."""
+    where it has none, or a function); the rows of every forward, as they run (the
+    backend's hook, which logits, last rows and choices all go through)."""
     calls: list[int] = []
-    extend_many = target.extend_many
+    extend_many = target._extend_many
     cost = seconds if callable(seconds) else (lambda n: seconds.get(n, 0.001))
 
-    def timed(items, **kwargs):  # type: ignore[no-untyped-def]
+    def timed(items, last_only):  # type: ignore[no-untyped-def]
         calls.append(len(items))
         time.sleep(cost(sum(len(ids) for _, ids in items)))
-        return extend_many(items, **kwargs)
+        return extend_many(items, last_only)
 
-    target.extend_many = timed  # type: ignore[method-assign]
+    target._extend_many = timed  # type: ignore[method-assign]
     return calls
 
 

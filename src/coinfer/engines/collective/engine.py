@@ -8,8 +8,9 @@ pool. Each round:
    kind of draft has earned);
 2. per request, the drafts are merged by the weighted majority vote (``voting``);
 3. the target verifies every request's voted draft in one batched forward
-   (``extend_many``): greedy, or sampled with one uniform per position so that any
-   choice of drafts gives the target's own text (``verify.coupled_accept``);
+   (greedy: ``extend_many_choices``, one id per row off the device; sampled:
+   ``extend_many``, with one uniform per position so that any choice of drafts gives
+   the target's own text, ``verify.coupled_accept``);
 4. every draft is scored against what the target produced, the drafters' weights are
    rewarded or punished and the drafters hear what was kept; ``s`` for the next round
    comes from the speculation length selector (or stays fixed).

@@ -19,7 +19,7 @@ from coinfer.decoding.drafters import Drafter
 from coinfer.decoding.response import DecodeStats
 from coinfer.decoding.sampling import PositionDraws, SamplingParams, probs_from_logits, sample_at
 from coinfer.decoding.speculative import take_round, window_room
-from coinfer.decoding.verify import accept_deterministic
+from coinfer.decoding.verify import accept_choices, accept_deterministic
 from coinfer.engines.collective.config import CollectiveConfig
 from coinfer.engines.collective.gate import SourceGate
 from coinfer.engines.collective.selector import SpeculationLengthSelector
@@ -180,7 +180,15 @@ def prefill(
     """Read the new prompts in one batch and sample each one's first token; the
     ``running`` requests that wait meanwhile count the time as stalled."""
     t0 = time.perf_counter()
-    rows = target.extend_many([(r.seq, r.prompt) for r in joining], last_only=True)
+    items = [(r.seq, r.prompt) for r in joining]
+    if sampling.greedy:  # one id per prompt comes back, not a vocabulary of logits
+        firsts = [int(c) for c in target.extend_many_greedy(items)]
+    else:
+        rows = target.extend_many(items, last_only=True)
+        firsts = [
+            sample_at(probs_from_logits(logits[-1], sampling), r.draws.uniform(len(r.prompt)))
+            for r, logits in zip(joining, rows, strict=True)
+        ]
     seconds = time.perf_counter() - t0
     for r in running:
         if r.stats.first_token_at is not None and not r.done:
@@ -189,8 +197,7 @@ def prefill(
         gate.prefilled(len(joining), seconds)
     if run is not None:
         run.prefill_s += seconds
-    for r, logits in zip(joining, rows, strict=True):
-        first = sample_at(probs_from_logits(logits[-1], sampling), r.draws.uniform(len(r.prompt)))
+    for r, first in zip(joining, firsts, strict=True):
         r.context = [*r.prompt]
         r.stats.prefilled()
         take(target, r, [first], max_tokens)
@@ -370,9 +377,10 @@ class Learner:
         rows: list[Any] = []
         verify_s = 0.0
         parts = self._forwards(items, tokens)
+        greedy = self.sampling.greedy  # then each row's choice comes back, not its logits
         for part in parts:
             t0 = time.perf_counter()
-            rows += target.extend_many(part)
+            rows += target.extend_many_choices(part) if greedy else target.extend_many(part)
             elapsed = time.perf_counter() - t0
             verify_s += elapsed
             shape = (len(part), sum(len(ids) for _, ids in part))
@@ -383,8 +391,11 @@ class Learner:
         if self.gate is not None:
             self.gate.verified(tokens, verify_s)
         events = []
-        for (r, v), logits in zip(batch, rows, strict=True):
-            n_acc, nxt = accept_deterministic(v.draft, logits, self.sampling, r.draws, len(r.context))
+        for (r, v), out in zip(batch, rows, strict=True):
+            if greedy:
+                n_acc, nxt = accept_choices(v.draft, out)
+            else:
+                n_acc, nxt = accept_deterministic(v.draft, out, self.sampling, r.draws, len(r.context))
             target.truncate(r.seq, len(r.context) + n_acc)
             produced = [*v.draft[:n_acc], nxt]
             self.weights.record(v.drafts, v.voter, produced)

@@ -22,6 +22,7 @@ from typing import Any
 from coinfer.errors import ConfigError
 from coinfer.models.hf import branch_attention_mask, commit_tree_path, keep_cache_slots
 from coinfer.models.layer_range import keep_layers, layer_count, load_layer_range
+from coinfer.models.static_layers import greedy_ids
 from coinfer.models.tree import TokenTree
 
 __all__ = ["Stage", "entries_kept", "forward_output"]
@@ -137,7 +138,7 @@ class Stage:
 
     def choices(self, hidden: Any) -> Any:
         """The greedy choice after each of the last stage's hidden states (n, d): int64 (n,)."""
-        return self.head(hidden).argmax(-1).cpu().numpy()
+        return greedy_ids(self.head(hidden))
 
     def guesses(self, heads: Any, hidden: Any, width: int) -> Any:
         """The draft heads' ``width`` best per head for hidden states (n, d)."""

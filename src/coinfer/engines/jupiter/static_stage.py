@@ -36,7 +36,7 @@ from coinfer.models.hf_static import static_unsupported
 from coinfer.models.layer_range import keep_layers, layer_count, load_layer_range
 from coinfer.models.load import dtype_on
 from coinfer.models.static_graphs import GRAPH_WIDTH, capture_graph, padded_width, span_for
-from coinfer.models.static_layers import StaticDecoder, top_choice
+from coinfer.models.static_layers import StaticDecoder, greedy_ids
 from coinfer.models.tree import TokenTree
 
 __all__ = ["KV_KINDS", "StaticStage", "check_placement", "open_stage"]
@@ -226,8 +226,7 @@ class StaticStage:
         """The greedy choice after each hidden state (n, d), taken on this stage's device:
         one id per row comes back, not a vocabulary of logits."""
         with self._torch.inference_mode():
-            logits = self.model.lm_head(hidden.to(self.device, self.dtype))
-            return top_choice(logits).cpu().numpy()
+            return greedy_ids(self.model.lm_head(hidden.to(self.device, self.dtype)))
 
     def guesses(self, heads: Any, hidden: Any, width: int) -> Any:
         """The draft heads' ``width`` best per head for hidden states (n, d), run on this
