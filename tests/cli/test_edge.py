@@ -92,6 +92,17 @@ def test_devices_on_static_caches_write_what_generate_writes(four_layers: Path) 
     assert_user_error(proc, "runs on the CPU")
 
 
+@needs_torch
+def test_dtype_sets_every_devices_stage_and_writes_what_generate_writes_in_it(four_layers: Path) -> None:
+    """``--dtype bfloat16`` (a GPU's default) reaches both devices: their text is a
+    bfloat16 model's, not float32's. The dynamic-cache stage refuses it before starting."""
+    bf16 = _launch(four_layers, "--devices", "2", "--kv", "static", "--dtype", "bfloat16")["text"]
+    assert bf16 == _generate(four_layers, "--kv", "static", "--dtype", "bfloat16")["text"]
+    assert bf16 != _generate(four_layers)["text"]  # the float32 text (random weights: near-ties flip)
+    proc = coinfer("edge", "launch", "hi", "-m", str(four_layers), "--kv", "dynamic", "--dtype", "float16")
+    assert_user_error(proc, "runs in float32")
+
+
 def _edge_cgroups() -> set[str]:
     root = Path("/sys/fs/cgroup/memory")
     return {p.name for p in root.glob("coinfer-edge-*")} if root.is_dir() else set()

@@ -274,6 +274,7 @@ def test_collective_generate_is_the_plain_greedy_text_with_each_drafts_acceptanc
         (["--engine", "collective", "--drafts", " , "], "--drafts names no drafter"),
         (["--draft-tokens", "lots"], "expected a whole number or 'auto'"),
         (["--engine", "fast"], "invalid choice"),
+        (["--dtype", "bfloat16"], "applies to the transformers backend"),
     ],
 )
 def test_a_bad_flag_is_one_line_and_a_hint_before_any_model_loads(flags: list[str], needle: str) -> None:

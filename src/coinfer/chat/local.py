@@ -292,6 +292,7 @@ def open_local_chat(
     backend: str = "llama.cpp",
     n_threads: int | None = None,
     device: str | None = None,
+    dtype: str | None = None,
 ) -> LocalChat:
     """A model loaded for chat: on llama.cpp, ``parallel + keep`` sequences, each with its own
     ``n_ctx`` cells (a unified cache would make every token attend over every
@@ -305,6 +306,7 @@ def open_local_chat(
         n_ctx=n_ctx,
         n_threads=n_threads,
         device=device,
+        dtype=dtype,
         n_seq_max=parallel + keep,
         kv_unified=False,
     )

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any, NoReturn
 
 from coinfer import catalog
 from coinfer.errors import ConfigError
+from coinfer.models.load import DTYPES, check_backend
 
 if TYPE_CHECKING:  # the models package is imported lazily: `coinfer models list` stays fast
     from coinfer.decoding import SamplingParams
@@ -21,6 +22,7 @@ __all__ = [
     "DEFAULT_MODEL",
     "Parser",
     "add_draft_flags",
+    "add_dtype_flag",
     "add_model_flags",
     "add_output_flags",
     "add_pair_flags",
@@ -59,7 +61,7 @@ def add_model_flags(
     required: bool | None = None,
 ) -> None:  # fmt: skip
     """--model/-m (``required``: by default when it has no default), --backend/-b, --ctx,
-    --threads, --device, --kv."""
+    --threads, --device, --kv, --dtype."""
     p.add_argument(
         "--model",
         "-m",
@@ -80,6 +82,16 @@ def add_model_flags(
         choices=["static", "dynamic"],
         help="transformers KV caches: static ones replay each forward as a CUDA graph "
         "(default: static on a GPU)",
+    )
+    add_dtype_flag(p)
+
+
+def add_dtype_flag(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--dtype",
+        default=None,
+        choices=list(DTYPES),
+        help="transformers weights and activations (default: float32 on the CPU, bfloat16 on a GPU)",
     )
 
 
@@ -212,6 +224,7 @@ def load_from_args(
     from coinfer.models import load_model
 
     spec = spec or args.model
+    check_backend(args.backend, getattr(args, "dtype", None))  # before a model is looked for
     _assemble_if_catalogued(spec, quiet=quiet)
     if not quiet:
         err(f"loading {spec} on {args.backend}…")
@@ -222,6 +235,7 @@ def load_from_args(
         n_threads=args.threads,
         device=args.device,
         kv=args.kv,
+        dtype=getattr(args, "dtype", None),
         **options,
     )
 
@@ -242,4 +256,5 @@ def open_chat_from_args(
         backend=args.backend,
         n_threads=args.threads,
         device=args.device,
+        dtype=getattr(args, "dtype", None),
     )

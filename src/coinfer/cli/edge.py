@@ -22,7 +22,14 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-from coinfer.cli.common import add_output_flags, add_sampling_flags, check_trace_path, err, sampling_from_args
+from coinfer.cli.common import (
+    add_dtype_flag,
+    add_output_flags,
+    add_sampling_flags,
+    check_trace_path,
+    err,
+    sampling_from_args,
+)
 from coinfer.errors import CoinferError, ConfigError
 
 __all__ = ["add_parser", "cmd_launch", "cmd_worker", "rendezvous", "spawn_workers", "stage_placement"]
@@ -136,7 +143,7 @@ def _run_request(
         cluster = EdgeCluster(
             args.model, world=args.devices, master=master, threads=args.cores_per_device, name="device0",
             budgets=budgets, split=args.split, n_ctx=args.ctx, token=token,
-            before_load=fence, kv=kv, device=device,
+            before_load=fence, kv=kv, device=device, dtype=args.dtype,
         )  # fmt: skip
         try:
             if args.heads:
@@ -387,12 +394,13 @@ def _add_device_flag(parser: Any) -> None:
 
 def stage_placement(args: argparse.Namespace) -> tuple[str, str]:
     """(KV cache kind, device) of this host's stages from ``--kv`` and ``--device``: the CPU
-    by default, static caches by default off it (the dynamic-cache stage runs on the CPU)."""
+    by default, static caches by default off it (the dynamic-cache stage runs on the CPU,
+    in float32: a ``--dtype`` it cannot take is refused here too)."""
     device = getattr(args, "device", None) or "cpu"
     kv = getattr(args, "kv", None) or ("dynamic" if device == "cpu" else "static")
     from coinfer.engines.jupiter.static_stage import check_placement
 
-    check_placement(kv, device)
+    check_placement(kv, device, getattr(args, "dtype", None))
     return kv, device
 
 
@@ -432,6 +440,7 @@ def add_parser(sub: Any) -> None:
         "forwards are CUDA graphs on a GPU (default: static off the CPU)",
     )  # fmt: skip
     _add_device_flag(launch)
+    add_dtype_flag(launch)
     add_sampling_flags(launch)
     launch.add_argument("--system", default=None, help="a system message for the chat template")
     launch.add_argument("--raw", action="store_true", help="send the prompt as plain text, no chat template")

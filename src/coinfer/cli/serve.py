@@ -187,7 +187,8 @@ def _jupiter(args: argparse.Namespace, name: str) -> Any:
     kv, device = stage_placement(args)
     try:
         cluster = EdgeCluster(args.model, world=args.devices, master=master, threads=args.cores_per_device,
-                              n_ctx=args.ctx, token=token, kv=kv, device=device)  # fmt: skip
+                              n_ctx=args.ctx, token=token, kv=kv, device=device,
+                              dtype=args.dtype)  # fmt: skip
     except BaseException:
         for p in procs:
             p.kill()

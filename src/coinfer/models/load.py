@@ -21,6 +21,8 @@ from coinfer.models.resolve import ModelSource, resolve
 
 __all__ = [
     "BACKENDS",
+    "DTYPES",
+    "check_backend",
     "dtype_on",
     "gguf_path",
     "hf_cache_key",
@@ -31,6 +33,7 @@ __all__ = [
 
 Backend = Literal["llama.cpp", "transformers"]
 BACKENDS: tuple[str, ...] = ("llama.cpp", "transformers")
+DTYPES: tuple[str, ...] = ("float32", "bfloat16", "float16")  # a transformers model's, by torch's names
 
 
 def load_model(
@@ -50,8 +53,7 @@ def load_model(
     ones, or None for static on a GPU where the architecture allows; ``n_seq_max`` among
     ``options`` is how many sequences may be live (llama.cpp's own; static caches hold
     that many, or else grow as sequences are made)."""
-    if backend not in BACKENDS:
-        raise ConfigError(f"unknown backend {backend!r}", hint=f"choose one of {', '.join(BACKENDS)}")
+    check_backend(backend, dtype)
     source = resolve(spec)
     if backend == "llama.cpp":
         from coinfer.models.llamacpp import LlamaCppModel
@@ -60,6 +62,17 @@ def load_model(
     slots = int(options["n_seq_max"]) if options.get("n_seq_max") else None
     model, tok = _load_transformers(source, n_threads=n_threads, device=device, dtype=dtype)
     return wrap_transformers(model, tok, name=source.name, n_ctx=n_ctx, kv=kv, slots=slots)
+
+
+def check_backend(backend: str, dtype: str | None = None) -> None:
+    """Refuse an unknown backend, or a dtype for llama.cpp (a GGUF file fixes its types)."""
+    if backend not in BACKENDS:
+        raise ConfigError(f"unknown backend {backend!r}", hint=f"choose one of {', '.join(BACKENDS)}")
+    if backend == "llama.cpp" and dtype is not None:
+        raise ConfigError(
+            f"a dtype ({dtype}) applies to the transformers backend; a GGUF file fixes its own types",
+            hint="pass --backend transformers, or leave --dtype out",
+        )
 
 
 def wrap_transformers(
@@ -175,10 +188,9 @@ def dtype_on(torch: Any, dtype: str | None, device: str) -> Any:
     """The torch dtype named ``dtype``, or by default float32 on the CPU and bfloat16 on a GPU."""
     if dtype is None:
         return torch.float32 if device == "cpu" else torch.bfloat16
-    try:
-        return {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}[dtype]
-    except KeyError:
-        raise ConfigError(f"unknown dtype {dtype!r}", hint="use float32, bfloat16 or float16") from None
+    if dtype not in DTYPES:
+        raise ConfigError(f"unknown dtype {dtype!r}", hint=f"use {', '.join(DTYPES)}")
+    return getattr(torch, dtype)
 
 
 def _from_pretrained(folder: Path, torch_dtype: Any, device: str) -> tuple[Any, Any]:
