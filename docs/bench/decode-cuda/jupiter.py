@@ -8,7 +8,8 @@ kind of stage; and what the greedy verification reads back (a tree's logits, or 
 row: ``StaticStage.choices``).
 
 Part 2, the engine (float32, so that greedy outputs are comparable): the random 1.5B saved as
-a model folder, served as one device (``EdgeCluster(kv="static", device="cuda")``), plain
+a model folder, served as one device (``EdgeCluster(kv="static", device="cuda")``, which
+profiles its static stage on the GPU for the planner: printed as ``profile_ms``), plain
 decoding and speculative decoding with untrained heads (each guesses what the target's own
 head would say next: their acceptance is not a real model's, see the CPU runs in
 docs/bench/jupiter/), on suite prompts; sd's text must equal plain decoding's.
@@ -175,6 +176,7 @@ def engine() -> dict[str, Any]:
                     "accepted": sum(r.stats.accepted for r in results),
                 }
     graphs = cluster.stage.graph_count
+    prof = cluster.devices[0].profile  # what the planner read: the static stage timed on DEVICE
     cluster.close()
     same = sum(a == b for a, b in zip(runs["plain"]["tokens"], runs["sd"]["tokens"], strict=True))
     out = {
@@ -182,6 +184,12 @@ def engine() -> dict[str, Any]:
         "setup_s": round(setup_s, 1),
         "graphs": graphs,
         "identical": f"{same}/{len(prompts)}",
+        "profile_ms": {
+            "layer, 1 token after 0": round(1000 * float(prof.q(1, 0)), 4),
+            "layer, 16 tokens after 512": round(1000 * float(prof.q(16, 512)), 4),
+            "layer, 512 tokens after 0": round(1000 * float(prof.q(512, 0)), 4),
+            "head, 1 token": round(1000 * prof.head_s, 4),
+        },
     }
     for name, r in runs.items():
         out[name] = {k: v for k, v in r.items() if k != "tokens"}

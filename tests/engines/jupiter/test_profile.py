@@ -79,3 +79,23 @@ def test_a_bad_master_or_a_wrong_token_is_refused(monkeypatch: pytest.MonkeyPatc
     monkeypatch.delenv(TOKEN_ENV)
     with pytest.raises(TransportError, match="token"):
         check_token({"token": ""})
+
+
+@pytest.mark.skipif(not HAS_TORCH, reason="needs the torch extra")
+def test_a_static_cache_device_is_profiled_as_its_stage_runs(tiny_dirs, tmp_path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """A device whose stage runs on static caches (a GPU's) is timed running one on its
+    own device and dtype, not as transformers' layer on the CPU, and the profile says so;
+    it is kept apart from the dynamic one's (two-device clusters: test_speculation)."""
+    from coinfer.engines.jupiter.profile import CACHED, LENGTHS, DeviceProfile, profile_device, profile_path
+
+    monkeypatch.setenv("COINFER_CACHE", str(tmp_path))
+    folder = tiny_dirs["qwen2"]
+    prof = profile_device(folder, name="device1", threads=1, base_bytes=0, kv="static")
+    assert prof.stage == "static cpu float32"
+    assert len(prof.layer_s) == len(CACHED) and all(len(r) == len(LENGTHS) for r in prof.layer_s)
+    assert all(v > 0 for r in prof.layer_s for v in r) and prof.head_s > 0
+    assert all(r[-1] > r[0] for r in prof.layer_s)  # 512 tokens cost more than one
+    static = profile_path(folder, "device1", 1, kv="static")
+    assert static.is_file() and not profile_path(folder, "device1", 1).exists()
+    assert static != profile_path(folder, "device1", 1, kv="static", dtype="bfloat16")
+    assert DeviceProfile.from_json(prof.to_json()) == prof

@@ -28,13 +28,21 @@ def _requests(path: str, heads_dir: str, world: int, runs: list[dict[str, Any]],
                 config=JupiterConfig(max_tokens=32, parts=2, min_part=4, sampling=sampling, **run),
             )
             results.append((r.tokens, r.stats.accepted, r.stats.rounds))
-        out.put(results)
+        out.put((results, [d.profile.stage for d in cluster.devices]))
 
 
 def _run(
-    model_and_heads: tuple[str, str], world: int, runs: list[dict[str, Any]], kv: str = "dynamic"
+    model_and_heads: tuple[str, str],
+    world: int,
+    runs: list[dict[str, Any]],
+    kv: str = "dynamic",
+    profiled: list[str] | None = None,
 ) -> list[Any]:
-    return run_spawned(_requests, *model_and_heads, world, runs, kv)  # type: ignore[no-any-return]
+    """Each run's (tokens, accepted, rounds); ``profiled`` gets what each device's profile timed."""
+    results, stages = run_spawned(_requests, *model_and_heads, world, runs, kv)
+    if profiled is not None:
+        profiled.extend(stages)
+    return results  # type: ignore[no-any-return]
 
 
 @pytest.mark.parametrize("world", [1, 2, 3])
@@ -51,12 +59,15 @@ def test_greedy_speculative_decoding_writes_plain_decodings_text(
 
 
 def test_static_caches_on_two_devices_write_the_dynamic_caches_text(model_and_heads: tuple[str, str]) -> None:
-    """The GPU path's stages (``--kv static``), run here on the CPU through the same wire."""
+    """The GPU path's stages (``--kv static``), run here on the CPU through the same wire;
+    both devices were profiled (and their layers planned) as static-cache stages."""
     (dynamic,) = _run(model_and_heads, 1, [{}])
+    profiled: list[str] = []
     naive, sd, sampled, sampled_sd = _run(model_and_heads, 2, [
         {}, {"decode": "sd", "tree_width": 2}, {"sampling": {"temperature": 0.9, "seed": 7}},
         {"decode": "sd", "sampling": {"temperature": 0.9, "seed": 7}},
-    ], kv="static")  # fmt: skip
+    ], kv="static", profiled=profiled)  # fmt: skip
+    assert profiled == ["static cpu float32"] * 2
     assert naive[0] == dynamic[0] and sd[0] == dynamic[0]
     assert sd[1] > 0 and sd[2] < len(dynamic[0]) - 1  # the heads' trees were verified and kept
     assert sampled_sd[0] == sampled[0]
@@ -100,7 +111,5 @@ def test_the_last_device_guesses_only_among_the_heads_vocabulary(
     heads = DraftHeads.load(heads_dir)
     heads.vocab = torch.tensor([t for t in range(int(max(naive[0])) + 2) if t not in set(naive[0])])
     heads.save(tmp_path)
-    (narrow,) = run_spawned(
-        _requests, path, str(tmp_path), 2, [{"decode": "sd", "adaptive_tree": False}], "dynamic"
-    )
+    (narrow,) = _run((path, str(tmp_path)), 2, [{"decode": "sd", "adaptive_tree": False}])
     assert narrow[0] == naive[0] and narrow[1] == 0  # none of the text's tokens to guess: none hold

@@ -151,10 +151,15 @@ class EdgeCluster:
     def _profile(self) -> None:
         me = self.devices[0]
         me.profile = profile_device(
-            self.folder, name=me.name, threads=me.threads, base_bytes=peak_rss_bytes()
-        )
+            self.folder, name=me.name, threads=me.threads, base_bytes=peak_rss_bytes(),
+            kv=self.kv, device=self.device, dtype=self.dtype,
+        )  # fmt: skip
+        # each as its stage will run (the cache kind, the dtype; a worker's own device)
+        ask = {"op": "profile", "model": self.model, "kv": self.kv}
+        if self.dtype is not None:
+            ask["dtype"] = self.dtype
         for rank in range(1, self.world):  # one at a time: each device's own speed, undisturbed
-            send_json({"op": "profile", "model": self.model}, rank)
+            send_json(ask, rank)
             self.devices[rank].profile = DeviceProfile.from_json(self._ask(rank)["profile"])
         for rank in range(self.world - 1):
             send_json({"op": "link_echo", "peer": rank}, rank + 1)

@@ -2,9 +2,11 @@
 and a model.
 
 - ``layer_s[p][n]``: seconds one decoder layer takes on this device for ``n`` tokens after
-  ``p`` tokens already in its cache (measured on one layer built from the model's config,
-  the device's own threads); ``q(x, p)`` interpolates it;
-- ``head_s``: the final norm and head for one token;
+  ``p`` tokens already in its cache (measured on layers built from the model's config, with
+  the device's own threads, as its stage will run them: transformers' layer on a dynamic
+  cache, or a static-cache stage on its device and dtype, CUDA graphs included on a GPU);
+  ``q(x, p)`` interpolates it;
+- ``head_s``: the final norm and head for one token (on the stage's device and dtype);
 - memory from the config: a layer's parameters, its KV cache per token, the embedding and
   the head; ``base_bytes``: what the worker process holds before any weight;
 - a link's latency and bandwidth, measured between neighbouring ranks (``measure_link``).
@@ -14,12 +16,13 @@ A device's profile is cached per model and device name (``<cache>/jupiter/``).
 
 from __future__ import annotations
 
+import copy
 import functools
 import hashlib
 import json
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -86,6 +89,7 @@ class DeviceProfile:
     layer_s: tuple[tuple[float, ...], ...]  # [cached][lengths]
     head_s: float
     base_bytes: int
+    stage: str = "dynamic"  # what was timed: "dynamic", or "static DEVICE DTYPE"
 
     def q(self, x: Any, p: Any) -> np.ndarray:
         """Seconds per layer for ``x`` tokens after ``p`` cached (arrays broadcast):
@@ -107,6 +111,7 @@ class DeviceProfile:
             layer_s=tuple(tuple(float(v) for v in row) for row in obj["layer_s"]),
             head_s=float(obj["head_s"]),
             base_bytes=int(obj["base_bytes"]),
+            stage=str(obj.get("stage", "dynamic")),
         )
 
 
@@ -151,31 +156,63 @@ def _processor() -> str:
     return platform.processor() or platform.machine()
 
 
-def profile_path(folder: Path, name: str, threads: int) -> Path:
+def _gpu(device: str) -> str:
+    """The GPU's model name, for a ``cuda`` device."""
+    import torch
+
+    return str(torch.cuda.get_device_name(torch.device(device)))
+
+
+def profile_path(
+    folder: Path,
+    name: str,
+    threads: int,
+    *,
+    kv: str = "dynamic",
+    device: str = "cpu",
+    dtype: str | None = None,
+) -> Path:
     """Per model (its folder's name and its config's digest: two folders of one name are
-    two models), device and processor; the window is in the name, so a change of method
+    two models), device, processor and the stage's kind (a static-cache stage: its device's
+    processor and its dtype too); the window is in the name, so a change of method
     re-profiles."""
     config = folder / "config.json"
     digest = hashlib.sha256(config.read_bytes() if config.is_file() else b"").hexdigest()[:8]
-    cpu = hashlib.sha256(_processor().encode()).hexdigest()[:6]
-    raw = f"{folder.name}-{digest}-{name}-{cpu}-{threads}t-w{int(WINDOW_S * 1000)}"
+    processor = _processor() if device == "cpu" else _gpu(device)
+    cpu = hashlib.sha256(processor.encode()).hexdigest()[:6]
+    kind = "" if kv == "dynamic" else f"-static-{dtype or 'default'}"
+    raw = f"{folder.name}-{digest}-{name}-{cpu}-{threads}t-w{int(WINDOW_S * 1000)}{kind}"
     key = "".join(c if c.isalnum() or c in "-_." else "_" for c in raw)
     return catalog.cache_dir() / "jupiter" / "profiles" / f"{key}.json"
 
 
 def profile_device(
-    folder: str | Path, *, name: str, threads: int, base_bytes: int, fresh: bool = False
+    folder: str | Path,
+    *,
+    name: str,
+    threads: int,
+    base_bytes: int,
+    fresh: bool = False,
+    kv: str = "dynamic",
+    device: str = "cpu",
+    dtype: str | None = None,
 ) -> DeviceProfile:
-    """This device's profile for the model in ``folder`` (from the cache unless ``fresh``)."""
+    """This device's profile for the model in ``folder`` (from the cache unless ``fresh``),
+    timed as its stage will run: ``kv`` "dynamic" (transformers' layer, the CPU, float32) or
+    "static" (a static-cache stage on ``device`` in ``dtype``, its default by None)."""
     folder = Path(folder)
-    path = profile_path(folder, name, threads)
-    if path.is_file() and not fresh:
-        return DeviceProfile.from_json(json.loads(path.read_text()))
+    path = profile_path(folder, name, threads, kv=kv, device=device, dtype=dtype)
+    stage = "dynamic" if kv == "dynamic" else f"static {device} {_dtype_name(device, dtype)}"
+    if path.is_file() and not fresh:  # the path is the stage's kind's
+        return replace(DeviceProfile.from_json(json.loads(path.read_text())), stage=stage)
     from transformers import AutoConfig
 
     config = AutoConfig.from_pretrained(folder)
-    layer_s = _time_layer(config)
-    profile = DeviceProfile(name, threads, LENGTHS, CACHED, layer_s, _time_head(config), base_bytes)
+    if kv == "dynamic":
+        layer_s, head_s = _time_layer(config), _time_head(config)
+    else:
+        layer_s, head_s = _time_static_layer(config, device, dtype), _time_static_head(config, device, dtype)
+    profile = DeviceProfile(name, threads, LENGTHS, CACHED, layer_s, head_s, base_bytes, stage)
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(profile.to_json()))
     return profile
@@ -244,6 +281,90 @@ def _time_head(config: Any, share: int = 8) -> float:
     x = torch.randn(1, hidden)
     with torch.inference_mode():
         seconds = seconds_per_run(lambda: torch.nn.functional.linear(x, w))
+    return seconds * vocab / w.shape[0]
+
+
+def _dtype_name(device: str, dtype: str | None) -> str:
+    import torch
+
+    from coinfer.models.load import dtype_on
+
+    return str(dtype_on(torch, dtype, device)).removeprefix("torch.")
+
+
+# ---- a static-cache stage's layer and head, as ``StaticStage`` runs them ----------------------
+_LAYERS = 2  # the timed stage's layers (a middle stage of a model of _LAYERS + 2)
+
+
+def _random_middle_stage(config: Any, device: str, dtype: str | None) -> Any:
+    """A middle ``StaticStage`` of ``_LAYERS`` layers of ``config`` with random weights on
+    ``device`` (timing does not depend on the values), its cache long enough for the grid."""
+    import torch
+
+    from coinfer.engines.jupiter.static_stage import StaticStage
+    from coinfer.models.layer_range import keep_layers, materialize_buffers, skeleton
+    from coinfer.models.load import dtype_on
+
+    config, n_layers = copy.deepcopy(config), _LAYERS + 2
+    kinds = list(getattr(config, "layer_types", None) or ["full_attention"])
+    config.num_hidden_layers, config.layer_types = n_layers, (kinds * n_layers)[:n_layers]
+    longest = max(CACHED) + max(LENGTHS)
+    config.max_position_embeddings = max(int(getattr(config, "max_position_embeddings", 0) or 0), longest + 1)
+    model = skeleton(config, dtype_on(torch, dtype, device))
+    keep_layers(model, 1, 1 + _LAYERS)
+    model.model.layers.to_empty(device="cpu")
+    with torch.no_grad():
+        for p in model.model.layers.parameters():
+            p.normal_(0.0, 0.02)
+    materialize_buffers(model)
+    model.to(device)
+    return StaticStage(model, 1, 1 + _LAYERS, n_layers=n_layers, n_ctx=longest + 1)
+
+
+def _time_static_layer(config: Any, device: str, dtype: str | None) -> tuple[tuple[float, ...], ...]:
+    """``layer_s[p][n]``: seconds a layer of a static-cache stage takes for ``n`` tokens
+    after ``p`` cached: a two-layer middle stage's forward over two (hidden states in from
+    the host, out to it as float32, as a middle stage's go on the wire; half of that fixed
+    cost is charged to each layer)."""
+    import torch
+
+    stage = _random_middle_stage(config, device, dtype)
+    hidden = int(config.hidden_size)
+    rows = []
+    with torch.inference_mode():
+        for p in CACHED:
+            stage.reset()
+            if p:
+                stage.forward(torch.randn(1, p, hidden), 0)
+
+            def step(n: int, p: int = p) -> None:
+                stage.forward(torch.randn(1, n, hidden), p)  # its output comes to the host: a sync
+                stage.truncate(p)
+
+            rows.append(tuple(seconds_per_run(functools.partial(step, n)) / _LAYERS for n in LENGTHS))
+    stage.release()
+    return tuple(rows)
+
+
+def _time_static_head(config: Any, device: str, dtype: str | None, share: int = 8) -> float:
+    """The head for one token on ``device`` in ``dtype``, timed on a ``1/share`` slice of it
+    and scaled (waiting for the device each time)."""
+    import torch
+
+    from coinfer.models.load import dtype_on
+
+    kind = dtype_on(torch, dtype, device)
+    hidden, vocab = int(config.hidden_size), int(config.vocab_size)
+    w = torch.randn(max(vocab // share, 1), hidden, dtype=kind, device=device)
+    x = torch.randn(1, hidden, dtype=kind, device=device)
+
+    def run() -> None:
+        torch.nn.functional.linear(x, w)
+        if w.device.type == "cuda":
+            torch.cuda.synchronize(w.device)
+
+    with torch.inference_mode():
+        seconds = seconds_per_run(run)
     return seconds * vocab / w.shape[0]
 
 

@@ -36,7 +36,7 @@ _MAX_INT = 1 << 31
 
 # each request rank 0 may send a worker: its fields, their types, and whether required
 REQUESTS: dict[str, dict[str, tuple[tuple[type, ...], bool]]] = {
-    "profile": {"model": ((str,), True)},
+    "profile": {"model": ((str,), True), "kv": ((str,), False), "dtype": ((str,), False)},
     "link_send": {"peer": ((int,), True)},
     "link_echo": {"peer": ((int,), True)},
     "load": {"start": ((int,), True), "stop": ((int,), True), "kv": ((str,), False),

@@ -90,8 +90,9 @@ class _Device:
 
             self.folder = str(transformers_folder(str(msg["model"])))
             prof = profile_device(
-                self.folder, name=self.name, threads=self.threads, base_bytes=self.base_bytes
-            )
+                self.folder, name=self.name, threads=self.threads, base_bytes=self.base_bytes,
+                kv=str(msg.get("kv", "dynamic")), device=self.device, dtype=msg.get("dtype"),
+            )  # fmt: skip
             return {"profile": prof.to_json()}
         if op == "link_send":
             link = measure_link(int(msg["peer"]))
