@@ -181,6 +181,28 @@ def test_tree_extend_equals_each_branch_alone(subject: Subject) -> None:
     model.release(seq)
 
 
+def test_a_greedy_tree_gives_each_nodes_choice_and_keeps_the_path_committed(subject: Subject) -> None:
+    """LLMCad's greedy verification: each tree row's top token (within the tolerance for
+    near-ties) and no logits; the tree is pending, and a committed path reads as a chain."""
+    model, prompt = subject.model, _prompt(subject.model)
+    ids, parents = [40, 41, 42, 43], [-1, 0, -1, 2]
+    seq, ref = model.new_sequence(), model.new_sequence()
+    model.extend(seq, prompt)
+    model.extend(ref, prompt)
+    choices = model.extend_greedy(seq, ids, parents=parents)
+    rows = model.extend(ref, ids, parents=parents)
+    assert choices.shape == (4,) and choices.dtype == np.int64
+    for row, choice in zip(rows, choices, strict=True):
+        assert row[choice] >= row.max() - 1e-3 * max(1.0, abs(row.max()))
+    with pytest.raises(SequenceError, match="pending token tree"):
+        model.extend(seq, [44])
+    model.commit_path(seq, [2, 3])
+    assert seq.tokens == prompt + [42, 43]
+    subject.assert_close(model.extend(seq, [44]), _fresh(model, prompt + [42, 43, 44])[-1:])
+    model.release(seq)
+    model.release(ref)
+
+
 def test_commit_path_keeps_one_branch(subject: Subject) -> None:
     model, prompt = subject.model, _prompt(subject.model)
     seq = model.new_sequence()

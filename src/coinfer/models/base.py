@@ -180,13 +180,21 @@ class SteerableModel(Prompter):
         seq.pending = tree
         return logits
 
-    def extend_greedy(self, seq: Seq, ids: Sequence[int]) -> np.ndarray:
-        """Append a chain of ``ids`` and return only each position's most likely next token
-        (int64, shape (len(ids),)): what greedy verification needs, without moving
-        len(ids) x vocab logits (llama.cpp takes the argmax on its own logits buffer)."""
+    def extend_greedy(
+        self, seq: Seq, ids: Sequence[int], *, parents: Sequence[int] | None = None
+    ) -> np.ndarray:
+        """Append a chain of ``ids`` (or a tree, as ``extend``) and return only each
+        position's most likely next token (int64, shape (len(ids),)): what greedy
+        verification needs, without moving len(ids) x vocab logits (llama.cpp takes the
+        argmax on its own logits buffer, a GPU on the device)."""
         ids = self._check_extend(seq, ids)
-        choices = self._extend_greedy(seq, ids)
-        seq.tokens.extend(ids)
+        if parents is None:
+            choices = self._extend_greedy(seq, ids)
+            seq.tokens.extend(ids)
+            return choices
+        tree = TokenTree.of(ids, parents)
+        choices = self._extend_greedy_tree(seq, ids, tree)
+        seq.pending = tree
         return choices
 
     def extend_many(
@@ -322,6 +330,9 @@ class SteerableModel(Prompter):
 
     def _extend_greedy(self, seq: Seq, ids: list[int]) -> np.ndarray:
         return np.argmax(self._extend(seq, ids, None, False), axis=-1)
+
+    def _extend_greedy_tree(self, seq: Seq, ids: list[int], tree: TokenTree) -> np.ndarray:
+        return np.argmax(self._extend(seq, ids, tree, False), axis=-1)
 
     def _extend_many_greedy(self, items: list[tuple[Seq, list[int]]]) -> np.ndarray:
         return np.array([int(np.argmax(rows[-1])) for rows in self._extend_many(items, True)], dtype=np.int64)

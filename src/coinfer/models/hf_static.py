@@ -255,6 +255,9 @@ class HFStaticModel(HFModel):
     def _extend_greedy(self, seq: Seq, ids: list[int]) -> np.ndarray:
         return self.forward_rows([ForwardRow.chain(_sseq(seq).slot, len(seq.tokens), ids)], "argmax")[0]
 
+    def _extend_greedy_tree(self, seq: Seq, ids: list[int], tree: TokenTree) -> np.ndarray:
+        return self.forward_rows([ForwardRow.tree(_sseq(seq).slot, len(seq.tokens), tree)], "argmax")[0]
+
     def _extend_many(self, items: list[tuple[Seq, list[int]]], last_only: bool) -> list[np.ndarray]:
         rows = [ForwardRow.chain(_sseq(seq).slot, len(seq.tokens), ids) for seq, ids in items]
         return self.forward_rows(rows, "last" if last_only else "logits")

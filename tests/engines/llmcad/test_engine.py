@@ -57,8 +57,19 @@ def _draft(wrong_every: int = 7, confidence: float = 0.9, right_when_wrong: floa
     ids=["gated", "trees", "no-speculation", "fixed-3", "target-alone", "one-branch", "short"],
 )
 def test_greedy_output_is_the_target_alone(config: LLMCadConfig) -> None:
+    """... and the target's verifications read back one id a row, not a row of logits."""
     target, draft = _target(), _draft()
+    logits_read: list[int] = []
+    extend = target.extend
+
+    def counting(seq, ids, **kwargs):  # type: ignore[no-untyped-def]
+        if not kwargs.get("last_only"):
+            logits_read.append(len(ids))
+        return extend(seq, ids, **kwargs)
+
+    target.extend = counting  # type: ignore[method-assign]
     out = generate(target, PROMPT, draft=draft, config=config)
+    assert logits_read == []
     alone = plain(target, PROMPT, config.max_tokens)
     assert out.tokens == alone.tokens and out.finish_reason == alone.finish_reason
     assert out.text == target.detokenize(out.tokens)

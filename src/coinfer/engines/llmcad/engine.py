@@ -297,17 +297,22 @@ def _tree_limit(config: LLMCadConfig) -> int:
 
 
 def _verify(req: _Request, context: list[int], tree: Any) -> tuple[list[int], int]:
-    """One target forward over the pending token and the tree: (kept nodes, next token)."""
+    """One target forward over the pending token and the tree: (kept nodes, next token).
+    Greedy, only each row's choice comes back, not its logits (``extend_greedy``)."""
     target, seq = req.target, req.seq
+    greedy = req.config.sampling.greedy
+    extend = target.extend_greedy if greedy else target.extend
     if tree is None:
+        if greedy:
+            return [], int(target.extend_greedy(seq, [context[-1]])[-1])
         return [], req.choose(target.extend(seq, [context[-1]], last_only=True)[-1], len(context))
     if tree.parents == tuple(range(-1, len(tree) - 1)):  # a chain: no tree mask needed
-        rows = target.extend(seq, [context[-1], *tree.tokens])
+        rows = extend(seq, [context[-1], *tree.tokens])
         path, nxt = accept_tree(tree, rows, req.config.sampling, req.draws, len(context))
         target.truncate(seq, len(context) + len(path))
         return path, nxt
     ids, parents = tree.verify_inputs(context[-1])
-    rows = target.extend(seq, ids, parents=parents)
+    rows = extend(seq, ids, parents=parents)
     path, nxt = accept_tree(tree, rows, req.config.sampling, req.draws, len(context))
     target.commit_path(seq, [0, *(n + 1 for n in path)])
     return path, nxt
