@@ -180,7 +180,7 @@ def profile_path(
     digest = hashlib.sha256(config.read_bytes() if config.is_file() else b"").hexdigest()[:8]
     processor = _processor() if device == "cpu" else _gpu(device)
     cpu = hashlib.sha256(processor.encode()).hexdigest()[:6]
-    kind = "" if kv == "dynamic" else f"-static-{dtype or 'default'}"
+    kind = "" if kv == "dynamic" else f"-static-{_dtype_name(device, dtype)}"
     raw = f"{folder.name}-{digest}-{name}-{cpu}-{threads}t-w{int(WINDOW_S * 1000)}{kind}"
     key = "".join(c if c.isalnum() or c in "-_." else "_" for c in raw)
     return catalog.cache_dir() / "jupiter" / "profiles" / f"{key}.json"
@@ -200,6 +200,9 @@ def profile_device(
     """This device's profile for the model in ``folder`` (from the cache unless ``fresh``),
     timed as its stage will run: ``kv`` "dynamic" (transformers' layer, the CPU, float32) or
     "static" (a static-cache stage on ``device`` in ``dtype``, its default by None)."""
+    from coinfer.engines.jupiter.static_stage import check_placement
+
+    check_placement(kv, device, dtype)  # a kind it does not know is refused, not timed as static
     folder = Path(folder)
     path = profile_path(folder, name, threads, kv=kv, device=device, dtype=dtype)
     stage = "dynamic" if kv == "dynamic" else f"static {device} {_dtype_name(device, dtype)}"
@@ -330,15 +333,16 @@ def _time_static_layer(config: Any, device: str, dtype: str | None) -> tuple[tup
 
     stage = _random_middle_stage(config, device, dtype)
     hidden = int(config.hidden_size)
+    inputs = {n: torch.randn(1, n, hidden) for n in {*LENGTHS, *CACHED}}  # made once, not timed
     rows = []
     with torch.inference_mode():
         for p in CACHED:
             stage.reset()
             if p:
-                stage.forward(torch.randn(1, p, hidden), 0)
+                stage.forward(inputs[p], 0)
 
             def step(n: int, p: int = p) -> None:
-                stage.forward(torch.randn(1, n, hidden), p)  # its output comes to the host: a sync
+                stage.forward(inputs[n], p)  # its output comes to the host: a sync
                 stage.truncate(p)
 
             rows.append(tuple(seconds_per_run(functools.partial(step, n)) / _LAYERS for n in LENGTHS))
