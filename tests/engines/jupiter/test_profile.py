@@ -54,6 +54,26 @@ def test_a_models_memory_is_counted_from_its_skeleton(tiny_dirs) -> None:  # typ
     model = AutoModelForCausalLM.from_pretrained(tiny_dirs["llama"])
     total = 4 * sum(p.numel() for p in model.parameters())
     assert shape.n_layers * shape.layer_bytes + shape.embed_bytes + shape.head_bytes == total
+    half = ModelShape.of(AutoConfig.from_pretrained(tiny_dirs["llama"]), value_bytes=2)  # bfloat16
+    assert half.n_layers * half.layer_bytes + half.embed_bytes + half.head_bytes == total // 2
+    assert half.kv_bytes_per_token * 2 == shape.kv_bytes_per_token
+
+
+@pytest.mark.skipif(not HAS_TORCH, reason="needs the torch extra")
+def test_bfloat16_stages_are_planned_at_their_own_size(tiny_dirs, tmp_path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """The memory plan counts what the stages hold: a static stage in bfloat16 holds half
+    of float32's bytes, and its budget fits twice the layers."""
+    from coinfer.engines.jupiter import EdgeCluster
+
+    monkeypatch.setenv("COINFER_CACHE", str(tmp_path))
+    sizes = {}
+    for kv, dtype in (("dynamic", None), ("static", "bfloat16")):
+        cluster = EdgeCluster(
+            str(tiny_dirs["qwen2"]), world=1, master="127.0.0.1:1", threads=1, kv=kv, dtype=dtype
+        )
+        sizes[dtype] = (cluster.shape.layer_bytes, cluster.shape.kv_bytes_per_token)
+        cluster.close()
+    assert sizes["bfloat16"] == (sizes[None][0] // 2, sizes[None][1] // 2)
 
 
 def test_exos_split_follows_memory_and_gives_every_device_a_layer() -> None:

@@ -74,6 +74,19 @@ class _Device:
     peak_rss: int = 0
 
 
+def _value_bytes(kv: str, device: str, dtype: str | None) -> int:
+    """Bytes of a weight or cache value in the stages the plan places: float32 on dynamic
+    caches; a static stage's dtype (rank 0's device's default where none is given: a
+    worker elsewhere on another kind of device may differ, and its budget is planned so)."""
+    if kv == "dynamic":
+        return 4
+    import torch
+
+    from coinfer.models.load import dtype_on
+
+    return int(torch.empty(0, dtype=dtype_on(torch, dtype, device)).element_size())
+
+
 class EdgeCluster:
     """The devices of one pipeline, seen from rank 0 (this process, which is device 0)."""
 
@@ -112,7 +125,7 @@ class EdgeCluster:
         from transformers import AutoConfig
 
         config = AutoConfig.from_pretrained(self.folder)
-        self.shape = ModelShape.of(config)
+        self.shape = ModelShape.of(config, _value_bytes(kv, device, dtype))
         self.n_ctx = min(n_ctx, int(getattr(config, "max_position_embeddings", None) or n_ctx))
         self.devices = [_Device(0, name, threads)]
         self.links: list[LinkProfile] = []

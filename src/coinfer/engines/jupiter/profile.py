@@ -48,7 +48,8 @@ WINDOW_S = 0.3  # each point is the mean over this long: a CPU quota's throttlin
 
 @dataclass(frozen=True)
 class ModelShape:
-    """Memory of a model's parts (float32), from its config."""
+    """Memory of a model's parts in the stages' dtype (``value_bytes`` a value: 4 for
+    float32, 2 for bfloat16), from its config."""
 
     n_layers: int
     hidden: int
@@ -58,12 +59,14 @@ class ModelShape:
     head_bytes: int
 
     @classmethod
-    def of(cls, config: Any) -> ModelShape:
-        """Counted on the model's skeleton (no memory): what each part's tensors hold."""
+    def of(cls, config: Any, value_bytes: int = 4) -> ModelShape:
+        """Counted on the model's skeleton (no memory): what each part's tensors hold, each
+        value ``value_bytes`` (the weights and the KV cache alike)."""
         import torch
 
         from coinfer.models.layer_range import skeleton
 
+        b = value_bytes
         model = skeleton(config, torch.float32)
         inner = model.model
         hidden = int(config.hidden_size)
@@ -73,10 +76,10 @@ class ModelShape:
         return cls(
             n_layers=len(inner.layers),
             hidden=hidden,
-            layer_bytes=4 * sum(p.numel() for p in inner.layers[0].parameters()),
-            kv_bytes_per_token=4 * 2 * kv_heads * head_dim,
-            embed_bytes=4 * inner.embed_tokens.weight.numel(),
-            head_bytes=4 * (model.lm_head.weight.numel() + hidden),
+            layer_bytes=b * sum(p.numel() for p in inner.layers[0].parameters()),
+            kv_bytes_per_token=b * 2 * kv_heads * head_dim,
+            embed_bytes=b * inner.embed_tokens.weight.numel(),
+            head_bytes=b * (model.lm_head.weight.numel() + hidden),
         )
 
 
