@@ -31,8 +31,8 @@ __all__ = [
     "add_norm",
     "attend",
     "fused_layers_unsupported",
-    "rope_split",
     "greedy_ids",
+    "rope_split",
     "silu_mul",
     "top_choice",
 ]
