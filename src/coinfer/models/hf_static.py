@@ -263,8 +263,7 @@ class HFStaticModel(HFModel):
         return self.forward_rows(rows, "last" if last_only else "logits")
 
     def _extend_many_greedy(self, items: list[tuple[Seq, list[int]]]) -> np.ndarray:
-        rows = [ForwardRow.chain(_sseq(seq).slot, len(seq.tokens), ids) for seq, ids in items]
-        return np.array([int(c[-1]) for c in self.forward_rows(rows, "argmax")], dtype=np.int64)
+        return np.array([int(c[-1]) for c in self._extend_many_choices(items)], dtype=np.int64)
 
     def _extend_many_choices(self, items: list[tuple[Seq, list[int]]]) -> list[np.ndarray]:
         rows = [ForwardRow.chain(_sseq(seq).slot, len(seq.tokens), ids) for seq, ids in items]

@@ -84,7 +84,7 @@ def _value_bytes(kv: str, device: str, dtype: str | None) -> int:
 
     from coinfer.models.load import dtype_on
 
-    return int(torch.empty(0, dtype=dtype_on(torch, dtype, device)).element_size())
+    return int(dtype_on(torch, dtype, device).itemsize)
 
 
 class EdgeCluster:

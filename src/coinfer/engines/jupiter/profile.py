@@ -183,7 +183,7 @@ def profile_path(
     digest = hashlib.sha256(config.read_bytes() if config.is_file() else b"").hexdigest()[:8]
     processor = _processor() if device == "cpu" else _gpu(device)
     cpu = hashlib.sha256(processor.encode()).hexdigest()[:6]
-    kind = "" if kv == "dynamic" else f"-static-{_dtype_name(device, dtype)}"
+    kind = "" if kv == "dynamic" else "-" + _stage_name(kv, device, dtype).replace(" ", "-")
     raw = f"{folder.name}-{digest}-{name}-{cpu}-{threads}t-w{int(WINDOW_S * 1000)}{kind}"
     key = "".join(c if c.isalnum() or c in "-_." else "_" for c in raw)
     return catalog.cache_dir() / "jupiter" / "profiles" / f"{key}.json"
@@ -208,38 +208,43 @@ def profile_device(
     check_placement(kv, device, dtype)  # a kind it does not know is refused, not timed as static
     folder = Path(folder)
     path = profile_path(folder, name, threads, kv=kv, device=device, dtype=dtype)
-    stage = "dynamic" if kv == "dynamic" else f"static {device} {_dtype_name(device, dtype)}"
+    stage = _stage_name(kv, device, dtype)
     if path.is_file() and not fresh:  # the path is the stage's kind's
         return replace(DeviceProfile.from_json(json.loads(path.read_text())), stage=stage)
     from transformers import AutoConfig
 
     config = AutoConfig.from_pretrained(folder)
-    if kv == "dynamic":
-        layer_s, head_s = _time_layer(config), _time_head(config)
-    else:
-        layer_s, head_s = _time_static_layer(config, device, dtype), _time_static_head(config, device, dtype)
-    profile = DeviceProfile(name, threads, LENGTHS, CACHED, layer_s, head_s, base_bytes, stage)
+    layer_s = _time_layer(config) if kv == "dynamic" else _time_static_layer(config, device, dtype)
+    profile = DeviceProfile(
+        name, threads, LENGTHS, CACHED, layer_s, _time_head(config, device, dtype), base_bytes, stage
+    )
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(profile.to_json()))
     return profile
 
 
-def _one_layer(config: Any) -> Any:
-    """One decoder layer of ``config`` with random weights (timing does not depend on
-    values), as a model whose forward runs only it."""
+def _random_layers(config: Any, start: int, stop: int, dtype: Any) -> Any:
+    """The ``*ForCausalLM`` of ``config`` cut to layers ``[start, stop)`` of a model of
+    ``stop + 1`` (so no embedding, final norm or head), their weights random (timing does
+    not depend on values), on the CPU, its positions long enough for the profile's grid."""
     import torch
 
     from coinfer.models.layer_range import keep_layers, materialize_buffers, skeleton
 
-    model = skeleton(config, torch.float32)
-    keep_layers(model, 0, 1)
+    config, n_layers = copy.deepcopy(config), stop + 1
+    kinds = list(getattr(config, "layer_types", None) or ["full_attention"])
+    config.num_hidden_layers, config.layer_types = n_layers, (kinds * n_layers)[:n_layers]
+    longest = max(CACHED) + max(LENGTHS)
+    config.max_position_embeddings = max(int(getattr(config, "max_position_embeddings", 0) or 0), longest + 1)
+    model = skeleton(config, dtype)
+    keep_layers(model, start, stop)
     model.model.embed_tokens = None
-    layer = model.model.layers[0].to_empty(device="cpu")
+    model.model.layers.to_empty(device="cpu")
     with torch.no_grad():
-        for p in layer.parameters():
+        for p in model.model.layers.parameters():
             p.normal_(0.0, 0.02)
     materialize_buffers(model)
-    return model.model
+    return model
 
 
 def seconds_per_run(run: Callable[[], Any], window_s: float = WINDOW_S) -> float:
@@ -260,7 +265,7 @@ def _time_layer(config: Any) -> tuple[tuple[float, ...], ...]:
     import torch
     from transformers import DynamicCache
 
-    inner = _one_layer(config)
+    inner = _random_layers(config, 0, 1, torch.float32).model
     hidden = int(config.hidden_size)
     rows = []
     with torch.inference_mode():
@@ -278,24 +283,15 @@ def _time_layer(config: Any) -> tuple[tuple[float, ...], ...]:
     return tuple(rows)
 
 
-def _time_head(config: Any, share: int = 8) -> float:
-    """The head for one token, timed on a ``1/share`` slice of it and scaled."""
-    import torch
-
-    hidden, vocab = int(config.hidden_size), int(config.vocab_size)
-    w = torch.randn(max(vocab // share, 1), hidden)
-    x = torch.randn(1, hidden)
-    with torch.inference_mode():
-        seconds = seconds_per_run(lambda: torch.nn.functional.linear(x, w))
-    return seconds * vocab / w.shape[0]
-
-
-def _dtype_name(device: str, dtype: str | None) -> str:
+def _stage_name(kv: str, device: str, dtype: str | None) -> str:
+    """What a profile times: "dynamic", or "static DEVICE DTYPE" (the dtype resolved)."""
+    if kv == "dynamic":
+        return "dynamic"
     import torch
 
     from coinfer.models.load import dtype_on
 
-    return str(dtype_on(torch, dtype, device)).removeprefix("torch.")
+    return f"static {device} {str(dtype_on(torch, dtype, device)).removeprefix('torch.')}"
 
 
 # ---- a static-cache stage's layer and head, as ``StaticStage`` runs them ----------------------
@@ -308,23 +304,11 @@ def _random_middle_stage(config: Any, device: str, dtype: str | None) -> Any:
     import torch
 
     from coinfer.engines.jupiter.static_stage import StaticStage
-    from coinfer.models.layer_range import keep_layers, materialize_buffers, skeleton
     from coinfer.models.load import dtype_on
 
-    config, n_layers = copy.deepcopy(config), _LAYERS + 2
-    kinds = list(getattr(config, "layer_types", None) or ["full_attention"])
-    config.num_hidden_layers, config.layer_types = n_layers, (kinds * n_layers)[:n_layers]
-    longest = max(CACHED) + max(LENGTHS)
-    config.max_position_embeddings = max(int(getattr(config, "max_position_embeddings", 0) or 0), longest + 1)
-    model = skeleton(config, dtype_on(torch, dtype, device))
-    keep_layers(model, 1, 1 + _LAYERS)
-    model.model.layers.to_empty(device="cpu")
-    with torch.no_grad():
-        for p in model.model.layers.parameters():
-            p.normal_(0.0, 0.02)
-    materialize_buffers(model)
-    model.to(device)
-    return StaticStage(model, 1, 1 + _LAYERS, n_layers=n_layers, n_ctx=longest + 1)
+    model = _random_layers(config, 1, 1 + _LAYERS, dtype_on(torch, dtype, device)).to(device)
+    n_ctx = max(CACHED) + max(LENGTHS) + 1
+    return StaticStage(model, 1, 1 + _LAYERS, n_layers=_LAYERS + 2, n_ctx=n_ctx)
 
 
 def _time_static_layer(config: Any, device: str, dtype: str | None) -> tuple[tuple[float, ...], ...]:
@@ -353,9 +337,9 @@ def _time_static_layer(config: Any, device: str, dtype: str | None) -> tuple[tup
     return tuple(rows)
 
 
-def _time_static_head(config: Any, device: str, dtype: str | None, share: int = 8) -> float:
-    """The head for one token on ``device`` in ``dtype``, timed on a ``1/share`` slice of it
-    and scaled (waiting for the device each time)."""
+def _time_head(config: Any, device: str = "cpu", dtype: str | None = None, share: int = 8) -> float:
+    """The head for one token on ``device`` in ``dtype`` (by default the device's), timed
+    on a ``1/share`` slice of it and scaled (waiting for a GPU each time)."""
     import torch
 
     from coinfer.models.load import dtype_on
