@@ -213,6 +213,21 @@ def test_a_remote_device_budget_is_planned_for_and_a_listen_without_a_token_is_r
 
 
 @needs_torch
+def test_a_device_s_own_dtype_on_a_dynamic_cache_pipeline_is_refused_with_the_fix(four_layers: Path) -> None:
+    """A worker started with its own ``--dtype`` needs static caches; rank 0 says which
+    device refused and how to fix it (its hint crosses the wire)."""
+    from coinfer.transport.ports import free_loopback_port
+
+    port, token = free_loopback_port(), "s3cret-edge"
+    worker = _remote_worker(port, token, "--dtype", "bfloat16")
+    proc = coinfer("edge", "launch", PROMPT, "-m", str(four_layers), "--raw", "--devices", "2",
+                   "--listen", f"127.0.0.1:{port}", env={"COINFER_EDGE_TOKEN": token})  # fmt: skip
+    assert_user_error(proc, "device 1", "float32, not bfloat16", "--kv static")
+    worker.communicate(timeout=60)
+    assert worker.returncode != 0
+
+
+@needs_torch
 def test_speculative_decoding_with_heads_writes_what_generate_writes(
     four_layers: Path, tmp_path: Path
 ) -> None:

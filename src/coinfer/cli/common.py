@@ -86,13 +86,11 @@ def add_model_flags(
     add_dtype_flag(p)
 
 
-def add_dtype_flag(p: argparse.ArgumentParser) -> None:
-    p.add_argument(
-        "--dtype",
-        default=None,
-        choices=list(DTYPES),
-        help="transformers weights and activations (default: float32 on the CPU, bfloat16 on a GPU)",
-    )
+def add_dtype_flag(
+    p: argparse.ArgumentParser,
+    help: str = "transformers weights and activations (default: float32 on the CPU, bfloat16 on a GPU)",
+) -> None:
+    p.add_argument("--dtype", default=None, choices=list(DTYPES), help=help)
 
 
 def add_sampling_flags(p: argparse.ArgumentParser) -> None:

@@ -356,7 +356,8 @@ def cmd_worker(args: argparse.Namespace) -> int:
         run_worker(
             args.rank, args.world, args.master, name=args.name or socket.gethostname(), threads=len(cores),
             budget=int(budgets[0] or 0) if budgets else None,
-            before_load=(lambda: groups[0].adopt(me)) if groups else None, device=stage_placement(args)[1],
+            before_load=(lambda: groups[0].adopt(me)) if groups else None, device=args.device or "cpu",
+            dtype=args.dtype,
         )  # fmt: skip
     except CoinferError as exc:
         err(f"coinfer: error: device {args.rank}: {str(exc).splitlines()[0]}")
@@ -459,6 +460,10 @@ def add_parser(sub: Any) -> None:
         "memory cgroup where this runs as root, and told to rank 0, which plans the layers under it",
     )
     _add_device_flag(worker)
+    add_dtype_flag(
+        worker, "this device's stage's weights and activations, whatever rank 0 asks (static caches; "
+        "default: rank 0's --dtype, else float32 on the CPU and bfloat16 on a GPU)",
+    )  # fmt: skip
     worker.set_defaults(func=cmd_worker)
     from coinfer.cli.edge_train import add_train_parser
 

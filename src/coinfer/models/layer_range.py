@@ -71,9 +71,11 @@ def _checkpoint_files(folder: Path) -> dict[str, Path]:
     return {name: single for name in _safetensors_header(single)[0] if name != "__metadata__"}
 
 
-def _read_tensors(folder: Path, wanted: dict[str, str], dtype: Any) -> dict[str, Any]:
+def _read_tensors(folder: Path, wanted: dict[str, str], dtype: Any, device: Any = None) -> dict[str, Any]:
     """``{model name: tensor}`` for ``wanted`` (model name → checkpoint name), read from
-    disk file by file. A tied head missing from the checkpoint reads the embedding."""
+    disk file by file, each moved to ``device`` (None: kept on the host) as soon as it is
+    read, so that the host holds one at a time. A tied head missing from the checkpoint
+    reads the embedding."""
     files = _checkpoint_files(folder)
     by_file: dict[Path, list[tuple[str, str]]] = {}
     for name, source in wanted.items():
@@ -88,7 +90,7 @@ def _read_tensors(folder: Path, wanted: dict[str, str], dtype: Any) -> dict[str,
         with open(path, "rb", buffering=0) as f:
             for name, source in names:
                 tensor = _read_tensor(f, start, header[source])
-                out[name] = tensor if tensor.dtype == dtype else tensor.to(dtype)
+                out[name] = tensor.to(device=device, dtype=dtype)
     return out
 
 
@@ -137,10 +139,13 @@ def skeleton(config: Any, dtype: Any) -> Any:
         return AutoModelForCausalLM.from_config(config, dtype=dtype)
 
 
-def load_layer_range(folder: str | Path, start: int, stop: int, *, dtype: Any = None) -> tuple[Any, int]:
+def load_layer_range(
+    folder: str | Path, start: int, stop: int, *, dtype: Any = None, device: Any = None
+) -> tuple[Any, int]:
     """The model in ``folder`` (a transformers checkpoint) holding only layers ``[start,
-    stop)`` and what goes with them, in ``dtype`` (float32 by default), in eval mode; and
-    the whole model's layer count."""
+    stop)`` and what goes with them, in ``dtype`` (float32 by default), in eval mode, its
+    weights on ``device`` (by default the host; its computed buffers stay there); and the
+    whole model's layer count."""
     import torch
     from transformers import AutoConfig
 
@@ -158,7 +163,7 @@ def load_layer_range(folder: str | Path, start: int, stop: int, *, dtype: Any = 
     # every name, a tied head's too (the state dict asks for it), read from the embedding
     names = (name for name, _ in model.named_parameters(remove_duplicate=False))
     wanted = {name: _tensor_name(name, start) for name in names}
-    model.load_state_dict(_read_tensors(folder, wanted, dtype), strict=True, assign=True)
+    model.load_state_dict(_read_tensors(folder, wanted, dtype, device), strict=True, assign=True)
     embedding = model.model.embed_tokens
     if model.lm_head is not None and embedding is not None and config.tie_word_embeddings:
         model.lm_head.weight = embedding.weight  # one range holds both: tied again, held once

@@ -40,10 +40,12 @@ def model_and_heads(tmp_path_factory: pytest.TempPathFactory) -> tuple[str, str]
 
 
 @contextmanager
-def cluster_with_heads(path: str, heads_dir: str, world: int, kv: str = "dynamic") -> Iterator[Any]:
+def cluster_with_heads(
+    path: str, heads_dir: str, world: int, kv: str = "dynamic", worker_dtype: str | None = None
+) -> Iterator[Any]:
     """This process as device 0 of ``world`` (the others as ``coinfer edge worker``
-    processes), every stage on ``kv`` caches, the heads given to the cluster; closed and
-    waited for after."""
+    processes, started with ``--dtype worker_dtype`` where given), every stage on ``kv``
+    caches, the heads given to the cluster; closed and waited for after."""
     import os
     import subprocess
 
@@ -55,7 +57,8 @@ def cluster_with_heads(path: str, heads_dir: str, world: int, kv: str = "dynamic
     master = f"127.0.0.1:{free_loopback_port()}"
     env = {**os.environ, "COINFER_EDGE_TOKEN": "t0ken"}
     workers = [
-        subprocess.Popen(worker_command(r, world, master, [0], f"d{r}"), env=env) for r in range(1, world)
+        subprocess.Popen(worker_command(r, world, master, [0], f"d{r}", dtype=worker_dtype), env=env)
+        for r in range(1, world)
     ]
     try:
         cluster = EdgeCluster(path, world=world, master=master, threads=1, token="t0ken", kv=kv)

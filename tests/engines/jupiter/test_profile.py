@@ -119,3 +119,29 @@ def test_a_static_cache_device_is_profiled_as_its_stage_runs(tiny_dirs, tmp_path
     assert static.is_file() and not profile_path(folder, "device1", 1).exists()
     assert static != profile_path(folder, "device1", 1, kv="static", dtype="bfloat16")
     assert DeviceProfile.from_json(prof.to_json()) == prof
+
+
+@pytest.mark.skipif(not HAS_TORCH, reason="needs the torch extra")
+def test_each_device_s_budget_is_counted_in_its_own_stage_s_bytes() -> None:
+    """A device whose stage holds values in another dtype than rank 0's fits
+    proportionally more or fewer of the plan's layers in its budget (a bfloat16 GPU worker
+    beside a float32 rank 0, or the reverse); a GPU's stage is held to its memory there,
+    whatever the host's budget, with room left for its graphs."""
+    from coinfer.engines.jupiter.cluster import GPU_SHARE, layer_budget
+    from coinfer.engines.jupiter.profile import DeviceProfile
+
+    def profile(stage: str) -> DeviceProfile:
+        return DeviceProfile("d", 1, (1, 16), (0,), ((1e-3, 2e-3),), 1e-3, 100, stage)
+
+    stages = ("dynamic", "static cpu float32", "static cuda:1 bfloat16")
+    assert [profile(s).value_bytes for s in stages] == [4, 4, 2]
+    assert profile("static cuda float16").value_bytes == 2
+    gb = 1 << 30
+    # rank 0 in float32: a bfloat16 device's 1 GB (less its process) holds 2 GB of float32 values
+    assert layer_budget(gb + 100, profile("static cpu bfloat16"), None, 4) == 2 * gb
+    assert layer_budget(gb + 100, profile("static cpu float32"), None, 2) == gb / 2  # and the reverse
+    assert layer_budget(None, profile("static cpu float32"), None, 4) is None  # unlimited
+    # on a GPU the layers live in its memory: the host's budget does not bound them
+    assert layer_budget(gb, profile("static cuda bfloat16"), 8 * gb, 2) == GPU_SHARE * 8 * gb
+    assert layer_budget(None, profile("static cuda bfloat16"), 8 * gb, 4) == GPU_SHARE * 16 * gb
+    assert 0.5 < GPU_SHARE < 1

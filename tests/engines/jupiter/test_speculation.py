@@ -14,11 +14,11 @@ from tests.engines.jupiter.conftest import PROMPT, cluster_with_heads, run_spawn
 pytestmark = pytest.mark.skipif(not HAS_TORCH, reason="needs the torch extra")
 
 
-def _requests(path: str, heads_dir: str, world: int, runs: list[dict[str, Any]], kv: str, out) -> None:  # type: ignore[no-untyped-def]
+def _requests(path: str, heads_dir: str, world: int, runs: list[dict[str, Any]], kv: str, dtype, out) -> None:  # type: ignore[no-untyped-def]
     from coinfer.decoding.sampling import SamplingParams
     from coinfer.engines.jupiter import JupiterConfig, generate
 
-    with cluster_with_heads(path, heads_dir, world, kv) as cluster:
+    with cluster_with_heads(path, heads_dir, world, kv, dtype) as cluster:
         results = []
         for run in runs:
             sampling = SamplingParams(**run.pop("sampling", {}))
@@ -37,9 +37,11 @@ def _run(
     runs: list[dict[str, Any]],
     kv: str = "dynamic",
     profiled: list[str] | None = None,
+    worker_dtype: str | None = None,
 ) -> list[Any]:
-    """Each run's (tokens, accepted, rounds); ``profiled`` gets what each device's profile timed."""
-    results, stages = run_spawned(_requests, *model_and_heads, world, runs, kv)
+    """Each run's (tokens, accepted, rounds); ``profiled`` gets what each device's profile
+    timed; ``worker_dtype``: the workers' own ``--dtype``."""
+    results, stages = run_spawned(_requests, *model_and_heads, world, runs, kv, worker_dtype)
     if profiled is not None:
         profiled.extend(stages)
     return results  # type: ignore[no-any-return]
@@ -71,6 +73,17 @@ def test_static_caches_on_two_devices_write_the_dynamic_caches_text(model_and_he
     assert naive[0] == dynamic[0] and sd[0] == dynamic[0]
     assert sd[1] > 0 and sd[2] < len(dynamic[0]) - 1  # the heads' trees were verified and kept
     assert sampled_sd[0] == sampled[0]
+
+
+def test_a_device_runs_its_own_dtype_and_is_profiled_in_it(model_and_heads: tuple[str, str]) -> None:
+    """A worker started with ``--dtype bfloat16`` (say, a GPU without float32 speed) runs
+    and is profiled in bfloat16 beside a float32 rank 0; speculative decoding through the
+    mixed pipeline still writes that pipeline's plain text."""
+    profiled: list[str] = []
+    naive, sd = _run(model_and_heads, 2, [{}, {"decode": "sd", "tree_width": 2}], kv="static",
+                     profiled=profiled, worker_dtype="bfloat16")  # fmt: skip
+    assert profiled == ["static cpu float32", "static cpu bfloat16"]
+    assert sd[0] == naive[0] and sd[1] > 0
 
 
 def test_sampled_speculative_decoding_writes_plain_decodings_text_for_a_seed(

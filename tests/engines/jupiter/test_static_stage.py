@@ -165,3 +165,17 @@ def test_a_static_stage_loads_in_the_dtype_asked_and_float32_by_default_on_the_c
         open_stage(path, 0, 2, kv="dynamic", dtype="bfloat16")
     with pytest.raises(ConfigError, match="unknown dtype"):
         open_stage(path, 0, 2, kv="static", dtype="int8")
+
+
+def test_a_stage_on_a_device_this_machine_lacks_is_one_line_not_a_traceback(tiny_dirs) -> None:  # type: ignore[no-untyped-def]
+    """The range is read straight onto the stage's device, tensor by tensor (on a GPU the
+    host never holds it whole); where the device does not exist, that is said plainly."""
+    import torch
+
+    from coinfer.engines.jupiter.static_stage import open_stage
+    from coinfer.errors import ConfigError
+
+    bad = "cpu:x" if torch.cuda.is_available() else "cuda"
+    with pytest.raises(ConfigError, match="cannot place the stage") as caught:
+        open_stage(tiny_dirs["qwen2"], 0, 2, kv="static", device=bad)
+    assert caught.value.hint == "use --device cpu"

@@ -22,6 +22,7 @@ from coinfer.engines.jupiter.profile import (
     DeviceProfile,
     LinkProfile,
     ModelShape,
+    device_memory_bytes,
     measure_link,
     profile_device,
 )
@@ -30,10 +31,11 @@ from coinfer.engines.jupiter.wire import TOKEN_ENV, join, leave, recv_json, send
 from coinfer.engines.jupiter.worker import peak_rss_bytes, reset_peak_rss
 from coinfer.errors import ConfigError, TransportError
 
-__all__ = ["PLAN_PART", "EdgeCluster", "memory_split"]
+__all__ = ["GPU_SHARE", "PLAN_PART", "EdgeCluster", "layer_budget", "memory_split"]
 
 PLAN_PART = (128, 256)  # the sub-sequence (tokens, earlier tokens) whose layer times Eq. 1 balances
 SPLITS = ("jupiter", "memory")
+GPU_SHARE = 0.9  # of a GPU's memory for a stage's layers and caches: the rest for graphs and activations
 
 
 def memory_split(n_layers: int, memories: list[float]) -> tuple[tuple[int, int], ...]:
@@ -72,12 +74,13 @@ class _Device:
     profile: DeviceProfile | None = None
     layers: tuple[int, int] = (0, 0)
     peak_rss: int = 0
+    device_bytes: int | None = None  # a GPU stage's memory there (None: the stage is on the host)
 
 
 def _value_bytes(kv: str, device: str, dtype: str | None) -> int:
-    """Bytes of a weight or cache value in the stages the plan places: float32 on dynamic
-    caches; a static stage's dtype (rank 0's device's default where none is given: a
-    worker elsewhere on another kind of device may differ, and its budget is planned so)."""
+    """Bytes of a weight or cache value in rank 0's stage, the unit of the plan's memory:
+    float32 on dynamic caches, else the static stage's dtype (its device's default where
+    none is given). A device whose stage differs has its budget counted in this unit."""
     if kv == "dynamic":
         return 4
     import torch
@@ -85,6 +88,31 @@ def _value_bytes(kv: str, device: str, dtype: str | None) -> int:
     from coinfer.models.load import dtype_on
 
     return int(dtype_on(torch, dtype, device).itemsize)
+
+
+def layer_budget(
+    budget: float | None, profile: DeviceProfile, device_bytes: int | None, value_bytes: int
+) -> float | None:
+    """What a device's layers may hold, counted in values of ``value_bytes`` (rank 0's
+    stage's, the plan's unit): on a GPU (``device_bytes`` known), ``GPU_SHARE`` of its
+    memory there (the host holds the process, and the weights pass through it one tensor
+    at a time); else its ``budget`` less the process's own footprint (None: unlimited). A
+    stage in another dtype than rank 0's holds a layer in proportionally more or fewer bytes."""
+    if device_bytes is not None:
+        room = GPU_SHARE * device_bytes
+    elif budget is not None:
+        room = budget - profile.base_bytes
+    else:
+        return None
+    return room * value_bytes / profile.value_bytes
+
+
+def _profile_reply(reply: dict[str, Any], rank: int) -> tuple[DeviceProfile, int | None]:
+    """A worker's profile and its GPU stage's memory, checked."""
+    room = reply.get("device_bytes")
+    if room is not None and (not isinstance(room, int) or room <= 0):
+        raise TransportError(f"device {rank} reported {room!r} bytes of device memory")
+    return DeviceProfile.from_json(reply["profile"]), room
 
 
 class EdgeCluster:
@@ -125,7 +153,8 @@ class EdgeCluster:
         from transformers import AutoConfig
 
         config = AutoConfig.from_pretrained(self.folder)
-        self.shape = ModelShape.of(config, _value_bytes(kv, device, dtype))
+        self.value_bytes = _value_bytes(kv, device, dtype)
+        self.shape = ModelShape.of(config, self.value_bytes)
         self.n_ctx = min(n_ctx, int(getattr(config, "max_position_embeddings", None) or n_ctx))
         self.devices = [_Device(0, name, threads)]
         self.links: list[LinkProfile] = []
@@ -147,7 +176,9 @@ class EdgeCluster:
     def _ask(self, rank: int) -> dict[str, Any]:
         reply = recv_json(rank)
         if "error" in reply:
-            raise TransportError(f"device {rank}: {reply['error']}")
+            hint = reply.get("hint")
+            hint = hint if isinstance(hint, str) else None
+            raise TransportError(f"device {rank}: {reply['error']}", hint=hint)
         return reply
 
     def _hello(self, token: str) -> None:
@@ -167,13 +198,15 @@ class EdgeCluster:
             self.folder, name=me.name, threads=me.threads, base_bytes=peak_rss_bytes(),
             kv=self.kv, device=self.device, dtype=self.dtype,
         )  # fmt: skip
+        me.device_bytes = device_memory_bytes(self.device)
         # each as its stage will run (the cache kind, the dtype; a worker's own device)
         ask = {"op": "profile", "model": self.model, "kv": self.kv}
         if self.dtype is not None:
             ask["dtype"] = self.dtype
         for rank in range(1, self.world):  # one at a time: each device's own speed, undisturbed
             send_json(ask, rank)
-            self.devices[rank].profile = DeviceProfile.from_json(self._ask(rank)["profile"])
+            d = self.devices[rank]
+            d.profile, d.device_bytes = _profile_reply(self._ask(rank), rank)
         for rank in range(self.world - 1):
             send_json({"op": "link_echo", "peer": rank}, rank + 1)
             if rank == 0:
@@ -196,17 +229,21 @@ class EdgeCluster:
         layer_bytes = [float(s.layer_bytes + s.kv_bytes_per_token * self.n_ctx)] * s.n_layers
         layer_bytes[0] += s.embed_bytes
         layer_bytes[-1] += s.head_bytes
-        budgets = [
-            None if b is None else b - (d.profile.base_bytes if d.profile else 0)
-            for b, d in zip(self.budgets, self.devices, strict=True)
-        ]
+        budgets = []
+        for budget, d in zip(self.budgets, self.devices, strict=True):
+            assert d.profile is not None
+            budgets.append(layer_budget(budget, d.profile, d.device_bytes, self.value_bytes))
         return times, layer_bytes, budgets
 
     def _plan_layers(self) -> LayerPlan:
         times, layer_bytes, budgets = self._layer_inputs()
         if self.split == "memory":
-            known = all(b is not None for b in self.budgets)  # else: equal shares
-            memories = [b if known and b is not None else 1.0 for b in self.budgets]
+            own = [  # a GPU stage's memory is its device's
+                b if d.device_bytes is None else d.device_bytes
+                for b, d in zip(self.budgets, self.devices, strict=True)
+            ]
+            known = all(m is not None for m in own)  # else: equal shares
+            memories = [m if known and m is not None else 1.0 for m in own]
             ranges = memory_split(self.shape.n_layers, [float(m) for m in memories])
             stage_s = tuple(sum(times[d][a:b]) for d, (a, b) in enumerate(ranges))
             return LayerPlan(ranges, stage_s, max(stage_s))

@@ -34,6 +34,7 @@ __all__ = [
     "DeviceProfile",
     "LinkProfile",
     "ModelShape",
+    "device_memory_bytes",
     "echo_link",
     "measure_link",
     "profile_device",
@@ -93,6 +94,21 @@ class DeviceProfile:
     head_s: float
     base_bytes: int
     stage: str = "dynamic"  # what was timed: "dynamic", or "static DEVICE DTYPE"
+
+    @property
+    def value_bytes(self) -> int:
+        """Bytes of a weight or cache value in the stage this profile timed (4 on dynamic
+        caches, float32; a static stage's dtype's)."""
+        if self.stage == "dynamic":
+            return 4
+        import torch
+
+        from coinfer.models.load import DTYPES
+
+        dtype = self.stage.rsplit(" ", 1)[-1]
+        if dtype not in DTYPES:
+            raise ValueError(f"a profile of an unknown stage: {self.stage!r}")
+        return int(getattr(torch, dtype).itemsize)
 
     def q(self, x: Any, p: Any) -> np.ndarray:
         """Seconds per layer for ``x`` tokens after ``p`` cached (arrays broadcast):
@@ -164,6 +180,19 @@ def _gpu(device: str) -> str:
     import torch
 
     return str(torch.cuda.get_device_name(torch.device(device)))
+
+
+def device_memory_bytes(device: str) -> int | None:
+    """The memory a stage on ``device`` may take there: on a GPU, what is free on it plus
+    what this process's allocator holds unused (a profile's freed buffers); None on the
+    CPU, whose budget is the host's (``--memory``)."""
+    if device == "cpu":
+        return None
+    import torch
+
+    gpu = torch.device(device)
+    free, _ = torch.cuda.mem_get_info(gpu)
+    return int(free) + int(torch.cuda.memory_reserved(gpu)) - int(torch.cuda.memory_allocated(gpu))
 
 
 def profile_path(

@@ -141,12 +141,14 @@ class StaticStage:
         n_ctx: int = 4096,
     ) -> StaticStage:
         """Layers ``[start, stop)`` of the checkpoint in ``folder``, read alone in ``dtype``
-        (float32 on the CPU, bfloat16 on a GPU, as ``load_model``) and moved to ``device``."""
+        (float32 on the CPU, bfloat16 on a GPU, as ``load_model``) onto ``device`` tensor by
+        tensor (the host never holds the range: on a GPU, its memory is the stage's budget)."""
         import torch
 
-        model, n_layers = load_layer_range(folder, start, stop, dtype=dtype_on(torch, dtype, device))
+        kind = dtype_on(torch, dtype, device)
         try:
-            model.to(device)
+            model, n_layers = load_layer_range(folder, start, stop, dtype=kind, device=torch.device(device))
+            model.to(device)  # the buffers computed on the host
         except (RuntimeError, AssertionError) as exc:
             raise ConfigError(
                 f"cannot place the stage on {device!r}: {exc}", hint="use --device cpu"

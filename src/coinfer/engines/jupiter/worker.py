@@ -8,7 +8,7 @@ then does what rank 0's control messages say, answering each:
   it sent and computed, and its peak memory;
 - ``bye``: leave.
 
-A failure here is answered as ``{"error": ...}`` so rank 0 can name this device.
+A failure here is answered as ``{"error": ..., "hint": ...}`` so rank 0 can name this device.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from typing import Any
 from coinfer.decoding.sampling import SamplingParams
 from coinfer.engines.jupiter.branches import BranchVerifier
 from coinfer.engines.jupiter.pipeline import Answerer, Picker
-from coinfer.engines.jupiter.profile import echo_link, measure_link, profile_device
+from coinfer.engines.jupiter.profile import device_memory_bytes, echo_link, measure_link, profile_device
 from coinfer.engines.jupiter.relay import serve
 from coinfer.engines.jupiter.stage import Stage
 from coinfer.engines.jupiter.static_stage import StaticStage, open_stage
@@ -32,14 +32,16 @@ __all__ = ["peak_rss_bytes", "reset_peak_rss", "run_worker", "worker_command"]
 
 
 def worker_command(
-    rank: int, world: int, master: str, cores: list[int], name: str, device: str = "cpu"
-) -> list[str]:
+    rank: int, world: int, master: str, cores: list[int], name: str, device: str = "cpu",
+    dtype: str | None = None,
+) -> list[str]:  # fmt: skip
     """The command that runs device ``rank`` as a ``coinfer edge worker`` process here."""
     import sys
 
     return [
         sys.executable, "-m", "coinfer", "edge", "worker", "--rank", str(rank), "--world", str(world),
         "--master", master, "--cores", ",".join(map(str, cores)), "--name", name, "--device", device,
+        *(["--dtype", dtype] if dtype else []),
     ]  # fmt: skip
 
 
@@ -75,8 +77,10 @@ class _Device:
         threads: int,
         before_load: Callable[[], None] | None,
         device: str = "cpu",
+        dtype: str | None = None,
     ) -> None:
         self.rank, self.world, self.name, self.threads, self.device = rank, world, name, threads, device
+        self.dtype = dtype  # this device's own choice, before rank 0's
         self.before_load = before_load
         self.stage: Stage | StaticStage | None = None
         self.heads: Any = None
@@ -91,9 +95,9 @@ class _Device:
             self.folder = str(transformers_folder(str(msg["model"])))
             prof = profile_device(
                 self.folder, name=self.name, threads=self.threads, base_bytes=self.base_bytes,
-                kv=str(msg.get("kv", "dynamic")), device=self.device, dtype=msg.get("dtype"),
+                kv=str(msg.get("kv", "dynamic")), device=self.device, dtype=self._dtype(msg),
             )  # fmt: skip
-            return {"profile": prof.to_json()}
+            return {"profile": prof.to_json(), "device_bytes": device_memory_bytes(self.device)}
         if op == "link_send":
             link = measure_link(int(msg["peer"]))
             return {"latency_s": link.latency_s, "bytes_per_s": link.bytes_per_s}
@@ -109,7 +113,7 @@ class _Device:
                 self.before_load = None
             self.stage = open_stage(
                 self.folder, int(msg["start"]), int(msg["stop"]), kv=str(msg.get("kv", "dynamic")),
-                device=self.device, n_ctx=int(msg.get("n_ctx", 4096)), dtype=msg.get("dtype"),
+                device=self.device, n_ctx=int(msg.get("n_ctx", 4096)), dtype=self._dtype(msg),
             )  # fmt: skip
             return {"ok": True, "peak_rss": peak_rss_bytes()}
         if op == "serve":
@@ -118,6 +122,11 @@ class _Device:
             self._receive_heads(int(msg["heads"]), int(msg["hidden"]), int(msg.get("vocab", 0)))
             return {"ok": True}
         return None  # bye
+
+    def _dtype(self, msg: dict[str, Any]) -> str | None:
+        """The stage's dtype: this device's own, else rank 0's, else the device's default."""
+        asked = msg.get("dtype")
+        return self.dtype or (None if asked is None else str(asked))
 
     def _receive_heads(self, k: int, hidden: int, vocab: int) -> None:
         """The heads' tensors, straight after the message that announced their shape, and
@@ -174,26 +183,28 @@ def run_worker(
     budget: int | None = None,
     before_load: Callable[[], None] | None = None,
     device: str = "cpu",
+    dtype: str | None = None,
 ) -> None:
     """Serve as device ``rank`` until rank 0 says ``bye`` (or goes away). ``budget``: this
     device's memory budget in bytes, told to rank 0, which plans the layers under it;
     ``before_load``: called once the plan fits, before the layers are read (the CLI enters
     a memory cgroup of the budget there); ``device``: where this device's stage runs (a
-    GPU needs rank 0's ``kv="static"``)."""
+    GPU needs rank 0's ``kv="static"``); ``dtype``: its stage's (None: rank 0's choice, else
+    the device's default; a dtype needs static caches too)."""
     import torch
 
     torch.set_num_threads(threads)
     join(rank, world, master)
     try:
         check_token(recv_json(0))
-        me = _Device(rank, world, name, threads, before_load, device)
+        me = _Device(rank, world, name, threads, before_load, device, dtype)
         send_json({"ok": True, "name": name, "threads": threads, "budget": budget}, 0)
         while True:
             msg = recv_json(0)
             try:
                 reply = me.handle(msg)
             except CoinferError as exc:
-                send_json({"error": str(exc).splitlines()[0]}, 0)
+                send_json({"error": str(exc).splitlines()[0], "hint": exc.hint}, 0)
                 raise
             if reply is None:
                 return
