@@ -57,6 +57,30 @@ def test_greedy_conversations_read_back_choices_and_answer_as_greedy_decoding_do
         assert reply.text == generate(smollm_llama, prompt, draft=None, config=config).text
 
 
+def test_a_mixed_batch_reads_logits_only_for_the_conversations_that_sample(smollm_llama, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """A greedy conversation batched with a sampled one still gets only its choice back;
+    the sampled one gets its logits, and a seed repeats its answer."""
+    greedy = _ask(QUESTIONS[0], max_tokens=12)
+    sampled = _ask(QUESTIONS[1], max_tokens=12, temperature=1.0, seed=3)
+    with LocalChat(smollm_llama, max_concurrent=1) as chat:
+        alone = chat.chat(greedy)
+    asked: list[list[bool]] = []
+    read = smollm_llama.extend_many_next
+
+    def recording(items, logits_for):  # type: ignore[no-untyped-def]
+        choices, rows = read(items, logits_for)
+        assert [r is not None for r in rows] == list(logits_for)
+        asked.append(list(logits_for))
+        return choices, rows
+
+    monkeypatch.setattr(smollm_llama, "extend_many_next", recording)
+    with LocalChat(smollm_llama, max_concurrent=2) as chat:
+        first, again = chat.chat_batch([greedy, sampled]), chat.chat_batch([greedy, sampled])
+    assert [False, True] in asked and all(w == [False, True] for w in asked if len(w) == 2)
+    assert first[0].text[:10] == alone.text[:10] and first[1].text
+    assert [r.text for r in again] == [r.text for r in first]
+
+
 def test_samples_are_independent_and_a_seed_repeats_them(smollm_llama) -> None:  # type: ignore[no-untyped-def]
     request = _ask("Write a word.", n=3, temperature=1.0, seed=7, max_tokens=8)
     with LocalChat(smollm_llama, keep=0) as chat:

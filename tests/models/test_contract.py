@@ -351,6 +351,29 @@ def test_extend_many_choices_gives_the_top_token_after_every_token_of_each_chain
     model.release(s2)
 
 
+def test_extend_many_next_gives_every_choice_and_only_the_logits_asked_for(subject: Subject) -> None:
+    """A mixed batch's step: each sequence's greedy choice, and its last logits only where
+    asked (a sampled request's); each sequence extended by its chain."""
+    model, prompt = subject.model, _prompt(subject.model)
+    s1, s2, s3 = model.new_sequence(), model.new_sequence(), model.new_sequence()
+    model.extend(s2, prompt[:3])
+    items = [(s1, prompt), (s2, [43, 44]), (s3, prompt[:2])]
+    choices, rows = model.extend_many_next(items, [False, True, False])
+    assert choices.shape == (3,) and choices.dtype == np.int64
+    assert rows[0] is None and rows[2] is None and rows[1] is not None
+    assert rows[1].shape == (model.vocab_size,)
+    contexts = (prompt, [*prompt[:3], 43, 44], prompt[:2])
+    subject.assert_close(rows[1][None], _fresh(model, contexts[1])[-1:])
+    for choice, context in zip(choices, contexts, strict=True):
+        fresh = _fresh(model, context)[-1]
+        assert fresh[choice] >= fresh.max() - 1e-3 * max(1.0, abs(fresh.max()))
+    assert [len(s1), len(s2), len(s3)] == [len(prompt), 5, 2]
+    with pytest.raises(ConfigError, match="logits_for"):
+        model.extend_many_next([(s1, [5])], [True, False])
+    for seq in (s1, s2, s3):
+        model.release(seq)
+
+
 def test_misuse_is_refused_with_a_clear_error(subject: Subject) -> None:
     model = subject.model
     seq = model.new_sequence()

@@ -161,15 +161,19 @@ class LocalChat(ChatModel):
         return running
 
     def _feed(self, feed: list[tuple[_Job, list[int]]]) -> None:
-        """One forward over every job's new tokens. Where every job decodes greedily, only
-        each one's choice comes back (one id, not a vocabulary of logits)."""
+        """One forward over every job's new tokens. A greedy job gets only its choice back
+        (one id, not a vocabulary of logits); one that samples or follows a grammar, its logits."""
         items = [(_seq(j), ids) for j, ids in feed]
         if all(job.greedy for job, _ in feed):
             for (job, _), choice in zip(feed, self.model.extend_many_greedy(items), strict=True):
                 job.choice = int(choice)
             return
-        for (job, _), logits in zip(feed, self.model.extend_many(items, last_only=True), strict=True):
-            job.logits = logits[-1]
+        choices, rows = self.model.extend_many_next(items, [not job.greedy for job, _ in feed])
+        for (job, _), choice, logits in zip(feed, choices, rows, strict=True):
+            if logits is None:
+                job.choice = int(choice)
+            else:
+                job.logits = logits
 
     def cancel(self, job: _Job, waiting: deque[_Job]) -> None:
         """Stop ``job`` (its client went away): out of ``waiting``, or retired, its cache

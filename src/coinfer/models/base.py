@@ -219,6 +219,18 @@ class SteerableModel(Prompter):
         verification needs, one id per row off the device, not a vocabulary."""
         return self._many(items, "extend_many_choices", self._extend_many_choices)
 
+    def extend_many_next(
+        self, items: Sequence[tuple[Seq, Sequence[int]]], logits_for: Sequence[bool]
+    ) -> tuple[np.ndarray, list[np.ndarray | None]]:
+        """``extend_many`` for the next token of each item: its greedy choice (int64, shape
+        (len(items),)), and its last token's logits (vocab,) only where ``logits_for`` asks
+        (else None). A batch of greedy and sampled requests moves a vocabulary of logits off
+        the device only for the ones that sample."""
+        want = [bool(w) for w in logits_for]
+        if len(want) != len(items):
+            raise ConfigError(f"logits_for has {len(want)} entries for {len(items)} items")
+        return self._many(items, "extend_many_next", lambda checked: self._extend_many_next(checked, want))
+
     def _many(self, items: Sequence[tuple[Seq, Sequence[int]]], what: str, run: Callable[[Any], Any]) -> Any:
         """Check several sequences' chains, run them, then append each chain to its sequence."""
         checked = [(seq, self._check_extend(seq, ids)) for seq, ids in items]
@@ -339,6 +351,13 @@ class SteerableModel(Prompter):
 
     def _extend_many_choices(self, items: list[tuple[Seq, list[int]]]) -> list[np.ndarray]:
         return [np.argmax(rows, axis=-1) for rows in self._extend_many(items, False)]
+
+    def _extend_many_next(
+        self, items: list[tuple[Seq, list[int]]], want: list[bool]
+    ) -> tuple[np.ndarray, list[np.ndarray | None]]:
+        lasts = [rows[-1] for rows in self._extend_many(items, True)]
+        choices = np.array([int(np.argmax(row)) for row in lasts], dtype=np.int64)
+        return choices, [row if w else None for row, w in zip(lasts, want, strict=True)]
 
     @abstractmethod
     def _fork(self, source: Seq, new: Seq) -> None: ...

@@ -269,21 +269,36 @@ class HFStaticModel(HFModel):
         rows = [ForwardRow.chain(_sseq(seq).slot, len(seq.tokens), ids) for seq, ids in items]
         return self.forward_rows(rows, "argmax")
 
-    def forward_rows(self, rows: Sequence[ForwardRow], read: str) -> list[np.ndarray]:
+    def _extend_many_next(
+        self, items: list[tuple[Seq, list[int]]], want: list[bool]
+    ) -> tuple[np.ndarray, list[np.ndarray | None]]:
+        rows = [ForwardRow.chain(_sseq(seq).slot, len(seq.tokens), ids) for seq, ids in items]
+        out = list(zip(self.forward_rows(rows, "next", logits_for=want), want, strict=True))
+        choices = np.array([int(np.argmax(o[-1])) if w else int(o[-1]) for o, w in out], dtype=np.int64)
+        return choices, [o[-1] if w else None for o, w in out]
+
+    def forward_rows(
+        self, rows: Sequence[ForwardRow], read: str, *, logits_for: Sequence[bool] | None = None
+    ) -> list[np.ndarray]:
         """One forward over ``rows``, chains longer than a prefill chunk in pieces.
-        ``read``: "logits" (every new token's), "last" (each row's last) or "argmax"."""
+        ``read``: "logits" (every new token's), "last" (each row's last), "argmax", or
+        "next": each row's last logits (1, vocab) where ``logits_for`` asks, else its greedy
+        choice alone (1,) (the others' logits stay on the device)."""
         if len(rows) > 1 and max(len(r.ids) for r in rows) > _PREFILL_CHUNK:  # long prompts: one by one
-            return [self.forward_rows([row], read)[0] for row in rows]
+            asks = zip(rows, logits_for or [True] * len(rows), strict=True)
+            return [self.forward_rows([row], read, logits_for=[w])[0] for row, w in asks]
         row = rows[0]
         if len(rows) > 1 or len(row.ids) <= _PREFILL_CHUNK or not _is_chain(row):
-            return self._forward_once(rows, read)
+            return self._forward_once(rows, read, logits_for)
         parts = []
         for at in range(0, len(row.ids), _PREFILL_CHUNK):
             piece = ForwardRow.chain(row.slot, row.start + at, row.ids[at : at + _PREFILL_CHUNK])
-            parts.append(self._forward_once([piece], read)[0])
-        return [parts[-1] if read == "last" else np.concatenate(parts)]
+            parts.append(self._forward_once([piece], read, logits_for)[0])
+        return [parts[-1] if read in ("last", "next") else np.concatenate(parts)]
 
-    def _forward_once(self, rows: Sequence[ForwardRow], read: str) -> list[np.ndarray]:
+    def _forward_once(
+        self, rows: Sequence[ForwardRow], read: str, logits_for: Sequence[bool] | None = None
+    ) -> list[np.ndarray]:
         torch = self._torch
         w = max(len(r.ids) for r in rows)
         w = padded_width(w) if self.pad_widths else w
@@ -297,6 +312,8 @@ class HFStaticModel(HFModel):
         try:
             with torch.inference_mode():
                 logits, choices = self._run(key, placed)
+                if read == "next":
+                    return self._read_next(rows, order, logits, choices, logits_for or [True] * len(rows))
                 return self._read_back(rows, order, logits, choices, read)
         except RuntimeError as exc:
             raise ModelError(f"{self.name} forward failed: {exc}") from exc
@@ -400,6 +417,24 @@ class HFStaticModel(HFModel):
             last = logits[torch.tensor(order, device=self.device), index]
             return list(last.float().cpu().numpy()[:, None, :])
         return [logits[i, :n].float().cpu().numpy() for i, n in zip(order, counts, strict=True)]
+
+    def _read_next(
+        self, rows: Sequence[ForwardRow], order: list[int], logits: Any, choices: Any, want: Sequence[bool]
+    ) -> list[np.ndarray]:
+        """Each row's last logits (1, vocab) where ``want``, else its greedy choice (1,):
+        only the rows that sample move a vocabulary off the device."""
+        torch = self._torch
+        at = torch.tensor(order, device=self.device)
+        index = torch.tensor([len(r.ids) - 1 for r in rows], device=self.device)
+        keep = torch.tensor([i for i, w in enumerate(want) if w], dtype=torch.long, device=self.device)
+        rest = torch.tensor([i for i, w in enumerate(want) if not w], dtype=torch.long, device=self.device)
+        lasts = logits[at[keep], index[keep]].float().cpu().numpy()
+        if choices is not None:
+            picked = choices[at[rest], index[rest]].cpu().numpy()
+        else:
+            picked = greedy_ids(logits[at[rest], index[rest]])
+        got, chosen = iter(lasts), iter(picked)
+        return [next(got)[None] if w else np.array([next(chosen)], dtype=np.int64) for w in want]
 
     def drop_graphs(self) -> None:
         """Free every captured graph and their memory pool; each shape is captured again

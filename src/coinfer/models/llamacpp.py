@@ -381,6 +381,15 @@ class LlamaCppModel(SteerableModel):
     def _extend(self, seq: Seq, ids: list[int], tree: TokenTree | None, last_only: bool) -> np.ndarray:
         if tree is None:
             return self._decode(self._chain_rows(seq, ids), outputs=[len(ids) - 1] if last_only else None)
+        return self._decode_tree(seq, ids, tree, greedy=False)
+
+    def _extend_greedy_tree(self, seq: Seq, ids: list[int], tree: TokenTree) -> np.ndarray:
+        return self._decode_tree(seq, ids, tree, greedy=True)
+
+    def _decode_tree(self, seq: Seq, ids: list[int], tree: TokenTree, *, greedy: bool) -> np.ndarray:
+        """A token tree appended to ``seq``: each leaf's path in a sequence of its own (copies
+        of ``seq``'s cache), each node decoded once into every leaf's below it. Logits per
+        node, or with ``greedy`` each node's argmax, taken on llama.cpp's buffer."""
         seq = backend_seq(seq, LlamaSeq)
         start = len(seq.tokens)
         if not self.kv_unified:
@@ -408,7 +417,7 @@ class LlamaCppModel(SteerableModel):
             for t, d, leaf_set in zip(ids, depths, leaf_sets, strict=True)
         ]
         try:
-            return self._decode(rows)
+            return self._decode(rows, greedy=greedy)
         except BaseException:
             self._drop_tree(seq)
             raise

@@ -62,13 +62,20 @@ def run_collective(
     return time.perf_counter() - start, [r.tokens for r in runs]
 
 
-def run_chat(model: Any, prompts: list[list[int]]) -> tuple[float, list[list[int]]]:
-    """The plain server's loop (``PlainServed.serve``): every prompt a job, stepped to the end."""
+def run_chat(model: Any, prompts: list[list[int]], mixed: bool = False) -> tuple[float, list[list[int]]]:
+    """The plain server's loop (``PlainServed.serve``): every prompt a job, stepped to the end;
+    ``mixed``: every other one sampled (temperature 1, seeded), the rest greedy."""
     with LocalChat(model, max_concurrent=BATCH) as chat:
         jobs = [
             job
             for i, p in enumerate(prompts)
-            for job in chat.new_jobs(i, p, n=1, max_tokens=TOKENS, params=SamplingParams())
+            for job in chat.new_jobs(
+                i,
+                p,
+                n=1,
+                max_tokens=TOKENS,
+                params=SamplingParams(temperature=1.0, seed=i) if mixed and i % 2 else SamplingParams(),
+            )  # fmt: skip
         ]
         waiting, running = deque(jobs), []
         start = time.perf_counter()
@@ -86,6 +93,7 @@ def main() -> None:
         "plain batched (collective engine, s = 0)": lambda: run_collective(model, prompts, []),
         "collective, n-gram": lambda: run_collective(model, prompts, [NgramDrafter()]),
         "LocalChat (the plain server's batching)": lambda: run_chat(model, prompts),
+        "LocalChat, half the requests sampled": lambda: run_chat(model, prompts, mixed=True),
     }
     for fn in configs.values():  # warm-up
         fn()
