@@ -447,6 +447,13 @@ def add_parser(sub: Any) -> None:
     launch.add_argument("--raw", action="store_true", help="send the prompt as plain text, no chat template")
     add_output_flags(launch, trace=True)
     launch.set_defaults(func=cmd_launch)
+    _add_worker_parser(edge)
+    from coinfer.cli.edge_train import add_train_parser
+
+    add_train_parser(edge)
+
+
+def _add_worker_parser(edge: Any) -> None:
     worker = edge.add_parser("worker", help="run one device of a pipeline whose rank 0 is elsewhere")
     worker.add_argument("--rank", type=int, required=True)
     worker.add_argument("--world", type=int, required=True)
@@ -457,7 +464,8 @@ def add_parser(sub: Any) -> None:
         "--memory",
         default=None,
         help="this device's memory budget, e.g. 1.5 (GB) or 800M; held by a "
-        "memory cgroup where this runs as root, and told to rank 0, which plans the layers under it",
+        "memory cgroup where this runs as root, and told to rank 0, which plans the layers under it "
+        "(a GPU stage's layers are planned under its GPU's memory instead)",
     )
     _add_device_flag(worker)
     add_dtype_flag(
@@ -465,6 +473,3 @@ def add_parser(sub: Any) -> None:
         "default: rank 0's --dtype, else float32 on the CPU and bfloat16 on a GPU)",
     )  # fmt: skip
     worker.set_defaults(func=cmd_worker)
-    from coinfer.cli.edge_train import add_train_parser
-
-    add_train_parser(edge)
