@@ -238,3 +238,48 @@ def test_empirical_frequencies_match_the_distribution() -> None:
     # and a clearly different distribution is rejected by the same statistic
     wrong = np.full(4, n / 4)
     assert float(((observed - wrong) ** 2 / wrong).sum()) > 16.27
+
+
+def _by_definition(logits: np.ndarray, params: SamplingParams) -> np.ndarray:
+    """Temperature, top-k and top-p as written: the whole vocabulary sorted, summed in order."""
+    x = np.asarray(logits, dtype=np.float64) / params.temperature
+    if 0 < params.top_k < x.size:
+        x = np.where(x < np.partition(x, -params.top_k)[-params.top_k], -np.inf, x)
+    p = np.exp(x - np.max(x))
+    p /= p.sum()
+    if params.top_p < 1.0:
+        order = np.argsort(-p, kind="stable")
+        keep = order[: int(np.searchsorted(np.cumsum(p[order]), params.top_p) + 1)]
+        cut = np.zeros_like(p)
+        cut[keep] = p[keep]
+        p = cut / cut.sum()
+    return p
+
+
+def _drawn_by_definition(probs: np.ndarray, u: float) -> int:
+    cdf = np.cumsum(probs)
+    return min(int(np.searchsorted(cdf, u * cdf[-1], side="right")), probs.size - 1)
+
+
+@pytest.mark.parametrize("vocab", [7, 1000, 151_936])
+def test_fast_cuts_and_draws_are_the_definitions_to_the_bit(vocab: int) -> None:
+    """A large vocabulary is cut and drawn from without sorting or summing all of it
+    (a stable sort of 150k logits took 36 ms here). The distributions and the tokens drawn
+    are exactly the definitions', ties and flat distributions included, so a seeded
+    request writes the same text."""
+    from coinfer.decoding.sampling import sample_at
+
+    rng = np.random.default_rng(vocab)
+    for trial in range(12):
+        logits = (rng.standard_normal(vocab) * (0.3, 3.0, 12.0)[trial % 3]).astype(np.float32)
+        if trial % 4 == 0:
+            logits = np.round(logits)  # many ties
+        for params in (
+            SamplingParams(temperature=0.7, top_p=0.9), SamplingParams(temperature=1.3, top_p=0.999999),
+            SamplingParams(temperature=1.0, top_k=40), SamplingParams(temperature=0.5, top_k=5, top_p=0.5),
+            SamplingParams(temperature=1.0, top_p=0.05), SamplingParams(temperature=0.9),
+        ):  # fmt: skip
+            fast, slow = probs_from_logits(logits, params), _by_definition(logits, params)
+            assert np.array_equal(fast, slow), params
+            for u in (0.0, 0.5, 0.999999, float(rng.random())):
+                assert sample_at(fast, u) == _drawn_by_definition(slow, u)

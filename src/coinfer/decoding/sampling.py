@@ -69,24 +69,57 @@ def probs_from_logits(logits: np.ndarray, params: SamplingParams) -> np.ndarray:
         out[int(np.argmax(x))] = 1.0
         return out
     x = x / params.temperature
+    support = None
     if 0 < params.top_k < x.size:
-        kth = np.partition(x, -params.top_k)[-params.top_k]
-        x = np.where(x < kth, -np.inf, x)
-    p = np.exp(x - np.max(x))
+        p, support = _top_k(x, params.top_k)
+    else:
+        p = np.exp(x - np.max(x))
     p /= p.sum()
     if params.top_p < 1.0:
-        p = _nucleus(p, params.top_p)
+        p = _nucleus(p, params.top_p, support)
     return p
 
 
-def _nucleus(p: np.ndarray, top_p: float) -> np.ndarray:
-    """Keep the smallest set of most likely tokens whose mass reaches ``top_p``; renormalise."""
-    order = np.argsort(-p, kind="stable")
-    cum = np.cumsum(p[order])
-    keep = order[: int(np.searchsorted(cum, top_p) + 1)]
+def _top_k(x: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+    """Unnormalised probabilities of the ``k`` largest logits (and any tied with the k-th),
+    zero elsewhere, the exponential taken over those alone; and their ids."""
+    kth = np.partition(x, -k)[-k]
+    kept = np.flatnonzero(~(x < kth))
+    p = np.zeros_like(x)
+    p[kept] = np.exp(x[kept] - np.max(x[kept]))
+    return p, kept
+
+
+def _nucleus(p: np.ndarray, top_p: float, support: np.ndarray | None = None) -> np.ndarray:
+    """Keep the smallest set of most likely tokens whose mass reaches ``top_p``; renormalise.
+    ``support``: the only tokens with any mass, where known (after top-k)."""
+    if support is None:
+        keep = _most_likely(p, top_p)
+    else:
+        order = support[np.argsort(-p[support], kind="stable")]
+        keep = order[: int(np.searchsorted(np.cumsum(p[order]), top_p)) + 1]
     out = np.zeros_like(p)
     out[keep] = p[keep]
     return out / out.sum()
+
+
+def _most_likely(p: np.ndarray, top_p: float) -> np.ndarray:
+    """The most likely tokens in a stable sort's order (falling probability, ties by id), up
+    to the first whose cumulative mass reaches ``top_p`` (every one with any mass where none
+    does).
+    Sorted in part: the candidates are every token at least as likely as the m-th most
+    likely, m growing until their mass reaches ``top_p``. Those are a prefix of the whole
+    sort, ties included, so the result is the whole sort's, at a fraction of its cost
+    (a stable sort of a 150k vocabulary takes tens of milliseconds)."""
+    m = 64
+    while True:
+        v = np.partition(p, p.size - m)[p.size - m] if m < p.size else 0.0  # the m-th largest
+        candidates = np.flatnonzero(p >= v) if v > 0 else np.flatnonzero(p)
+        order = candidates[np.argsort(-p[candidates], kind="stable")]
+        k = int(np.searchsorted(np.cumsum(p[order]), top_p))
+        if k < order.size or v == 0:  # every token left out has no mass: nothing to keep of it
+            return order[: k + 1]
+        m *= 4
 
 
 def sample(probs: np.ndarray, rng: np.random.Generator) -> int:
@@ -98,8 +131,16 @@ def sample_at(probs: np.ndarray, u: float) -> int:
     """The token whose share of the cumulative distribution ``probs`` holds ``u`` in [0, 1)."""
     if probs.max() == 1.0:
         return int(np.argmax(probs))
-    cdf = np.cumsum(probs)
-    return min(int(np.searchsorted(cdf, u * cdf[-1], side="right")), probs.size - 1)
+    glance = probs[::97]  # which way is faster (both give the same token)
+    if 2 * np.count_nonzero(glance) > glance.size:
+        cdf = np.cumsum(probs)
+        return min(int(np.searchsorted(cdf, u * cdf[-1], side="right")), probs.size - 1)
+    # a cut distribution (top-k, top-p, a residual): its zeros add nothing to the running
+    # sums, so the sums over its support are the whole cumulative sum's, where it rises
+    support = np.flatnonzero(probs)
+    cdf = np.cumsum(probs[support])
+    j = int(np.searchsorted(cdf, u * cdf[-1], side="right"))
+    return int(support[j]) if j < support.size else probs.size - 1
 
 
 class PositionDraws:
