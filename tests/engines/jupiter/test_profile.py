@@ -145,3 +145,15 @@ def test_each_device_s_budget_is_counted_in_its_own_stage_s_bytes() -> None:
     assert layer_budget(gb, profile("static cuda bfloat16"), 8 * gb, 2) == GPU_SHARE * 8 * gb
     assert layer_budget(None, profile("static cuda bfloat16"), 8 * gb, 4) == GPU_SHARE * 16 * gb
     assert 0.5 < GPU_SHARE < 1
+
+
+def test_stages_on_one_gpu_split_its_memory() -> None:
+    """Devices of one machine whose stages run on the same GPU (``edge launch --devices 2
+    --device cuda`` on a one-GPU host) each plan with their share of it, not all of it."""
+    from coinfer.engines.jupiter.cluster import share_gpus
+
+    gb = 1 << 30
+    assert share_gpus([(80 * gb, "GPU-a"), (79 * gb, "GPU-a"), None, (24 * gb, "GPU-b")]) == [
+        40 * gb, int(79 * gb) // 2, None, 24 * gb,
+    ]  # fmt: skip
+    assert share_gpus([None, None]) == [None, None]

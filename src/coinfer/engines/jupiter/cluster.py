@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 import json
 import time
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,7 +23,7 @@ from coinfer.engines.jupiter.profile import (
     DeviceProfile,
     LinkProfile,
     ModelShape,
-    device_memory_bytes,
+    device_memory,
     measure_link,
     profile_device,
 )
@@ -31,7 +32,7 @@ from coinfer.engines.jupiter.wire import TOKEN_ENV, join, leave, recv_json, send
 from coinfer.engines.jupiter.worker import peak_rss_bytes, reset_peak_rss
 from coinfer.errors import ConfigError, TransportError
 
-__all__ = ["GPU_SHARE", "PLAN_PART", "EdgeCluster", "layer_budget", "memory_split"]
+__all__ = ["GPU_SHARE", "PLAN_PART", "EdgeCluster", "layer_budget", "memory_split", "share_gpus"]
 
 PLAN_PART = (128, 256)  # the sub-sequence (tokens, earlier tokens) whose layer times Eq. 1 balances
 SPLITS = ("jupiter", "memory")
@@ -74,7 +75,7 @@ class _Device:
     profile: DeviceProfile | None = None
     layers: tuple[int, int] = (0, 0)
     peak_rss: int = 0
-    device_bytes: int | None = None  # a GPU stage's memory there (None: the stage is on the host)
+    gpu: tuple[int, str] | None = None  # a GPU stage's (memory there, the GPU's id); None: on the host
 
 
 def _value_bytes(kv: str, device: str, dtype: str | None) -> int:
@@ -107,12 +108,22 @@ def layer_budget(
     return room * value_bytes / profile.value_bytes
 
 
-def _profile_reply(reply: dict[str, Any], rank: int) -> tuple[DeviceProfile, int | None]:
-    """A worker's profile and its GPU stage's memory, checked."""
-    room = reply.get("device_bytes")
-    if room is not None and (not isinstance(room, int) or room <= 0):
-        raise TransportError(f"device {rank} reported {room!r} bytes of device memory")
-    return DeviceProfile.from_json(reply["profile"]), room
+def share_gpus(gpus: list[tuple[int, str] | None]) -> list[int | None]:
+    """Each device's share of its GPU's memory (None: its stage is on the host): stages on
+    one GPU (devices of one machine) split it evenly."""
+    sharers = Counter(g[1] for g in gpus if g is not None)
+    return [None if g is None else g[0] // sharers[g[1]] for g in gpus]
+
+
+def _profile_reply(reply: dict[str, Any], rank: int) -> tuple[DeviceProfile, tuple[int, str] | None]:
+    """A worker's profile and its GPU stage's memory and GPU, checked."""
+    gpu = reply.get("gpu")
+    if gpu is None:
+        return DeviceProfile.from_json(reply["profile"]), None
+    room, name = (gpu.get("bytes"), gpu.get("id")) if isinstance(gpu, dict) else (None, None)
+    if not isinstance(room, int) or room <= 0 or not isinstance(name, str) or not 0 < len(name) <= 200:
+        raise TransportError(f"device {rank} reported its GPU as {str(gpu)[:80]}")
+    return DeviceProfile.from_json(reply["profile"]), (room, name)
 
 
 class EdgeCluster:
@@ -198,7 +209,7 @@ class EdgeCluster:
             self.folder, name=me.name, threads=me.threads, base_bytes=peak_rss_bytes(),
             kv=self.kv, device=self.device, dtype=self.dtype,
         )  # fmt: skip
-        me.device_bytes = device_memory_bytes(self.device)
+        me.gpu = device_memory(self.device)
         # each as its stage will run (the cache kind, the dtype; a worker's own device)
         ask = {"op": "profile", "model": self.model, "kv": self.kv}
         if self.dtype is not None:
@@ -206,7 +217,7 @@ class EdgeCluster:
         for rank in range(1, self.world):  # one at a time: each device's own speed, undisturbed
             send_json(ask, rank)
             d = self.devices[rank]
-            d.profile, d.device_bytes = _profile_reply(self._ask(rank), rank)
+            d.profile, d.gpu = _profile_reply(self._ask(rank), rank)
         for rank in range(self.world - 1):
             send_json({"op": "link_echo", "peer": rank}, rank + 1)
             if rank == 0:
@@ -230,18 +241,17 @@ class EdgeCluster:
         layer_bytes[0] += s.embed_bytes
         layer_bytes[-1] += s.head_bytes
         budgets = []
-        for budget, d in zip(self.budgets, self.devices, strict=True):
+        shares = share_gpus([d.gpu for d in self.devices])
+        for budget, d, share in zip(self.budgets, self.devices, shares, strict=True):
             assert d.profile is not None
-            budgets.append(layer_budget(budget, d.profile, d.device_bytes, self.value_bytes))
+            budgets.append(layer_budget(budget, d.profile, share, self.value_bytes))
         return times, layer_bytes, budgets
 
     def _plan_layers(self) -> LayerPlan:
         times, layer_bytes, budgets = self._layer_inputs()
         if self.split == "memory":
-            own = [  # a GPU stage's memory is its device's
-                b if d.device_bytes is None else d.device_bytes
-                for b, d in zip(self.budgets, self.devices, strict=True)
-            ]
+            shares = share_gpus([d.gpu for d in self.devices])  # a GPU stage's memory is its GPU's
+            own = [b if g is None else g for b, g in zip(self.budgets, shares, strict=True)]
             known = all(m is not None for m in own)  # else: equal shares
             memories = [m if known and m is not None else 1.0 for m in own]
             ranges = memory_split(self.shape.n_layers, [float(m) for m in memories])

@@ -34,7 +34,7 @@ __all__ = [
     "DeviceProfile",
     "LinkProfile",
     "ModelShape",
-    "device_memory_bytes",
+    "device_memory",
     "echo_link",
     "measure_link",
     "profile_device",
@@ -182,17 +182,22 @@ def _gpu(device: str) -> str:
     return str(torch.cuda.get_device_name(torch.device(device)))
 
 
-def device_memory_bytes(device: str) -> int | None:
-    """The memory a stage on ``device`` may take there: on a GPU, what is free on it plus
-    what this process's allocator holds unused (a profile's freed buffers); None on the
-    CPU, whose budget is the host's (``--memory``)."""
+def device_memory(device: str) -> tuple[int, str] | None:
+    """The memory a stage on ``device`` may take there, and which GPU that is (its UUID:
+    stages on one GPU share it): what is free on it plus what this process's allocator holds
+    unused (a profile's freed buffers). None on the CPU, whose budget is the host's
+    (``--memory``)."""
     if device == "cpu":
         return None
+    import socket
+
     import torch
 
     gpu = torch.device(device)
     free, _ = torch.cuda.mem_get_info(gpu)
-    return int(free) + int(torch.cuda.memory_reserved(gpu)) - int(torch.cuda.memory_allocated(gpu))
+    room = int(free) + int(torch.cuda.memory_reserved(gpu)) - int(torch.cuda.memory_allocated(gpu))
+    uuid = getattr(torch.cuda.get_device_properties(gpu), "uuid", None)
+    return room, str(uuid) if uuid else f"{socket.gethostname()}/{gpu}"
 
 
 def profile_path(

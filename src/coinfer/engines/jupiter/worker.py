@@ -20,7 +20,7 @@ from typing import Any
 from coinfer.decoding.sampling import SamplingParams
 from coinfer.engines.jupiter.branches import BranchVerifier
 from coinfer.engines.jupiter.pipeline import Answerer, Picker
-from coinfer.engines.jupiter.profile import device_memory_bytes, echo_link, measure_link, profile_device
+from coinfer.engines.jupiter.profile import device_memory, echo_link, measure_link, profile_device
 from coinfer.engines.jupiter.relay import serve
 from coinfer.engines.jupiter.stage import Stage
 from coinfer.engines.jupiter.static_stage import StaticStage, open_stage
@@ -97,7 +97,8 @@ class _Device:
                 self.folder, name=self.name, threads=self.threads, base_bytes=self.base_bytes,
                 kv=str(msg.get("kv", "dynamic")), device=self.device, dtype=self._dtype(msg),
             )  # fmt: skip
-            return {"profile": prof.to_json(), "device_bytes": device_memory_bytes(self.device)}
+            gpu = device_memory(self.device)  # a GPU stage's: its layers' memory, and which GPU
+            return {"profile": prof.to_json(), "gpu": gpu and {"bytes": gpu[0], "id": gpu[1]}}
         if op == "link_send":
             link = measure_link(int(msg["peer"]))
             return {"latency_s": link.latency_s, "bytes_per_s": link.bytes_per_s}
