@@ -283,3 +283,5 @@ def test_fast_cuts_and_draws_are_the_definitions_to_the_bit(vocab: int) -> None:
             assert np.array_equal(fast, slow), params
             for u in (0.0, 0.5, 0.999999, float(rng.random())):
                 assert sample_at(fast, u) == _drawn_by_definition(slow, u)
+    massless = np.zeros(vocab)
+    assert sample_at(massless, 0.5) == _drawn_by_definition(massless, 0.5)

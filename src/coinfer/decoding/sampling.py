@@ -138,6 +138,8 @@ def sample_at(probs: np.ndarray, u: float) -> int:
     # a cut distribution (top-k, top-p, a residual): its zeros add nothing to the running
     # sums, so the sums over its support are the whole cumulative sum's, where it rises
     support = np.flatnonzero(probs)
+    if not support.size:  # no mass anywhere: the last token, as the whole sum gives
+        return probs.size - 1
     cdf = np.cumsum(probs[support])
     j = int(np.searchsorted(cdf, u * cdf[-1], side="right"))
     return int(support[j]) if j < support.size else probs.size - 1

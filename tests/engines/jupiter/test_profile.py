@@ -129,6 +129,7 @@ def test_each_device_s_budget_is_counted_in_its_own_stage_s_bytes() -> None:
     whatever the host's budget, with room left for its graphs."""
     from coinfer.engines.jupiter.cluster import GPU_SHARE, layer_budget
     from coinfer.engines.jupiter.profile import DeviceProfile
+    from coinfer.errors import ConfigError
 
     def profile(stage: str) -> DeviceProfile:
         return DeviceProfile("d", 1, (1, 16), (0,), ((1e-3, 2e-3),), 1e-3, 100, stage)
@@ -136,6 +137,8 @@ def test_each_device_s_budget_is_counted_in_its_own_stage_s_bytes() -> None:
     stages = ("dynamic", "static cpu float32", "static cuda:1 bfloat16")
     assert [profile(s).value_bytes for s in stages] == [4, 4, 2]
     assert profile("static cuda float16").value_bytes == 2
+    with pytest.raises(ConfigError, match="same coinfer version"):
+        _ = profile("static cuda int4").value_bytes  # a newer device's stage
     gb = 1 << 30
     # rank 0 in float32: a bfloat16 device's 1 GB (less its process) holds 2 GB of float32 values
     assert layer_budget(gb + 100, profile("static cpu bfloat16"), None, 4) == 2 * gb

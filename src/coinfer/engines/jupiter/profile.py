@@ -29,6 +29,7 @@ from typing import Any
 import numpy as np
 
 from coinfer import catalog
+from coinfer.errors import ConfigError
 
 __all__ = [
     "DeviceProfile",
@@ -106,8 +107,11 @@ class DeviceProfile:
         from coinfer.models.load import DTYPES
 
         dtype = self.stage.rsplit(" ", 1)[-1]
-        if dtype not in DTYPES:
-            raise ValueError(f"a profile of an unknown stage: {self.stage!r}")
+        if not self.stage.startswith("static ") or dtype not in DTYPES:
+            raise ConfigError(
+                f"device {self.name} timed a stage this coinfer does not know: {self.stage[:60]!r}",
+                hint="run the same coinfer version on every device",
+            )
         return int(getattr(torch, dtype).itemsize)
 
     def q(self, x: Any, p: Any) -> np.ndarray:
