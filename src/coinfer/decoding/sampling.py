@@ -96,8 +96,8 @@ def _nucleus(p: np.ndarray, top_p: float, support: np.ndarray | None = None) -> 
     if support is None:
         keep = _most_likely(p, top_p)
     else:
-        order = support[np.argsort(-p[support], kind="stable")]
-        keep = order[: int(np.searchsorted(np.cumsum(p[order]), top_p)) + 1]
+        order, k = _head(p, support, top_p)
+        keep = order[: k + 1]
     out = np.zeros_like(p)
     out[keep] = p[keep]
     return out / out.sum()
@@ -115,11 +115,17 @@ def _most_likely(p: np.ndarray, top_p: float) -> np.ndarray:
     while True:
         v = np.partition(p, p.size - m)[p.size - m] if m < p.size else 0.0  # the m-th largest
         candidates = np.flatnonzero(p >= v) if v > 0 else np.flatnonzero(p)
-        order = candidates[np.argsort(-p[candidates], kind="stable")]
-        k = int(np.searchsorted(np.cumsum(p[order]), top_p))
+        order, k = _head(p, candidates, top_p)
         if k < order.size or v == 0:  # every token left out has no mass: nothing to keep of it
             return order[: k + 1]
         m *= 4
+
+
+def _head(p: np.ndarray, candidates: np.ndarray, top_p: float) -> tuple[np.ndarray, int]:
+    """``candidates`` in a stable sort's order by falling probability, and the index of the
+    first whose cumulative mass reaches ``top_p`` (their count where none does)."""
+    order = candidates[np.argsort(-p[candidates], kind="stable")]
+    return order, int(np.searchsorted(np.cumsum(p[order]), top_p))
 
 
 def sample(probs: np.ndarray, rng: np.random.Generator) -> int:

@@ -78,19 +78,6 @@ class _Device:
     gpu: tuple[int, str] | None = None  # a GPU stage's (memory there, the GPU's id); None: on the host
 
 
-def _value_bytes(kv: str, device: str, dtype: str | None) -> int:
-    """Bytes of a weight or cache value in rank 0's stage, the unit of the plan's memory:
-    float32 on dynamic caches, else the static stage's dtype (its device's default where
-    none is given). A device whose stage differs has its budget counted in this unit."""
-    if kv == "dynamic":
-        return 4
-    import torch
-
-    from coinfer.models.load import dtype_on
-
-    return int(dtype_on(torch, dtype, device).itemsize)
-
-
 def layer_budget(
     budget: float | None, profile: DeviceProfile, device_bytes: int | None, value_bytes: int
 ) -> float | None:
@@ -164,8 +151,6 @@ class EdgeCluster:
         from transformers import AutoConfig
 
         config = AutoConfig.from_pretrained(self.folder)
-        self.value_bytes = _value_bytes(kv, device, dtype)
-        self.shape = ModelShape.of(config, self.value_bytes)
         self.n_ctx = min(n_ctx, int(getattr(config, "max_position_embeddings", None) or n_ctx))
         self.devices = [_Device(0, name, threads)]
         self.links: list[LinkProfile] = []
@@ -178,6 +163,10 @@ class EdgeCluster:
             self._joined = True
             self._hello(token if token is not None else os.environ.get(TOKEN_ENV, ""))
         self._profile()
+        assert self.devices[0].profile is not None
+        # the plan's memory is counted in values of rank 0's stage; other devices' budgets convert
+        self.value_bytes = self.devices[0].profile.value_bytes
+        self.shape = ModelShape.of(config, self.value_bytes)
         self.layer_plan = self._plan_layers()
         if before_load is not None:  # the plan fits: e.g. hold every device to its budget now
             before_load()
@@ -241,17 +230,20 @@ class EdgeCluster:
         layer_bytes[0] += s.embed_bytes
         layer_bytes[-1] += s.head_bytes
         budgets = []
-        shares = share_gpus([d.gpu for d in self.devices])
-        for budget, d, share in zip(self.budgets, self.devices, shares, strict=True):
+        for budget, d, share in zip(self.budgets, self.devices, self._gpu_shares(), strict=True):
             assert d.profile is not None
             budgets.append(layer_budget(budget, d.profile, share, self.value_bytes))
         return times, layer_bytes, budgets
 
+    def _gpu_shares(self) -> list[int | None]:
+        return share_gpus([d.gpu for d in self.devices])
+
     def _plan_layers(self) -> LayerPlan:
         times, layer_bytes, budgets = self._layer_inputs()
         if self.split == "memory":
-            shares = share_gpus([d.gpu for d in self.devices])  # a GPU stage's memory is its GPU's
-            own = [b if g is None else g for b, g in zip(self.budgets, shares, strict=True)]
+            own = [  # a GPU stage's memory is its GPU's
+                b if g is None else g for b, g in zip(self.budgets, self._gpu_shares(), strict=True)
+            ]
             known = all(m is not None for m in own)  # else: equal shares
             memories = [m if known and m is not None else 1.0 for m in own]
             ranges = memory_split(self.shape.n_layers, [float(m) for m in memories])
