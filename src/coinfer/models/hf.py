@@ -9,7 +9,8 @@ Chains are ordinary cached forwards. A token tree is one forward with explicit
 node sees the whole prefix, its ancestors and itself. ``commit_path`` keeps the kept
 nodes' cache entries with ``index_select``; ``truncate`` slices the cache. Caches are
 built without the model config, so sliding-window layers keep every entry and can be
-rolled back (the tree mask does not apply the window: trees are short).
+rolled back; their window is in the masks (the model's own for chains, the tree mask's
+for trees).
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from coinfer.errors import MissingDependencyError, ModelError
 from coinfer.models.base import Prompter, Seq, SteerableModel, backend_seq
 from coinfer.models.chat_template import ChatTemplate
 from coinfer.models.tree import TokenTree
+from coinfer.models.windows import window_within
 
 __all__ = [
     "HFModel",
@@ -116,10 +118,19 @@ class HFSeq(Seq):
     cache: Any = None
 
 
-def tree_attention_mask(start: int, tree: TokenTree, dtype: Any) -> Any:
+def tree_attention_mask(start: int, tree: TokenTree, dtype: Any, window: int | None = None) -> Any:
     """Additive mask (1, 1, n, start + n) for a tree after ``start`` cached tokens: 0 where
-    a node may look (the prefix, its ancestors and itself), dtype-min elsewhere."""
-    return branch_attention_mask([-1] * start, [-1] * len(tree), tree.parents, dtype)
+    a node may look (the prefix, its ancestors and itself), dtype-min elsewhere. With a
+    sliding ``window``, a node at ``start + depth`` sees no entry ``window`` or more
+    positions back (the cache's entry ``j`` sits at position ``j``)."""
+    mask = branch_attention_mask([-1] * start, [-1] * len(tree), tree.parents, dtype)
+    if window is None:
+        return mask
+    torch = import_torch()
+    at = torch.tensor([start + d for d in tree.depths()], dtype=torch.long)
+    entries = torch.cat([torch.arange(start), at])
+    mask[0, 0].masked_fill_(at[:, None] - entries[None, :] >= window, torch.finfo(dtype).min)
+    return mask
 
 
 def commit_tree_path(cache: Any, start: int, path: Sequence[int]) -> None:
@@ -312,7 +323,17 @@ class HFModel(SteerableModel):
                 own.update(k, v, index)
 
     def _tree_mask(self, start: int, tree: TokenTree) -> Any:
-        return tree_attention_mask(start, tree, self.model.dtype).to(self.device)
+        """The tree's mask; where some layers slide a window that hides part of the
+        context, one mask per kind of layer (transformers takes them by kind)."""
+        dtype = self.model.dtype
+        window = window_within(self.model.config, self.n_ctx)
+        if window is None:
+            return tree_attention_mask(start, tree, dtype).to(self.device)
+        windowed = tree_attention_mask(start, tree, dtype, window).to(self.device)
+        if getattr(self.model.config, "layer_types", None) is None:
+            return windowed  # every layer slides it (Mistral)
+        full = tree_attention_mask(start, tree, dtype).to(self.device)
+        return {"full_attention": full, "sliding_attention": windowed}
 
     def close(self) -> None:
         super().close()

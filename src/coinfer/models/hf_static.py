@@ -45,6 +45,7 @@ from coinfer.models.hf import HFModel
 from coinfer.models.static_graphs import GRAPH_WIDTH, MIN_SPAN, WIDTHS, capture_graph, padded_width, span_for
 from coinfer.models.static_layers import StaticDecoder, fused_layers_unsupported, greedy_ids, top_choice
 from coinfer.models.tree import TokenTree
+from coinfer.models.windows import layer_types, window_within
 
 __all__ = ["ForwardRow", "HFStaticModel", "static_unsupported"]
 
@@ -61,9 +62,9 @@ def static_unsupported(model: Any) -> str | None:
     config = model.config
     if config.model_type not in _ARCHITECTURES:
         return f"architecture {config.model_type!r} (static caches cover {sorted(_ARCHITECTURES)})"
-    kinds = set(getattr(config, "layer_types", None) or ["full_attention"])
-    if kinds != {"full_attention"}:
-        return f"layer types {sorted(kinds)} (static caches need full attention in every layer)"
+    kinds = set(layer_types(config))
+    if len(kinds) > 1:
+        return f"layer types {sorted(kinds)} (static caches need one kind of attention in every layer)"
     rope = (getattr(config, "rope_parameters", None) or getattr(config, "rope_scaling", None) or {}).get(
         "rope_type", "default"
     )
@@ -164,6 +165,7 @@ class HFStaticModel(HFModel):
             raise ModelError(
                 f"{name} cannot use static KV caches: {reason}", hint="load it with kv='dynamic'"
             )
+        self._window = window_within(model.config, self.n_ctx)  # a sliding window that hides some
         self.max_sequences = slots  # None: the slots double when they run out
         self.graphs_enabled = self.device.type == "cuda" if graphs is None else graphs
         # forwards padded to a few widths, so that few shapes are captured (default: with graphs)
@@ -384,7 +386,7 @@ class HFStaticModel(HFModel):
         (inside a graph, which cannot take it later), their argmax (b, w), else None."""
         ids, positions, columns, starts, slots, sees = inputs.views()
         span, first = key[2], key[3]
-        mask = self._mask(starts, sees, span, self.model.dtype)
+        mask = self._mask(starts, positions, sees, span)
         rows = None if first is None else slice(first, first + key[0])
         decoder = self._decoder
         logits = decoder.head(
@@ -392,14 +394,20 @@ class HFStaticModel(HFModel):
         )
         return logits, top_choice(logits) if choose else None
 
-    def _mask(self, starts: Any, sees: Any, span: int, dtype: Any) -> Any:
+    def _mask(self, starts: Any, positions: Any, sees: Any, span: int) -> Any:
         """Additive mask (b, 1, w, span): row i's token q sees every column below its start,
-        and column ``start + c`` where ``sees[i, q, c]``."""
-        torch = self._torch
+        and column ``start + c`` where ``sees[i, q, c]``; under a sliding window, only
+        those fewer than ``window`` positions back."""
+        torch, dtype = self._torch, self.model.dtype
         b, w = sees.shape[0], sees.shape[1]
-        rel = torch.arange(span, device=self.device)[None, :] - starts[:, None]  # (b, span)
+        columns = torch.arange(span, device=self.device)[None, :]
+        rel = columns - starts[:, None]  # (b, span)
         block = sees.gather(2, rel.clamp(0, w - 1)[:, None, :].expand(b, w, span))
         allowed = (rel < 0)[:, None, :] | (((rel >= 0) & (rel < w))[:, None, :] & block)
+        if self._window is not None:
+            # a cached column holds the token at its own position, a new one its row's
+            at = torch.where(rel < 0, columns, positions.gather(1, rel.clamp(0, w - 1)))
+            allowed &= positions[:, :, None] - at[:, None, :] < self._window
         mask = torch.zeros((b, 1, w, span), dtype=dtype, device=self.device)
         return mask.masked_fill(~allowed[:, None], torch.finfo(dtype).min)
 

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from coinfer.errors import ConfigError, ModelError
+from coinfer.models.windows import layer_types
 
 __all__ = ["keep_layers", "layer_count", "load_layer_range", "materialize_buffers", "skeleton"]
 
@@ -37,8 +38,7 @@ def keep_layers(model: Any, start: int, stop: int) -> None:
         layer.self_attn.layer_idx = i
     inner.layers = torch.nn.ModuleList(kept)
     config = model.config
-    types = list(getattr(config, "layer_types", None) or ["full_attention"] * n_layers)
-    config.layer_types = types[start:stop]
+    config.layer_types = layer_types(config)[start:stop]  # named, where transformers inferred them
     config.num_hidden_layers = stop - start
     if start > 0:
         inner.embed_tokens = None

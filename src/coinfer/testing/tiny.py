@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import functools
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 __all__ = ["CHATML_TEMPLATE", "tiny_hf_model_dir"]
 
@@ -53,16 +53,19 @@ def _train_tokenizer(vocab_size: int):  # type: ignore[no-untyped-def]
 def tiny_hf_model_dir(
     folder: str | Path,
     *,
-    arch: Literal["llama", "qwen2"] = "llama",
+    arch: Literal["llama", "qwen2", "mistral"] = "llama",
     seed: int = 0,
     vocab_size: int = 320,
     hidden_size: int = 64,
     layers: int = 2,
     context: int = 512,
+    window: int | None = None,
 ) -> Path:
-    """Write a tiny random causal LM with its tokenizer to ``folder``; return it."""
+    """Write a tiny random causal LM with its tokenizer to ``folder``; return it.
+    ``window``: a sliding attention window, in every layer (Mistral) or in the layers after
+    the first (Qwen2's ``max_window_layers``)."""
     import torch
-    from transformers import AutoModelForCausalLM, LlamaConfig, Qwen2Config
+    from transformers import AutoModelForCausalLM, LlamaConfig, MistralConfig, Qwen2Config
 
     folder = Path(folder)
     tok = _train_tokenizer(vocab_size)
@@ -79,7 +82,13 @@ def tiny_hf_model_dir(
         bos_token_id=None,
         tie_word_embeddings=False,
     )
-    config = LlamaConfig(**common) if arch == "llama" else Qwen2Config(**common)
+    config: Any
+    if arch == "mistral":
+        config = MistralConfig(**common, sliding_window=window)
+    elif arch == "qwen2" and window:
+        config = Qwen2Config(**common, use_sliding_window=True, sliding_window=window, max_window_layers=1)
+    else:
+        config = LlamaConfig(**common) if arch == "llama" else Qwen2Config(**common)
     torch.manual_seed(seed)
     model = AutoModelForCausalLM.from_config(config)
     with torch.no_grad():  # larger weights give peaked, seed-dependent distributions

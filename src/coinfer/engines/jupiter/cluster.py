@@ -31,6 +31,7 @@ from coinfer.engines.jupiter.static_stage import check_placement, open_stage
 from coinfer.engines.jupiter.wire import TOKEN_ENV, join, leave, recv_json, send_json
 from coinfer.engines.jupiter.worker import peak_rss_bytes, reset_peak_rss
 from coinfer.errors import ConfigError, TransportError
+from coinfer.models.windows import refuse_window
 
 __all__ = ["GPU_SHARE", "PLAN_PART", "EdgeCluster", "layer_budget", "memory_split", "share_gpus"]
 
@@ -152,6 +153,7 @@ class EdgeCluster:
 
         config = AutoConfig.from_pretrained(self.folder)
         self.n_ctx = min(n_ctx, int(getattr(config, "max_position_embeddings", None) or n_ctx))
+        refuse_window(config, self.n_ctx, "a Jupiter pipeline")
         self.devices = [_Device(0, name, threads)]
         self.links: list[LinkProfile] = []
         self._plans: dict[tuple[int, int, int, int], SequencePlan] = {}

@@ -78,7 +78,7 @@ class Stage:
     def reset(self) -> None:
         from transformers import DynamicCache
 
-        self.cache = DynamicCache(config=self.config)
+        self.cache = DynamicCache()  # every layer keeps every entry, so that it can roll back
         self.labels = []
 
     @property

@@ -38,6 +38,7 @@ from coinfer.models.load import dtype_on
 from coinfer.models.static_graphs import GRAPH_WIDTH, capture_graph, padded_width, span_for
 from coinfer.models.static_layers import StaticDecoder, greedy_ids
 from coinfer.models.tree import TokenTree
+from coinfer.models.windows import refuse_window
 
 __all__ = ["KV_KINDS", "StaticStage", "check_placement", "open_stage"]
 
@@ -119,6 +120,7 @@ class StaticStage:
         self.dtype = model.dtype
         self.hidden = int(self.config.hidden_size)
         self.n_ctx = min(n_ctx, int(getattr(self.config, "max_position_embeddings", None) or n_ctx))
+        refuse_window(self.config, self.n_ctx, f"stage {start}-{stop}")
         self.graphs_enabled = self.device.type == "cuda" if graphs is None else graphs
         self.pad_widths = self.graphs_enabled if pad_widths is None else pad_widths  # few shapes to capture
         self._decoder = StaticDecoder(torch, model, fuse=self.graphs_enabled)
