@@ -6,7 +6,7 @@
 #
 # What is still owed on a GPU (README, "Not done"), in two device calls of under ten minutes:
 #
-#   OUT=$OUT PARTS="jupiter engines" bash docs/bench/decode-cuda/h200.sh
+#   OUT=$OUT PARTS="windows jupiter engines" bash docs/bench/decode-cuda/h200.sh
 #   OUT=$OUT PARTS="batched serve" bash docs/bench/decode-cuda/h200.sh
 #
 # "serve" needs the serve extra's cp312 wheels in build/gpu-wheels (README, "The server on
@@ -55,6 +55,11 @@ run_cuda_decode_bench(CudaDecodeConfig(
     out=os.environ["OUT"] + "/h200-identity", models=(), identity_models=("qwen2.5-1.5b", "qwen2.5-0.5b")))
 EOF
 [[ $PARTS == *identity* ]] && grep -v -i warn "$OUT/identity.log" | tail -4
+
+# ---- owed since 2026-11-28: a sliding window on static caches, graphs on, against transformers
+[[ $PARTS == *windows* ]] && echo "== windows: a tiny Mistral's 16-token window on static caches (float32)" && \
+  timeout "${WINDOWS_S:-90}" python3 docs/bench/decode-cuda/windows.py > "$OUT/windows.log" 2>&1
+[[ $PARTS == *windows* ]] && grep -v -i warn "$OUT/windows.log" | tail -12
 
 # ---- owed since 2026-11-27: Jupiter's stages and engine, the readback at batch 4, the padding, the server
 [[ $PARTS == *jupiter* ]] && echo "== jupiter: stage forwards, the engine's sd against plain, the GPU profile" && \
