@@ -208,3 +208,53 @@ def test_a_batch_with_gaps_between_its_slots_runs_over_them_and_spares_the_gaps(
     for own in seqs[1]:
         dynamic.release(own)
     padded.close()
+
+
+_COMMON = dict(
+    vocab_size=320, hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
+    num_key_value_heads=2, max_position_embeddings=512, bos_token_id=None, eos_token_id=256,
+    pad_token_id=256,
+)  # fmt: skip
+_LLAMA3_ROPE = {
+    "rope_type": "llama3", "rope_theta": 500000.0, "factor": 8.0, "low_freq_factor": 1.0,
+    "high_freq_factor": 4.0, "original_max_position_embeddings": 64,
+}  # fmt: skip
+_YARN_ROPE = {
+    "rope_type": "yarn", "rope_theta": 10000.0, "factor": 8.0, "original_max_position_embeddings": 64,
+}  # fmt: skip
+_VARIANTS = {
+    "qwen3 (query and key norms, a head wider than hidden / heads)": ("Qwen3Config", {"head_dim": 32}),
+    "llama 3 rope scaling": ("LlamaConfig", {"rope_parameters": _LLAMA3_ROPE}),
+    "yarn rope scaling": ("LlamaConfig", {"rope_parameters": _YARN_ROPE}),
+    "mistral with a narrower head and no window": ("MistralConfig", {"head_dim": 24, "sliding_window": None}),
+    "tied embeddings": ("LlamaConfig", {"tie_word_embeddings": True}),
+    "qwen2 (q/k/v biases)": ("Qwen2Config", {}),
+}
+
+
+@pytest.mark.parametrize("variant", list(_VARIANTS))
+def test_each_variant_the_fused_decoder_accepts_gives_transformers_logits(variant: str) -> None:
+    """A prompt read in one forward, then tokens one at a time, on static caches: each
+    row's logits are transformers' own for the same text."""
+    import torch
+    import transformers
+
+    from coinfer.models.architectures import byte_tokenizer
+    from coinfer.models.hf_static import HFStaticModel
+
+    kind, extra = _VARIANTS[variant]
+    torch.manual_seed(0)
+    config = getattr(transformers, kind)(**_COMMON, **extra)
+    model = transformers.AutoModelForCausalLM.from_config(config).eval()
+    with torch.no_grad():  # larger weights: distributions peaked enough to tell apart
+        for p in model.parameters():
+            if p.dim() > 1:
+                p.normal_(0.0, 0.3)
+    ids = _ids(80, 4)
+    with torch.inference_mode():
+        expected = model(torch.tensor([ids])).logits[0].numpy()
+    static = HFStaticModel(model, byte_tokenizer(), name=variant, n_ctx=256)
+    seq = static.new_sequence()
+    np.testing.assert_allclose(static.extend(seq, ids[:60]), expected[:60], atol=1e-4)
+    steps = np.stack([static.extend(seq, [t])[0] for t in ids[60:]])
+    np.testing.assert_allclose(steps, expected[60:], atol=1e-4)
