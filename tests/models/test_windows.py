@@ -48,11 +48,9 @@ def _reference(folder: Path, ids: list[int]) -> np.ndarray:
 
 def _path(node: int) -> list[int]:
     """The tree's tokens from its root to ``node``."""
-    path = []
-    while node != -1:
-        path.append(TREE_TOKENS[node])
-        node = TREE_PARENTS[node]
-    return path[::-1]
+    from coinfer.models.tree import TokenTree
+
+    return [TREE_TOKENS[n] for n in TokenTree.of(TREE_TOKENS, TREE_PARENTS).path_to(node)]
 
 
 def _prompt() -> list[int]:

@@ -17,6 +17,7 @@ import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from coinfer.models.hf_static import HFStaticModel
+from coinfer.models.tree import TokenTree
 from coinfer.testing import tiny_hf_model_dir
 
 DEVICE = os.environ.get("DEVICE", "cuda")
@@ -26,11 +27,8 @@ TOKENS = [7, 21, 5, 33, 2, 40, 11]
 
 
 def path_to(node: int) -> list[int]:
-    out = []
-    while node != -1:
-        out.append(TOKENS[node])
-        node = PARENTS[node]
-    return out[::-1]
+    """The tree's tokens from its root to ``node``."""
+    return [TOKENS[n] for n in TokenTree.of(TOKENS, PARENTS).path_to(node)]
 
 
 def main() -> None:
