@@ -142,6 +142,24 @@ def test_unsupported_architectures_and_kinds_are_refused_with_a_hint(long_dir: P
         load_model(str(long_dir), backend="transformers", kv="paged")
 
 
+def test_a_bias_on_only_some_of_q_k_v_is_refused_not_dropped() -> None:
+    """Fused, the three projections take one bias or none: a model with a bias on q and v
+    alone would lose them, so it is refused (and a GPU's automatic choice, which asks
+    ``static_unsupported``, keeps it on dynamic caches)."""
+    from transformers import AutoModelForCausalLM, LlamaConfig
+
+    from coinfer.models.architectures import byte_tokenizer
+    from coinfer.models.hf_static import static_unsupported
+    from coinfer.models.load import wrap_transformers
+
+    model = AutoModelForCausalLM.from_config(LlamaConfig(**_COMMON, attention_bias=True))
+    assert static_unsupported(model) is None
+    model.model.layers[1].self_attn.k_proj.bias = None
+    assert "only some have biases" in (static_unsupported(model) or "")
+    with pytest.raises(ModelError, match="only some have biases"):
+        wrap_transformers(model, byte_tokenizer(), name="partial", n_ctx=64, kv="static")
+
+
 def test_on_a_cpu_the_default_stays_on_dynamic_caches(long_dir: Path) -> None:
     from coinfer.models import load_model
     from coinfer.models.hf_static import HFStaticModel

@@ -43,7 +43,13 @@ from coinfer.errors import ModelError, SequenceError
 from coinfer.models.base import Seq, backend_seq
 from coinfer.models.hf import HFModel
 from coinfer.models.static_graphs import GRAPH_WIDTH, MIN_SPAN, WIDTHS, capture_graph, padded_width, span_for
-from coinfer.models.static_layers import StaticDecoder, fused_layers_unsupported, greedy_ids, top_choice
+from coinfer.models.static_layers import (
+    StaticDecoder,
+    fused_layers_unsupported,
+    fused_weights_unsupported,
+    greedy_ids,
+    top_choice,
+)
 from coinfer.models.tree import TokenTree
 from coinfer.models.windows import layer_types, window_within
 
@@ -70,7 +76,7 @@ def static_unsupported(model: Any) -> str | None:
     )
     if "dynamic" in str(rope) or "longrope" in str(rope):
         return f"rope type {rope!r} (its tables change with the length)"
-    return fused_layers_unsupported(config)
+    return fused_layers_unsupported(config) or fused_weights_unsupported(model)
 
 
 @dataclass(eq=False)

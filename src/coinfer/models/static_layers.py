@@ -31,6 +31,7 @@ __all__ = [
     "add_norm",
     "attend",
     "fused_layers_unsupported",
+    "fused_weights_unsupported",
     "greedy_ids",
     "rope_split",
     "silu_mul",
@@ -44,6 +45,17 @@ def fused_layers_unsupported(config: Any) -> str | None:
         return f"activation {config.hidden_act!r} (the fused decoder runs SiLU-gated MLPs)"
     if getattr(config, "mlp_bias", False):
         return "MLP biases"
+    return None
+
+
+def fused_weights_unsupported(model: Any) -> str | None:
+    """Why fusing ``model``'s q/k/v projections would lose something, or None: a bias on
+    some of them and not on the others (fused, the three take one bias or none)."""
+    for layer in model.model.layers:
+        attn = layer.self_attn
+        biased = [m.bias is not None for m in (attn.q_proj, attn.k_proj, attn.v_proj)]
+        if any(biased) and not all(biased):
+            return "q/k/v projections of which only some have biases"
     return None
 
 
