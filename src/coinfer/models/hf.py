@@ -191,6 +191,7 @@ class HFModel(SteerableModel):
         self.vocab_size = int(model.get_output_embeddings().weight.shape[0])
         limit = getattr(model.config, "max_position_embeddings", None) or 4096
         self.n_ctx = min(n_ctx, limit) if n_ctx else min(4096, limit)
+        self._window = window_within(model.config, self.n_ctx)  # a sliding window that hides some
         self._text = HFTokenizer(tokenizer, model.generation_config, self.vocab_size)
         self.eos_ids = self._text.eos_ids
         self.template = self._text.template
@@ -326,10 +327,9 @@ class HFModel(SteerableModel):
         """The tree's mask; where some layers slide a window that hides part of the
         context, one mask per kind of layer (transformers takes them by kind)."""
         dtype = self.model.dtype
-        window = window_within(self.model.config, self.n_ctx)
-        if window is None:
+        if self._window is None:
             return tree_attention_mask(start, tree, dtype).to(self.device)
-        windowed = tree_attention_mask(start, tree, dtype, window).to(self.device)
+        windowed = tree_attention_mask(start, tree, dtype, self._window).to(self.device)
         if getattr(self.model.config, "layer_types", None) is None:
             return windowed  # every layer slides it (Mistral)
         full = tree_attention_mask(start, tree, dtype).to(self.device)

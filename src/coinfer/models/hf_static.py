@@ -51,7 +51,7 @@ from coinfer.models.static_layers import (
     top_choice,
 )
 from coinfer.models.tree import TokenTree
-from coinfer.models.windows import layer_types, window_within
+from coinfer.models.windows import layer_types
 
 __all__ = ["ForwardRow", "HFStaticModel", "static_unsupported"]
 
@@ -171,7 +171,6 @@ class HFStaticModel(HFModel):
             raise ModelError(
                 f"{name} cannot use static KV caches: {reason}", hint="load it with kv='dynamic'"
             )
-        self._window = window_within(model.config, self.n_ctx)  # a sliding window that hides some
         self.max_sequences = slots  # None: the slots double when they run out
         self.graphs_enabled = self.device.type == "cuda" if graphs is None else graphs
         # forwards padded to a few widths, so that few shapes are captured (default: with graphs)
