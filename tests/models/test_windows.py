@@ -3,6 +3,7 @@ caches) hide what the model itself hides, past its window; the paths that cannot
 
 from __future__ import annotations
 
+import functools
 from pathlib import Path
 from typing import Any
 
@@ -36,14 +37,20 @@ def mixed(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return tiny_hf_model_dir(tmp_path_factory.mktemp("mixed"), arch="qwen2", seed=2, window=WINDOW)
 
 
-def _reference(folder: Path, ids: list[int]) -> np.ndarray:
-    """transformers' own logits for ``ids`` in one forward from nothing (its own masks)."""
-    import torch
+@functools.cache
+def _transformers_model(folder: Path) -> Any:
     from transformers import AutoModelForCausalLM
 
-    model = AutoModelForCausalLM.from_pretrained(folder).eval()
+    return AutoModelForCausalLM.from_pretrained(folder).eval()
+
+
+def _reference(folder: Path, ids: list[int]) -> np.ndarray:
+    """transformers' own logits for ``ids`` in one forward from nothing (its own masks), from
+    a copy of the model read once, apart from the one under test."""
+    import torch
+
     with torch.inference_mode():
-        return model(torch.tensor([ids])).logits[0].float().numpy()
+        return _transformers_model(folder)(torch.tensor([ids])).logits[0].float().numpy()
 
 
 def _path(node: int) -> list[int]:
