@@ -285,3 +285,20 @@ def test_fast_cuts_and_draws_are_the_definitions_to_the_bit(vocab: int) -> None:
                 assert sample_at(fast, u) == _drawn_by_definition(slow, u)
     massless = np.zeros(vocab)
     assert sample_at(massless, 0.5) == _drawn_by_definition(massless, 0.5)
+
+
+def test_the_callers_logits_are_left_as_they_were() -> None:
+    """The distribution is built in place in a copy: logits a caller keeps (a verifier's
+    rows, float32 or float64) come back unchanged, and so does a distribution drawn from."""
+    from coinfer.decoding.sampling import sample_at
+
+    rng = np.random.default_rng(5)
+    for dtype in (np.float32, np.float64):
+        logits = (rng.standard_normal(1000) * 3).astype(dtype)
+        kept = logits.copy()
+        for params in (SamplingParams(temperature=0.8), SamplingParams(temperature=0.8, top_k=7)):
+            probs = probs_from_logits(logits, params)
+            drawn = probs.copy()
+            sample_at(probs, 0.3)
+            assert np.array_equal(logits, kept) and np.array_equal(probs, drawn)
+            assert np.array_equal(probs, _by_definition(kept, params))
