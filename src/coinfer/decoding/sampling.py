@@ -68,7 +68,7 @@ def probs_from_logits(logits: np.ndarray, params: SamplingParams) -> np.ndarray:
         out = np.zeros(np.shape(logits), dtype=np.float64)
         out[int(np.argmax(logits))] = 1.0
         return out
-    # In place, one new array in all: a fresh vocabulary-sized temporary costs page faults,
+    # In place in one copy of the row: a fresh vocabulary-sized temporary costs page faults,
     # several times what its arithmetic does (the same operations, so the same bits).
     x = np.array(logits, dtype=np.float64)
     x /= params.temperature

@@ -118,18 +118,21 @@ class HFSeq(Seq):
     cache: Any = None
 
 
-def tree_attention_mask(start: int, tree: TokenTree, dtype: Any, window: int | None = None) -> Any:
+def tree_attention_mask(start: int, tree: TokenTree, dtype: Any) -> Any:
     """Additive mask (1, 1, n, start + n) for a tree after ``start`` cached tokens: 0 where
-    a node may look (the prefix, its ancestors and itself), dtype-min elsewhere. With a
-    sliding ``window``, a node at ``start + depth`` sees no entry ``window`` or more
-    positions back (the cache's entry ``j`` sits at position ``j``)."""
-    mask = branch_attention_mask([-1] * start, [-1] * len(tree), tree.parents, dtype)
-    if window is None:
-        return mask
+    a node may look (the prefix, its ancestors and itself), dtype-min elsewhere."""
+    return branch_attention_mask([-1] * start, [-1] * len(tree), tree.parents, dtype)
+
+
+def _slide_window(mask: Any, start: int, tree: TokenTree, window: int) -> Any:
+    """``mask`` (a tree's, above) with a sliding ``window`` applied in place: a node at
+    ``start + depth`` sees no entry ``window`` or more positions back (the cache's entry
+    ``j`` sits at position ``j``)."""
     torch = import_torch()
     at = torch.tensor([start + d for d in tree.depths()], dtype=torch.long)
     entries = torch.cat([torch.arange(start), at])
-    mask[0, 0].masked_fill_(at[:, None] - entries[None, :] >= window, torch.finfo(dtype).min)
+    far = (at[:, None] - entries[None, :] >= window).to(mask.device)
+    mask[0, 0].masked_fill_(far, torch.finfo(mask.dtype).min)
     return mask
 
 
@@ -326,14 +329,15 @@ class HFModel(SteerableModel):
     def _tree_mask(self, start: int, tree: TokenTree) -> Any:
         """The tree's mask; where some layers slide a window that hides part of the
         context, one mask per kind of layer (transformers takes them by kind)."""
-        dtype = self.model.dtype
+        mask = tree_attention_mask(start, tree, self.model.dtype).to(self.device)
         if self._window is None:
-            return tree_attention_mask(start, tree, dtype).to(self.device)
-        windowed = tree_attention_mask(start, tree, dtype, self._window).to(self.device)
+            return mask
         if getattr(self.model.config, "layer_types", None) is None:
-            return windowed  # every layer slides it (Mistral)
-        full = tree_attention_mask(start, tree, dtype).to(self.device)
-        return {"full_attention": full, "sliding_attention": windowed}
+            return _slide_window(mask, start, tree, self._window)  # every layer slides it (Mistral)
+        return {
+            "full_attention": mask,
+            "sliding_attention": _slide_window(mask.clone(), start, tree, self._window),
+        }
 
     def close(self) -> None:
         super().close()

@@ -407,11 +407,12 @@ class HFStaticModel(HFModel):
         b, w = sees.shape[0], sees.shape[1]
         columns = torch.arange(span, device=self.device)[None, :]
         rel = columns - starts[:, None]  # (b, span)
-        block = sees.gather(2, rel.clamp(0, w - 1)[:, None, :].expand(b, w, span))
+        new = rel.clamp(0, w - 1)  # the new token a column holds, where it holds one
+        block = sees.gather(2, new[:, None, :].expand(b, w, span))
         allowed = (rel < 0)[:, None, :] | (((rel >= 0) & (rel < w))[:, None, :] & block)
         if self._window is not None:
             # a cached column holds the token at its own position, a new one its row's
-            at = torch.where(rel < 0, columns, positions.gather(1, rel.clamp(0, w - 1)))
+            at = torch.where(rel < 0, columns, positions.gather(1, new))
             allowed &= positions[:, :, None] - at[:, None, :] < self._window
         mask = torch.zeros((b, 1, w, span), dtype=dtype, device=self.device)
         return mask.masked_fill(~allowed[:, None], torch.finfo(dtype).min)

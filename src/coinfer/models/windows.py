@@ -14,7 +14,7 @@ from typing import Any
 
 from coinfer.errors import ModelError
 
-__all__ = ["layer_types", "refuse_window", "sliding_window", "window_within"]
+__all__ = ["layer_types", "refuse_window", "window_within"]
 
 
 def layer_types(config: Any) -> list[str]:
@@ -28,17 +28,13 @@ def layer_types(config: Any) -> list[str]:
     return [kind] * int(config.num_hidden_layers)
 
 
-def sliding_window(config: Any) -> int | None:
-    """The window a windowed layer attends over, or None when no layer has one."""
-    window = getattr(config, "sliding_window", None)
-    return int(window) if window and "sliding_attention" in layer_types(config) else None
-
-
 def window_within(config: Any, n_ctx: int) -> int | None:
-    """The sliding window where it is shorter than a context of ``n_ctx`` tokens (so that it
-    hides something), else None."""
-    window = sliding_window(config)
-    return window if window is not None and window < n_ctx else None
+    """The window the model's windowed layers slide, where it is shorter than a context of
+    ``n_ctx`` tokens (so that it hides something); else None."""
+    window = getattr(config, "sliding_window", None)
+    if not window or window >= n_ctx or "sliding_attention" not in layer_types(config):
+        return None
+    return int(window)
 
 
 def refuse_window(config: Any, n_ctx: int, what: str) -> None:
