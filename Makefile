@@ -1,12 +1,13 @@
 # The README's two commands: `make demo` and `make test`. Both set up .venv first.
-# `make test` runs `make lint` (ruff, the import contracts in pyproject.toml, mypy), then pytest.
+# `make test` runs `make lint` (ruff, the import contracts in pyproject.toml, mypy) and
+# `make docs` (the documentation site, built strictly: a broken link fails), then pytest.
 PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 WHEELHOUSE ?= $(or $(XDG_CACHE_HOME),$(HOME)/.cache)/coinfer/wheels
 PYTEST_ARGS ?=
 
-.PHONY: setup demo test lint
+.PHONY: setup demo test lint docs
 setup: $(VENV)/.installed
 
 $(VENV)/.installed: pyproject.toml scripts/build-llama-wheel.sh scripts/install-browser.sh
@@ -21,8 +22,11 @@ $(VENV)/.installed: pyproject.toml scripts/build-llama-wheel.sh scripts/install-
 demo: setup
 	$(BIN)/coinfer demo
 
-test: lint
+test: lint docs
 	$(BIN)/python -m pytest -q $(PYTEST_ARGS)
+
+docs: setup
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --quiet
 
 lint: setup
 	$(BIN)/ruff check src tests

@@ -18,7 +18,8 @@ def test_every_name_in_all_resolves() -> None:
 
 
 def test_each_engine_exports_the_convention() -> None:
-    """A frozen Config, ``stream`` and ``generate`` in every engine (and the speculative core)."""
+    """A frozen keyword-only Config, ``stream`` and ``generate`` in every engine (and the
+    speculative core)."""
     import dataclasses
 
     for config, module in (
@@ -26,9 +27,23 @@ def test_each_engine_exports_the_convention() -> None:
         (coinfer.collective.CollectiveConfig, coinfer.collective),
         (coinfer.llmcad.LLMCadConfig, coinfer.llmcad),
         (coinfer.minions.MinionsConfig, coinfer.minions),
+        (coinfer.dragon.DragonConfig, coinfer.dragon),
+        (coinfer.jupiter.JupiterConfig, coinfer.jupiter),
     ):
-        assert dataclasses.is_dataclass(config) and config.__dataclass_params__.frozen  # type: ignore[attr-defined]
+        frozen = config.__dataclass_params__.frozen  # type: ignore[attr-defined]
+        assert dataclasses.is_dataclass(config) and frozen, config
+        assert all(f.kw_only for f in dataclasses.fields(config)), config
         assert callable(module.stream) and callable(module.generate)
+
+
+def test_every_engine_is_reached_through_the_registry() -> None:
+    """The seven engines by name, each declaring its config, parts and capabilities."""
+    names = coinfer.engines.names()
+    assert names[:7] == ["plain", "speculative", "collective", "llmcad", "minions", "dragon", "jupiter"]
+    for name in names[:7]:
+        engine = coinfer.engines.get(name)
+        assert engine.name == name and isinstance(engine.lossless, bool) and engine.summary
+        assert isinstance(engine.config(), engine.config_type)
 
 
 def test_importing_coinfer_loads_no_engine() -> None:

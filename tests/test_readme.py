@@ -15,16 +15,31 @@ README = (Path(__file__).resolve().parents[1] / "README.md").read_text()
 PROGRAMS = dict(re.findall(r"<!-- program: (\w+) -->\n```python\n(.*?)```", README, flags=re.S))
 
 
+ROOT = Path(__file__).resolve().parents[1]
+ENGINE_PROGRAMS = ["speculative", "collective", "llmcad", "minions", "dragon", "jupiter"]
+
+
 def test_the_readme_has_a_program_per_engine() -> None:
-    assert set(PROGRAMS) == {"speculative", "collective", "llmcad", "minions", "dragon"}
+    assert set(PROGRAMS) == set(ENGINE_PROGRAMS)
     for name, code in PROGRAMS.items():
         statements = [line for line in code.splitlines() if line.strip() and not line.startswith("import")]
         assert len(statements) == 3, (name, statements)  # three lines past the import
 
 
+def test_the_readme_is_read_in_one_sitting_and_links_only_inside_the_repository() -> None:
+    """At most ~300 lines; every relative link names a file or folder of the repository
+    (the rest is the documentation site under docs/, built strictly by ``make docs``)."""
+    assert len(README.splitlines()) <= 300
+    links = re.findall(r"\]\(([^)#]+)(?:#[^)]*)?\)", README)
+    assert links
+    for link in links:
+        if not link.startswith("https://"):
+            assert not link.startswith(("/", "..")) and (ROOT / link).exists(), link
+
+
 @pytest.mark.slow
 @needs_llama
-@pytest.mark.parametrize("name", ["speculative", "collective", "llmcad", "minions", "dragon"])
+@pytest.mark.parametrize("name", ENGINE_PROGRAMS)
 def test_each_program_runs_as_written(name: str) -> None:
     proc = subprocess.run([sys.executable, "-c", PROGRAMS[name]], capture_output=True, text=True, timeout=900)
     assert proc.returncode == 0, proc.stderr[-2000:]

@@ -13,8 +13,11 @@ Every engine follows one convention: a frozen ``Config``, ``stream(...)`` yieldi
 ``coinfer.generate`` / ``coinfer.stream`` (speculative decoding, ``SpecConfig``),
 ``coinfer.collective`` (several drafts vote), ``coinfer.llmcad`` (a resident draft's token
 trees for a target larger than its memory), ``coinfer.minions`` (a local model reads,
-a remote one that never sees the documents answers) and ``coinfer.dragon`` (device and
-cloud answer together, each from its own private documents).
+a remote one that never sees the documents answers), ``coinfer.dragon`` (device and
+cloud answer together, each from its own private documents) and ``coinfer.jupiter``
+(several edge devices serve one model as a pipeline). ``coinfer.engines`` is the registry
+through which the CLI, the server and the benchmarks reach all seven alike
+(``coinfer.engines.get(name).open(parts, config)`` → a ``Session``).
 """
 
 from __future__ import annotations
@@ -45,6 +48,8 @@ _EXPORTS = {
 _ENGINES = {
     "collective": "coinfer.engines.collective",
     "dragon": "coinfer.engines.dragon",
+    "engines": "coinfer.engines",
+    "jupiter": "coinfer.engines.jupiter",
     "llmcad": "coinfer.engines.llmcad",
     "minions": "coinfer.engines.minions",
 }
@@ -64,7 +69,9 @@ __all__ = [
     "__version__",
     "collective",
     "dragon",
+    "engines",
     "generate",
+    "jupiter",
     "llmcad",
     "load_model",
     "minions",
@@ -86,7 +93,7 @@ if TYPE_CHECKING:
         generate,
         stream,
     )
-    from coinfer.engines import collective, dragon, llmcad, minions
+    from coinfer.engines import collective, dragon, jupiter, llmcad, minions
     from coinfer.models import SteerableModel, load_model
 
 

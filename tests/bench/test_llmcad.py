@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 
 from coinfer.bench.bld import bld_generate
-from coinfer.bench.cgroup import MemoryCgroup
 from coinfer.bench.llmcad import LLMCadBenchConfig, rouge_l, run_llmcad_bench
 from coinfer.errors import BudgetError, ConfigError
+from coinfer.sandbox.cgroup import MemoryCgroup
 from coinfer.testing import EOS, ScriptedModel, script
 from tests.conftest import needs_llama
 

@@ -69,6 +69,8 @@ def _fake_serve(monkeypatch: pytest.MonkeyPatch, *argv: str) -> dict[str, object
 
         def stop(self) -> None:
             made["stopped"] = True
+            for served in self.served.values():  # as the real server does
+                served.close()  # type: ignore[attr-defined]
 
     def open_local_chat(spec: str, **options: object) -> Chat:
         made["chats"].append({"spec": spec, **options})  # type: ignore[attr-defined]

@@ -26,8 +26,9 @@ QUESTIONS = ["What is a list in Python?", "Name three colours.", "Say hello to A
 def server(smollm_path: Path) -> Iterator[Server]:
     from coinfer.chat import open_local_chat
     from coinfer.decoding import NgramDrafter, open_drafter
+    from coinfer.engines import get
     from coinfer.models import load_model
-    from coinfer.serve.engines import collective_served, llmcad_served, plain_served, speculative_served
+    from coinfer.serve.engines import served as serve
 
     def load(spec: str) -> Any:
         return load_model(spec, backend="llama.cpp", n_ctx=2048)
@@ -38,14 +39,17 @@ def server(smollm_path: Path) -> Iterator[Server]:
     drafter = open_drafter(
         "smollm2-135m", voted, load=load, draft_prompts=lambda m: [], target_prompt_lens=[]
     )
-    served = {
-        "plain": plain_served(chat, name="plain"),
-        "spec": speculative_served(target, NgramDrafter(), name="spec"),
+    sessions = {  # every engine through the registry and the one served adapter
+        "plain": get("plain").open({"target": chat.model, "chat": chat}),
+        "spec": get("speculative").open({"target": target, "draft": NgramDrafter()}),
         # drafts whenever the n-gram matches, whatever this machine's costs make the adaptive policy do
-        "spec-fixed": speculative_served(fixed, NgramDrafter(), name="spec-fixed", draft_tokens=8),
-        "llmcad": llmcad_served(cad_target, cad_draft, name="llmcad"),
-        "collective": collective_served(voted, [NgramDrafter(), drafter], name="collective"),
+        "spec-fixed": get("speculative").open(
+            {"target": fixed, "draft": NgramDrafter()}, get("speculative").config(draft_tokens=8)
+        ),
+        "llmcad": get("llmcad").open({"target": cad_target, "draft_model": cad_draft}),
+        "collective": get("collective").open({"target": voted, "drafts": [NgramDrafter(), drafter]}),
     }
+    served = {name: serve(session, name=name) for name, session in sessions.items()}
     with Server(served) as s:
         yield s
     chat.model.close()

@@ -71,6 +71,7 @@ from coinfer.bench.collective_workloads import (
 from coinfer.bench.report import environment, write_json, write_markdown
 from coinfer.bench.workloads import build_suite, load_prompts
 from coinfer.decoding import Drafter, Response, open_drafter
+from coinfer.decoding.learned import Learned
 from coinfer.engines import collective
 from coinfer.engines.collective import CollectiveConfig
 from coinfer.errors import ConfigError
@@ -173,13 +174,16 @@ def _measure(
     messages: list[Any],
     specs: Sequence[str],
     config: CollectiveConfig,
+    learned: Learned,
 ) -> tuple[list[Response], float]:
-    """Every prompt through the engine: the responses and the wall time of the run."""
+    """Every prompt through the engine: the responses and the wall time of the run.
+    ``learned``: the run's (one for the whole bench: every configuration prices the
+    target's forwards by the curve the runs before it measured, as a server does)."""
     prompts = [target.chat_prompt(m) for m in messages]
     drafters = _drafters(specs, target, models, messages)
     started = time.perf_counter()
     try:
-        responses = collective.generate(target, prompts, drafts=drafters, config=config)
+        responses = collective.generate(target, prompts, drafts=drafters, config=config, learned=learned)
     finally:
         for d in drafters:
             d.close()  # frees the drafters' sequences; the draft models stay loaded
@@ -195,6 +199,7 @@ def _measured_runs(
     categories: list[str],
     log: Callable[[str], None],
     near: dict[str, dict[str, float]],
+    learned: Learned,
 ) -> Iterator[tuple[str, tuple[list[Response], float]]]:
     """Every configuration's runs at ``batch``, ``config.repeats`` of each: (name,
     (responses, wall seconds)), each repeat's runs in configuration order, plain first.
@@ -210,14 +215,16 @@ def _measured_runs(
     if not config.category_workloads:
         for _ in range(config.repeats):
             for name, specs, engine in engines:
-                yield name, _measure(target, models, messages, specs, engine)
+                yield name, _measure(target, models, messages, specs, engine, learned)
         return
     parts: dict[tuple[str, int], list[WorkloadPart]] = {}
     for category in dict.fromkeys(categories):
         mine = [i for i, c in enumerate(categories) if c == category]
         for repeat in range(config.repeats):
             for name, specs, engine in engines if repeat % 2 == 0 else engines[::-1]:
-                responses, seconds = _measure(target, models, [messages[i] for i in mine], specs, engine)
+                responses, seconds = _measure(
+                    target, models, [messages[i] for i in mine], specs, engine, learned
+                )
                 parts.setdefault((name, repeat), []).append(WorkloadPart(category, mine, responses, seconds))
                 run = f" run {repeat + 1}" if config.repeats > 1 else ""
                 log(f"batch {batch} {category} {name}{run}: {seconds:.1f} s")
@@ -370,13 +377,14 @@ def run_collective_bench(config: CollectiveBenchConfig, log: Callable[[str], Non
     models = {d: load_bench_model(d, cells) for d in config.drafts if d != "ngram"}
     report: dict[str, Any] = {"config": {**vars(config)}, "environment": environment(), "rows": []}
     out = Path(config.out)
+    learned = Learned()
     try:
         for batch in config.batch_sizes:
-            _run_batch(config, batch, target, models, messages, categories, report, log, out)
+            _run_batch(config, batch, target, models, messages, categories, report, log, out, learned)
         sweep_batch = _sweep_batch(config)
         for s in range(1, 13) if config.sweep else ():
             engine = CollectiveConfig(max_tokens=config.max_tokens, draft_tokens=s, max_batch=sweep_batch)
-            run = _measure(target, models, messages, config.drafts, engine)
+            run = _measure(target, models, messages, config.drafts, engine, learned)
             report["rows"].append(measured_row(f"sweep:s={s}", sweep_batch, [run], None, categories))
             log(f"sweep s={s} at batch {sweep_batch}: {report['rows'][-1]['tokens_per_s']:.2f} tok/s")
             _write(out, report)
@@ -397,13 +405,14 @@ def _run_batch(
     report: dict[str, Any],
     log: Callable[[str], None],
     out: Path,
+    learned: Learned,
 ) -> None:
     """Every configuration at one batch size, ``config.repeats`` times in turn; each row
     is rewritten from its runs so far after every run (``measured_row``)."""
     runs: dict[str, list[tuple[list[Response], float]]] = {}
     plain: list[list[int]] | None = None
     near = report.setdefault("forward_ms_near", {}).setdefault(str(batch), {})
-    for name, run in _measured_runs(config, batch, target, models, messages, categories, log, near):
+    for name, run in _measured_runs(config, batch, target, models, messages, categories, log, near, learned):
         mine = runs.setdefault(name, [])
         mine.append(run)
         plain = [r.tokens for r in mine[0][0]] if name == "plain" else plain

@@ -265,8 +265,8 @@ def _memory_case(config: JupiterBenchConfig, prompt: list[int]) -> dict[str, Any
     """A budget one device cannot meet is refused by the planner; two devices run a
     request, each held to its budget by a memory cgroup (entered once the plan fits, as
     ``coinfer edge launch --memory`` does)."""
-    from coinfer.bench.cgroup import MemoryCgroup, fence_each, remove_all
     from coinfer.engines.jupiter import JupiterConfig, generate
+    from coinfer.sandbox.cgroup import MemoryCgroup, fence_each, remove_all
 
     budget = config.memory_gb * 2**30
     out: dict[str, Any] = {"budget_gb_per_device": config.memory_gb}

@@ -31,11 +31,11 @@ from pathlib import Path
 from typing import Any
 
 from coinfer import catalog
-from coinfer.bench.cgroup import MemoryCgroup, evict_page_cache
 from coinfer.bench.llmcad_systems import SYSTEMS
 from coinfer.bench.report import environment, write_json, write_markdown
 from coinfer.bench.workloads import build_suite, load_prompts
 from coinfer.errors import BudgetError, ConfigError
+from coinfer.sandbox.cgroup import MemoryCgroup, evict_page_cache
 
 __all__ = ["LLMCadBenchConfig", "rouge_l", "run_llmcad_bench"]
 

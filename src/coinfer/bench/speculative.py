@@ -35,7 +35,9 @@ from coinfer.bench.peers import (
 )
 from coinfer.bench.report import environment, write_json, write_markdown
 from coinfer.bench.workloads import CATEGORIES, build_suite, load_prompts
-from coinfer.decoding import DecodeStats, Drafter, NgramDrafter, SpecConfig, stream
+from coinfer.decoding import DecodeStats, Drafter, SpecConfig, stream
+from coinfer.decoding.engine import Request, Session
+from coinfer.decoding.registry import get
 from coinfer.decoding.speculative import PHASES as ROUND_PHASES
 from coinfer.errors import ConfigError, ModelError
 from coinfer.models import SteerableModel, load_model
@@ -96,10 +98,18 @@ def _plain(target: SteerableModel, prompt: list[int], max_tokens: int) -> Run:
     return timed_run((t for r in responses for t in r.tokens), start)
 
 
-def _ours(target: SteerableModel, prompt: list[int], max_tokens: int, drafter: Drafter | None = None) -> Run:
-    config = SpecConfig(max_tokens=max_tokens, draft_tokens="auto")
+def speculative_session(target: SteerableModel, drafter: Drafter | None = None) -> Session:
+    """The speculative engine from the registry, drafting with ``drafter`` (None: n-gram
+    lookup, a fresh drafter per request), ``draft_tokens="auto"``: one per system for the
+    whole run, so each prompt starts from the cost curve the ones before it measured, as a
+    server's requests do."""
+    parts = {"target": target} if drafter is None else {"target": target, "draft": drafter}
+    return get("speculative").open(parts, SpecConfig(draft_tokens="auto"))
+
+
+def _ours(session: Session, prompt: list[int], max_tokens: int) -> Run:
     tokens: list[int] = []
-    for r in stream(target, prompt, draft=drafter or NgramDrafter(), config=config):
+    for r in session.stream(Request(prompt=prompt, max_tokens=max_tokens)):
         tokens += r.tokens
     s = r.stats
     return Run(tokens, s.decode_tokens_per_s, s.tokens_per_s, s.drafted, s.accepted, round_times(s))
@@ -132,11 +142,13 @@ class HeadsSystem:
         except BaseException:
             self.target.close()
             raise
+        self.session = speculative_session(self.target, self.drafter)
 
     def __call__(self, prompt: list[int], max_tokens: int) -> Run:
-        return _ours(self.target, prompt, max_tokens, self.drafter)
+        return _ours(self.session, prompt, max_tokens)
 
     def close(self) -> None:
+        self.session.close()
         self.drafter.close()
         self.target.close()
 
@@ -216,15 +228,18 @@ def measure_prompt(
     log: Callable[[str], None],
     first_of_category: bool = True,
     profiler: cProfile.Profile | None = None,
+    ours: Session | None = None,
 ) -> dict[str, Any]:
     """One prompt through the baseline, coinfer and every peer (slow ones: first prompts
     only), each ``config.repeats`` times in turn; each system's fastest run counts (noise
     on a shared machine only ever slows a run). A peer that remembers earlier requests
-    (``Peer.remembers``) runs once: again, it would draft from its own answer."""
+    (``Peer.remembers``) runs once: again, it would draft from its own answer. ``ours``:
+    coinfer's session for the run (None: one for this prompt alone)."""
     prompt = target.chat_prompt(item["messages"])
+    session = ours or speculative_session(target)
     systems: dict[str, Callable[[list[int], int], Run]] = {
         "baseline": lambda p, m: _plain(target, p, m),
-        "coinfer": lambda p, m: _profiled(profiler, lambda: _ours(target, p, m)),
+        "coinfer": lambda p, m: _profiled(profiler, lambda: _ours(session, p, m)),
         **{n: p for n, p in peers.items() if first_of_category or n not in SLOW_PEERS},
     }
     runs: dict[str, Run] = {}
@@ -297,6 +312,7 @@ def run_speculative_bench(config: SpecBenchConfig, log: Callable[[str], None] = 
     if config.heads:
         peers["heads"] = HeadsSystem(config)
     profiler = cProfile.Profile() if config.profile else None
+    ours = speculative_session(target)
     try:
         seen: set[str] = set()
         rows: list[dict[str, Any]] = []
@@ -304,12 +320,13 @@ def run_speculative_bench(config: SpecBenchConfig, log: Callable[[str], None] = 
         where = environment()
         for item in prompts:
             first = item["category"] not in seen
-            rows.append(measure_prompt(item, target, peers, config, log, first, profiler))
+            rows.append(measure_prompt(item, target, peers, config, log, first, profiler, ours))
             seen.add(item["category"])
             report = _write_report(config, where, rows, list(peers))  # a long run keeps what it measured
         if profiler is not None:
             write_profile(Path(config.out) / "profile.txt", profiler, rows)
     finally:  # never leave llama-server processes behind
+        ours.close()
         target.close()
         for peer in peers.values():
             peer.close()

@@ -17,6 +17,7 @@ from coinfer.models.load import DTYPES, check_backend
 if TYPE_CHECKING:  # the models package is imported lazily: `coinfer models list` stays fast
     from coinfer.decoding import SamplingParams
     from coinfer.models import SteerableModel
+    from coinfer.models.base import Prompter
 
 __all__ = [
     "DEFAULT_MODEL",
@@ -33,6 +34,7 @@ __all__ = [
     "load_from_args",
     "open_chat_from_args",
     "prepare_with_progress",
+    "prompt_ids",
     "sampling_from_args",
 ]
 
@@ -175,6 +177,15 @@ def sampling_from_args(args: argparse.Namespace) -> SamplingParams:
     from coinfer.decoding import SamplingParams
 
     return SamplingParams(temperature=args.temperature, top_k=args.top_k, top_p=args.top_p, seed=args.seed)
+
+
+def prompt_ids(model: Prompter, args: argparse.Namespace, *, quiet: bool = False) -> tuple[list[int], str]:
+    """The prompt's ids and its format: "chat" (the model's template) or "raw"."""
+    if args.raw or not model.template.source:
+        if not args.raw and not quiet:
+            err(f"note: {model.name} has no chat template; sending the prompt as plain text")
+        return model.text_prompt(args.prompt), "raw"
+    return model.user_prompt(args.prompt, system=args.system), "chat"
 
 
 # ---- loading --------------------------------------------------------------------------

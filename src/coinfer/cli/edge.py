@@ -32,7 +32,14 @@ from coinfer.cli.common import (
 )
 from coinfer.errors import CoinferError, ConfigError
 
-__all__ = ["add_parser", "cmd_launch", "cmd_worker", "rendezvous", "spawn_workers", "stage_placement"]
+__all__ = [
+    "add_parser",
+    "cmd_launch",
+    "cmd_worker",
+    "rendezvous",
+    "spawn_workers",
+    "stage_placement",
+]
 
 DEFAULT_EDGE_MODEL = "qwen2.5-coder-0.5b"
 
@@ -63,9 +70,9 @@ def _is_number(text: str) -> bool:
 
 
 def _cores(rank: int, per_device: int) -> list[int]:
-    """Device ``rank``'s cores: the ``per_device`` after those of the ranks before it."""
-    available = sorted(os.sched_getaffinity(0))
-    return [available[(rank * per_device + i) % len(available)] for i in range(per_device)]
+    from coinfer.engines.jupiter.local import device_cores
+
+    return device_cores(rank, per_device)
 
 
 def _pin(cores: list[int]) -> None:
@@ -80,8 +87,8 @@ def _fences(budgets: list[float | None] | None) -> tuple[list[Any] | None, str |
     or, where none can be made (no root, no memory controller), why not."""
     if budgets is None:
         return None, None
-    from coinfer.bench.cgroup import MemoryCgroup
     from coinfer.errors import BudgetError
+    from coinfer.sandbox.cgroup import MemoryCgroup
 
     groups: list[Any] = []
     try:
@@ -95,23 +102,17 @@ def _fences(budgets: list[float | None] | None) -> tuple[list[Any] | None, str |
 
 
 def spawn_workers(args: argparse.Namespace, master: str, token: str) -> list[subprocess.Popen[bytes]]:
-    from coinfer.engines.jupiter.worker import worker_command
+    from coinfer.engines.jupiter.local import spawn_local_workers
 
-    env = {**os.environ, "COINFER_EDGE_TOKEN": token}
-    procs = []
-    for rank in range(1, args.devices):
-        cores = _cores(rank, args.cores_per_device)
-        cmd = worker_command(rank, args.devices, master, cores, f"device{rank}", stage_placement(args)[1])
-        procs.append(subprocess.Popen(cmd, env=env, start_new_session=True))
-    return procs
+    return spawn_local_workers(
+        args.devices, master, token, cores_per_device=args.cores_per_device, device=stage_placement(args)[1]
+    )
 
 
 def _stop(procs: list[subprocess.Popen[bytes]]) -> None:
-    for p in procs:
-        if p.poll() is None:
-            p.kill()
-    for p in procs:
-        p.wait()
+    from coinfer.engines.jupiter.local import stop_workers
+
+    stop_workers(procs)
 
 
 def _run_request(
@@ -123,7 +124,7 @@ def _run_request(
     fence: Callable[[], None] | None = None,
 ) -> None:
     """The request (on a thread): set up the cluster, stream, put each response on ``out``."""
-    from coinfer.cli.generate import prompt_ids
+    from coinfer.cli.common import prompt_ids
     from coinfer.decoding.trace import TraceRecorder, recorded
     from coinfer.engines.jupiter import EdgeCluster, JupiterConfig, stream
 
@@ -254,7 +255,7 @@ def cmd_launch(args: argparse.Namespace) -> int:
     stage_placement(args)
     check_trace_path(args.trace)
     master, token = rendezvous(args)
-    from coinfer.bench.cgroup import fence_each, remove_all
+    from coinfer.sandbox.cgroup import fence_each, remove_all
 
     groups, why = _fences(budgets[:1] if args.listen and budgets else budgets)  # here: device 0 only
     if why is not None:
@@ -341,8 +342,8 @@ def _report(
 
 
 def cmd_worker(args: argparse.Namespace) -> int:
-    from coinfer.bench.cgroup import remove_all
     from coinfer.engines.jupiter import run_worker
+    from coinfer.sandbox.cgroup import remove_all
 
     cores = [int(c) for c in args.cores.split(",")] if args.cores else sorted(os.sched_getaffinity(0))
     os.sched_setaffinity(0, cores)
@@ -397,12 +398,9 @@ def stage_placement(args: argparse.Namespace) -> tuple[str, str]:
     """(KV cache kind, device) of this host's stages from ``--kv`` and ``--device``: the CPU
     by default, static caches by default off it (the dynamic-cache stage runs on the CPU,
     in float32: a ``--dtype`` it cannot take is refused here too)."""
-    device = getattr(args, "device", None) or "cpu"
-    kv = getattr(args, "kv", None) or ("dynamic" if device == "cpu" else "static")
-    from coinfer.engines.jupiter.static_stage import check_placement
+    from coinfer.engines.jupiter.local import placement
 
-    check_placement(kv, device, getattr(args, "dtype", None))
-    return kv, device
+    return placement(getattr(args, "device", None), getattr(args, "kv", None), getattr(args, "dtype", None))
 
 
 def add_parser(sub: Any) -> None:

@@ -17,7 +17,6 @@ import argparse
 import os
 import signal
 import threading
-import time
 from contextlib import suppress
 from pathlib import Path
 from typing import Any
@@ -27,15 +26,12 @@ from coinfer.cli.common import (
     add_draft_flags,
     add_model_flags,
     err,
-    load_from_args,
-    open_chat_from_args,
 )
 from coinfer.errors import ConfigError
 
 __all__ = ["add_parser", "cmd_serve"]
 
 LOOPBACK = ("127.0.0.1", "::1", "localhost")
-_CAPTURED_SPANS = (256, 512, 1024)  # contexts a server's first requests reach (see HFStaticModel)
 
 
 def _all_served(args: argparse.Namespace) -> dict[str, Any]:
@@ -80,159 +76,22 @@ def _read_config(path: str) -> list[dict[str, Any]]:
 
 
 def _served(args: argparse.Namespace) -> dict[str, Any]:
-    """The served model the flags describe, by the name clients send as ``model``."""
-    from coinfer.serve import engines
+    """The served model the flags describe, by the name clients send as ``model``: the
+    ``--engine`` from the registry, its config and parts from the flags."""
+    from coinfer.cli.engine_parts import PartsFromArgs, engine_config
+    from coinfer.decoding.registry import get
+    from coinfer.serve.engines import served
 
     name = args.name or args.model
-    if args.engine == "plain":
-        chat = open_chat_from_args(
-            args, args.model, n_ctx=args.ctx, parallel=args.max_batch, keep=args.keep, quiet=True
-        )
-        _captured(chat.model, range(1, args.max_batch + 1))
-        return {name: engines.plain_served(chat, name=name, max_queue=args.max_queue)}
-    if args.engine == "minions":
-        return {name: _minions(args, name)}
-    if args.engine == "dragon":
-        return {name: _dragon(args, name)}
-    if args.engine == "jupiter":
-        return {name: _jupiter(args, name)}
-    if args.engine == "collective":
-        from coinfer.engines.collective import CollectiveConfig
-
-        CollectiveConfig(batch_floor=args.batch_floor, max_batch=args.max_batch)  # checked before loading
-    options: dict[str, Any] = {"hidden_states": True} if args.draft.startswith("heads:") else {}
-    batches = range(1, (args.max_batch or 1) + 1) if args.engine == "collective" else (1,)
-    target = _loaded(args, None, batches, **options)
-    common = {"name": name, "max_queue": args.max_queue, "draft_tokens": args.draft_tokens}
-    if args.engine == "llmcad":
-        from coinfer.cli.generate import draft_model_name
-
-        draft = _loaded(args, draft_model_name(args), (1,))
-        return {name: engines.llmcad_served(target, draft, **common)}
-    if args.engine == "collective":
-        from coinfer.engines.collective import GateConfig
-
-        specs = [d.strip() for d in args.drafts.split(",") if d.strip()]
-        drafts = [_drafter(args, target, spec, batches) for spec in specs]
-        gate = None if args.every_draft else GateConfig()
-        knobs = {"pipeline": args.pipeline, "gate": gate, "max_batch": args.max_batch}
-        knobs["batch_floor"] = args.batch_floor
-        return {name: engines.collective_served(target, drafts, **knobs, **common)}
-    return {name: engines.speculative_served(target, _drafter(args, target, args.draft), **common)}
-
-
-def _minions(args: argparse.Namespace, name: str) -> Any:
-    """Minion/MinionS: ``--model`` is the local model that reads each request's documents;
-    the remote is ``--remote-base-url``'s, or ``--remote`` served here on loopback."""
-    from coinfer.chat import OpenAIChat
-    from coinfer.engines import minions
-    from coinfer.serve import engines
-    from coinfer.serve.process import ServerProcess
-
-    config = minions.MinionConfig() if args.protocol == "minion" else minions.MinionsConfig()
-    server, url = None, args.remote_base_url
-    if url is None:
-        server = ServerProcess(args.remote, ctx=args.remote_ctx, max_batch=1).start()
-        url = server.url
-    remote = OpenAIChat(args.remote, base_url=url, api_key=args.remote_api_key)
-    local = open_chat_from_args(args, args.model, n_ctx=args.ctx, parallel=args.max_batch, keep=0, quiet=True)
-
-    def release() -> None:
-        local.close()
-        local.model.close()
-        if server is not None:
-            server.stop()
-
-    return engines.minions_served(
-        local, remote, config, name=name, max_queue=args.max_queue, on_release=release
-    )
-
-
-def _dragon(args: argparse.Namespace, name: str) -> Any:
-    """DRAGON: ``--model`` decodes on this device from ``--corpus``, with ``--cloud``'s."""
-    from coinfer.cli.rag import cloud_link, corpus_from_args, dragon_knobs
-    from coinfer.serve import engines
-
-    if args.corpus is None:
-        raise ConfigError(
-            "--engine dragon needs this device's --corpus", hint="a folder of .txt or .md files"
-        )
-    corpus = corpus_from_args(args)
-    link, channel = cloud_link(args)
-    model = load_from_args(args, quiet=True)
-    return engines.dragon_served(model, corpus, name=name, cloud=link, channel=channel,
-                                 max_queue=args.max_queue, **dragon_knobs(args))  # fmt: skip
-
-
-def _jupiter(args: argparse.Namespace, name: str) -> Any:
-    """Jupiter: ``--devices`` worker processes on loopback (this process is device 0),
-    started once and kept for every request."""
-    from coinfer.cli.edge import rendezvous, spawn_workers, stage_placement
-    from coinfer.engines.jupiter import EdgeCluster
-    from coinfer.serve import engines
-
-    if args.devices < 1 or args.cores_per_device < 1:
-        raise ConfigError("--devices and --cores-per-device must be >= 1", hint="e.g. --devices 2")
-    if args.decode == "sd":
-        raise ConfigError("--engine jupiter serves --decode naive, outline or auto", hint="drop --decode sd")
-    master, token = rendezvous(argparse.Namespace(listen=None, devices=args.devices))
-    procs = spawn_workers(args, master, token) if args.devices > 1 else []
-
-    def release() -> None:
-        cluster.close()
-        for p in procs:
-            p.kill()
-            p.wait()
-
-    kv, device = stage_placement(args)
+    engine = get(args.engine)
+    config = engine_config(engine, args, sampling=False)  # checked before any model loads
+    parts = PartsFromArgs(args, serving=True)
     try:
-        cluster = EdgeCluster(args.model, world=args.devices, master=master, threads=args.cores_per_device,
-                              n_ctx=args.ctx, token=token, kv=kv, device=device,
-                              dtype=args.dtype)  # fmt: skip
+        session = engine.open(parts.build(engine), config)
     except BaseException:
-        for p in procs:
-            p.kill()
+        parts.close()
         raise
-    return engines.jupiter_served(cluster, name=name, decode=args.decode, max_queue=args.max_queue,
-                                  on_release=release)  # fmt: skip
-
-
-def _loaded(args: argparse.Namespace, spec: str | None, batches: Any, **options: Any) -> Any:
-    """``load_from_args``, then on a GPU the forward shapes of ``batches`` sequences
-    captured before the first request, which would otherwise pay each one (a CUDA graph
-    capture costs tens of forwards, a first compile seconds)."""
-    return _captured(load_from_args(args, spec, quiet=True, **options), batches)
-
-
-def _captured(model: Any, batches: Any) -> Any:
-    """``model``, with the forward shapes of ``batches`` sequences captured where it runs
-    on static caches with CUDA graphs (plain batched decoding as much as the engines: on an
-    H200 a plain server that captured nothing served 4 clients at 50 tokens/s, paying
-    its captures and compiles inside the requests, ``docs/bench/decode-cuda``)."""
-    capture = getattr(model, "capture_shapes", None)  # models on static caches; none without graphs
-    started = time.perf_counter()
-    if capture is not None and (count := capture(batches=batches, spans=_CAPTURED_SPANS)):
-        seconds = time.perf_counter() - started
-        err(f"{model.name}: {count} forward shapes captured as CUDA graphs in {seconds:.0f} s")
-    return model
-
-
-def _drafter(args: argparse.Namespace, target: Any, spec: str, batches: Any = (1,)) -> Any:
-    from coinfer.decoding import TextDrafter, open_drafter
-
-    if spec == "none":
-        return None
-    drafter = open_drafter(
-        spec, target, load=lambda name: _loaded(args, name, batches),
-        draft_prompts=lambda model: [], target_prompt_lens=[],
-    )  # fmt: skip
-    if isinstance(drafter, TextDrafter):
-        drafter.close()
-        raise ConfigError(
-            f"the draft {spec} tokenizes differently from {target.name}: not served yet",
-            hint="serve with --draft ngram, heads:DIR or a draft model of the target's vocabulary",
-        )
-    return drafter
+    return {name: served(session, name=name, max_queue=args.max_queue, on_release=parts.close)}
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
@@ -251,16 +110,12 @@ def cmd_serve(args: argparse.Namespace) -> int:
         with suppress(KeyboardInterrupt):
             stop.wait()
     finally:
-        server.stop()
-        for served in server.served.values():
-            model = getattr(served, "model", None)
-            if model is not None and hasattr(model, "close"):
-                model.close()
+        server.stop()  # each served model closes its session and the parts the flags opened
     return 0
 
 
 def add_parser(sub: Any) -> None:
-    from coinfer.serve.engines import ENGINES
+    from coinfer.decoding.registry import names
 
     p = sub.add_parser("serve", help="serve a model over an OpenAI-compatible HTTP API")
     add_model_flags(
@@ -268,7 +123,7 @@ def add_parser(sub: Any) -> None:
         ctx_help="each conversation's window in tokens (default: %(default)s)",
     )  # fmt: skip
     p.add_argument(
-        "--engine", default="plain", choices=ENGINES, help="how requests are decoded (default: plain)"
+        "--engine", default="plain", choices=names(), help="how requests are decoded (default: plain)"
     )
     add_draft_flags(p)
     _add_engine_flags(p)

@@ -143,13 +143,17 @@ class Response:
     extras: dict[str, Any] = field(default_factory=dict)
 
 
-def collect(responses: Iterable[Response], detokenize: Callable[[list[int]], str]) -> Response:
+def collect(responses: Iterable[Response], detokenize: Callable[[list[int]], str] | None) -> Response:
     """A stream of one request gathered into one ``Response``: every token, the whole text
-    (detokenized at once), and the last step's stats, finish reason and extras."""
+    (detokenized at once; joined, for an engine that answers in text alone: ``None``), and
+    the last step's stats, finish reason and extras."""
     tokens: list[int] = []
+    texts: list[str] = []
     last = None
     for last in responses:
         tokens += last.tokens
+        texts.append(last.text)
     if last is None:
         raise ConfigError("the stream ended without a response")
-    return Response(detokenize(tokens), tokens, last.stats, last.finish_reason, extras=last.extras)
+    text = "".join(texts) if detokenize is None else detokenize(tokens)
+    return Response(text, tokens, last.stats, last.finish_reason, extras=last.extras)

@@ -16,7 +16,6 @@ verification cost and how far drafts of each kind have held (``AdaptiveDraftLeng
 from __future__ import annotations
 
 import time
-import weakref
 from collections.abc import Generator, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
@@ -32,6 +31,7 @@ from coinfer.decoding.draft_length import (
     FixedDraftLength,
 )
 from coinfer.decoding.drafters import Draft, Drafter
+from coinfer.decoding.learned import Learned, learned_or_new
 from coinfer.decoding.ngram import NgramDrafter
 from coinfer.decoding.prompting import as_prompt, check_prompt
 from coinfer.decoding.response import DecodeStats, Response, collect
@@ -107,19 +107,18 @@ class Round:
     finished: str | None = None  # "stop" or "length" on the last round
 
 
-_COSTS: weakref.WeakKeyDictionary[SteerableModel, CostCurve] = weakref.WeakKeyDictionary()
-
-
-def target_costs(target: SteerableModel) -> CostCurve:
+def target_costs(target: SteerableModel, learned: Learned) -> CostCurve:
     """The target's verification cost curve (n tokens -> seconds of one forward), shared by
-    every request on it: each request's draft-length policy starts from what the ones
-    before it measured instead of paying to measure the curve again."""
-    return _COSTS.setdefault(target, CostCurve())
+    every request of one ``learned`` (a session's): each request's draft-length policy
+    starts from what the ones before it measured instead of paying to measure it again."""
+    return learned.of(target, "costs", CostCurve)
 
 
-def _length_policy(config: SpecConfig, target: SteerableModel) -> DraftLength:
+def _length_policy(config: SpecConfig, target: SteerableModel, learned: Learned) -> DraftLength:
     k = config.draft_tokens
-    return AdaptiveDraftLength(costs=target_costs(target)) if k == "auto" else FixedDraftLength(int(k))
+    if k == "auto":
+        return AdaptiveDraftLength(costs=target_costs(target, learned))
+    return FixedDraftLength(int(k))
 
 
 def generate_rounds(
@@ -128,16 +127,21 @@ def generate_rounds(
     *,
     draft: Drafter | None,
     config: SpecConfig = SpecConfig(),  # noqa: B008  (frozen, so a shared default is safe)
+    learned: Learned | None = None,
 ) -> Iterator[Round]:
     """Yield rounds until an end-of-generation token or ``max_tokens``.
 
     The output follows the target's distribution exactly (greedy: equals the target
-    alone); end-of-generation tokens are not included in ``Round.tokens``.
+    alone); end-of-generation tokens are not included in ``Round.tokens``. ``learned``:
+    where the target's cost curve is kept (a session's; None: this call's alone).
     """
     check_prompt(target, prompt)
     draws = PositionDraws(config.sampling.seed)
     rng = np.random.default_rng(draws.seed)  # for sampled drafts, whose rejection rule draws afresh
-    sizer = DraftSizer(_length_policy(config, target) if draft is not None else FixedDraftLength(0))
+    policy = (
+        _length_policy(config, target, learned_or_new(learned)) if draft is not None else FixedDraftLength(0)
+    )
+    sizer = DraftSizer(policy)
     seq = target.new_sequence()
     try:
         r = _prefill(target, seq, prompt, config.sampling, draws)
@@ -289,6 +293,7 @@ def stream(
     *,
     draft: DraftSpec = "auto",
     config: SpecConfig = SpecConfig(),  # noqa: B008
+    learned: Learned | None = None,
 ) -> Generator[Response, None, None]:
     """One ``Response`` per round: the text it adds and the stats so far.
 
@@ -303,7 +308,7 @@ def stream(
     detok = IncrementalDetokenizer(target.detokenize)
     extras = {"draft": None if drafter is None else drafter.name}
     try:
-        for r in generate_rounds(target, ids, draft=drafter, config=config):
+        for r in generate_rounds(target, ids, draft=drafter, config=config, learned=learned):
             t0 = time.perf_counter()
             text = "".join(detok.push(t) for t in r.tokens) + (detok.flush() if r.finished else "")
             if stats.target_forwards:
@@ -324,6 +329,7 @@ def generate(
     *,
     draft: DraftSpec = "auto",
     config: SpecConfig = SpecConfig(),  # noqa: B008
+    learned: Learned | None = None,
 ) -> Response:
     """Generate to the end: one ``Response`` with the whole text and every token."""
-    return collect(stream(target, prompt, draft=draft, config=config), target.detokenize)
+    return collect(stream(target, prompt, draft=draft, config=config, learned=learned), target.detokenize)

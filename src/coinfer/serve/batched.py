@@ -1,6 +1,6 @@
-"""Collective decoding served with continuous batching: requests join the engine's running
-batch between rounds (``collective.Arrivals``) and leave it when done, when a stop string
-ends them, or when their client goes away.
+"""Any engine whose session batches (``decoding.engine.BatchSession``) served with
+continuous batching: requests join its running batch between rounds (``Arrivals``) and
+leave it when done, when a stop string ends them, or when their client goes away.
 
 Requests share a batch when they sample alike (temperature, top_p, seed): the engine has
 one sampling per run. A request that samples otherwise waits for the batch to drain and
@@ -10,19 +10,27 @@ starts the next one. Each request keeps its own token budget.
 from __future__ import annotations
 
 from collections import deque
-from dataclasses import dataclass, field, replace
-from typing import Any
+from collections.abc import Callable
+from dataclasses import dataclass, field
 
 from coinfer.chat.base import Usage
+from coinfer.decoding.engine import BatchSession
 from coinfer.decoding.response import Response
 from coinfer.decoding.sampling import SamplingParams
 from coinfer.decoding.trace import TraceRecorder
 from coinfer.errors import CoinferError, ConfigError
 from coinfer.serve.schemas import ServeRequest
-from coinfer.serve.served import Event, Served, Ticket, prompt_ids, sampling_of
+from coinfer.serve.served import (
+    Event,
+    Served,
+    Ticket,
+    prompt_ids,
+    refuse_what_one_sample_engines_cannot,
+    sampling_of,
+)
 from coinfer.serve.stops import StopScanner
 
-__all__ = ["CollectiveServed"]
+__all__ = ["BatchServed"]
 
 
 @dataclass
@@ -36,44 +44,44 @@ class _Running:
     last: Response | None = field(default=None, repr=False)
 
 
-class CollectiveServed(Served):
-    """Collective decoding over ``target`` with ``drafts`` voting; ``config``: the
-    ``CollectiveConfig`` whose sampling and budget each batch replaces (no pipeline)."""
-
-    engine = "collective"
+class BatchServed(Served):
+    """A batching session's engine: one running batch at a time (``session.run``) whose
+    sampling is its first request's; ``on_release``: what to close when the server stops."""
 
     def __init__(
-        self, target: Any, drafts: list[Any], config: Any, *, name: str, max_queue: int = 64
+        self,
+        session: BatchSession,
+        *,
+        name: str,
+        max_queue: int = 64,
+        on_release: Callable[[], None] | None = None,
     ) -> None:
-        super().__init__(name, max_queue=max_queue, concurrency=config.max_batch)
-        self.model, self.drafts, self.config = target, drafts, config
-        self.draft = ",".join(d.name for d in drafts)
+        super().__init__(name, max_queue=max_queue, concurrency=getattr(session.config, "max_batch", 1))
+        self.session, self.model, self.engine = session, session.model, session.engine.name
+        self.draft, self.on_release = session.draft_label, on_release
         self._waiting: deque[Ticket] = deque()
         self._running: dict[int, _Running] = {}
         self._sampling: SamplingParams | None = None
         self._closing = False
 
     def check(self, request: ServeRequest) -> None:
-        if request.n != 1:
-            raise ConfigError("--engine collective serves one sample per request", hint="send n=1")
-        if request.json_schema is not None:
-            raise ConfigError(
-                "--engine collective does not constrain replies to a schema", hint="serve --engine plain"
-            )
+        refuse_what_one_sample_engines_cannot(self.engine, request)
+
+    def release(self) -> None:
+        self.session.close()
+        if self.on_release is not None:
+            self.on_release()
 
     # ---- the worker ------------------------------------------------------------------
     def serve(self) -> None:
-        from coinfer.engines.collective import stream
-
         while not self._closing:
             arrived = self.take(block=not self._waiting)
             if arrived is None:
                 return
             self._waiting.extend(arrived)
             self._sampling = sampling_of(self._waiting[0].request)
-            config = replace(self.config, sampling=self._sampling)
             try:
-                for response in stream(self.model, [], drafts=self.drafts, config=config, arrivals=self):
+                for response in self.session.run(self, self._sampling):
                     self._step(response)
             except CoinferError as exc:  # this batch's requests learn why; the next batch starts afresh
                 for run in list(self._running.values()):

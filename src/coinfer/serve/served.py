@@ -12,26 +12,29 @@ Three kinds:
 
 * ``PlainServed``: a local model, continuous batching (``LocalChat.step``): a request
   joins the running batch at the next step and leaves it when done;
-* ``EngineServed``: an engine's ``stream`` (the speculative engine; its drafter), one
-  request at a time, stopped between rounds when cancelled;
+* ``SessionServed``: any engine's ``Session`` (``decoding.engine``), one request at a
+  time, stopped between rounds when cancelled (``serve.batched.BatchServed``: a session
+  that batches, requests joining its running batch);
 * ``ChatServed``: any ``ChatModel`` (a remote API, a scripted fake): queued requests go
   to ``chat_batch`` together, each answered in one piece.
 """
 
 from __future__ import annotations
 
+import logging
 import math
 import queue
 import threading
 import time
 from abc import ABC, abstractmethod
 from collections import deque
-from collections.abc import Callable, Generator
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 from coinfer.chat.base import ChatModel, Usage
 from coinfer.decoding.detok import IncrementalDetokenizer
+from coinfer.decoding.engine import Request, Session
 from coinfer.decoding.response import DecodeStats, Response
 from coinfer.decoding.sampling import SamplingParams
 from coinfer.decoding.trace import TraceRecorder
@@ -39,15 +42,19 @@ from coinfer.errors import CoinferError, ConfigError
 from coinfer.serve.schemas import ServeRequest
 from coinfer.serve.stops import StopScanner
 
+log = logging.getLogger(__name__)
+
 __all__ = [
     "ChatServed",
-    "EngineServed",
     "Event",
     "PlainServed",
     "Served",
     "ServerBusy",
+    "SessionServed",
     "Ticket",
+    "engine_request",
     "prompt_ids",
+    "refuse_what_one_sample_engines_cannot",
     "sampling_of",
 ]
 
@@ -178,8 +185,7 @@ class Served(ABC):
         try:
             self.serve()
         except BaseException as exc:  # noqa: BLE001 - every open request learns the worker stopped
-            error = exc if isinstance(exc, CoinferError) else CoinferError(f"the model failed: {exc}")
-            self.fail_all(error)
+            self.fail_all(as_coinfer_error(exc))
 
     @abstractmethod
     def serve(self) -> None:
@@ -193,6 +199,15 @@ class Served(ABC):
                 return
             if item is not None:
                 self.failed(item, error)
+
+
+def as_coinfer_error(exc: BaseException) -> CoinferError:
+    """What a client is told of a failure: a ``CoinferError`` as it is, anything else
+    as the model's failure (logged with its traceback)."""
+    if isinstance(exc, CoinferError):
+        return exc
+    log.error("the engine failed", exc_info=exc)
+    return CoinferError(f"the model failed: {type(exc).__name__}: {exc}")
 
 
 def prompt_ids(model: Any, request: ServeRequest) -> list[int]:
@@ -224,14 +239,27 @@ class PlainServed(Served):
 
     engine = "plain"
 
-    def __init__(self, chat: Any, *, name: str | None = None, max_queue: int = 64) -> None:
+    def __init__(
+        self,
+        chat: Any,
+        *,
+        name: str | None = None,
+        max_queue: int = 64,
+        session: Session | None = None,
+        on_release: Callable[[], None] | None = None,
+    ) -> None:
         super().__init__(name or chat.name, max_queue=max_queue, concurrency=chat.max_concurrent)
-        self.chat = chat
+        self.chat, self.session, self.on_release = chat, session, on_release
         self.model = chat.model
         self._active: dict[int, tuple[Ticket, list[Any], list[_Sample]]] = {}
 
     def release(self) -> None:
-        self.chat.close()
+        if self.session is not None:
+            self.session.close()
+        if self.on_release is not None:
+            self.on_release()  # the parts' owner closes the chat
+        else:
+            self.chat.close()
 
     def _admit(self, ticket: Ticket, waiting: deque[Any]) -> None:
         r = ticket.request
@@ -314,54 +342,69 @@ class PlainServed(Served):
         super().fail_all(error)
 
 
-StreamFn = Callable[[ServeRequest, list[int], SamplingParams], Generator[Response, None, None]]
+def refuse_what_one_sample_engines_cannot(engine: str, request: ServeRequest) -> None:
+    """An engine other than plain decoding's batch answers one sample, unconstrained."""
+    if request.n != 1:
+        raise ConfigError(f"--engine {engine} serves one sample per request", hint="send n=1")
+    if request.json_schema is not None:
+        raise ConfigError(
+            f"--engine {engine} does not constrain replies to a schema", hint="serve --engine plain"
+        )
 
 
-class EngineServed(Served):
-    """An engine's ``stream`` over one target, one request at a time (``n`` = 1).
+def engine_request(session: Session, r: ServeRequest) -> Request:
+    """What the HTTP request asks of ``session``: the prompt in its model's format (for an
+    engine that continues it), the question and system message (a chat's), the documents,
+    the budget and the sampling."""
+    prompt = prompt_ids(session.model, r) if session.model is not None and not session.answers else []
+    window = session.window
+    if prompt and window is not None and len(prompt) >= window:
+        raise ConfigError(
+            f"the prompt has {len(prompt)} tokens; the model's window holds {window}",
+            hint="shorten the chat, or serve with a larger --ctx",
+        )
+    question = system = None
+    if r.messages is not None:
+        system = next((m["content"] for m in r.messages if m["role"] == "system"), None)
+        question = r.question() if session.answers else None
+    return Request(prompt=prompt, question=question, system=system, documents=tuple(r.documents or ()),
+                   max_tokens=r.max_tokens, sampling=sampling_of(r))  # fmt: skip
 
-    ``model``: the target (None for engines of black-box models, whose prompt is theirs
-    to build); ``asks``: the engine answers the chat's last user message (``question``)
-    and serves chats only; ``documents``: each request brings its documents; ``usage``:
-    the request's usage from its last response (default: the target's prompt and output
-    tokens); ``on_release``: what to close when the server stops."""
+
+class SessionServed(Served):
+    """Any engine's ``Session``, one request at a time (``n`` = 1), stopped between its
+    steps when cancelled. What the engine declares decides what it serves: an engine that
+    ``answers`` takes chats (their last user message); one that ``needs_documents`` takes
+    requests that bring them. The usage is what the session says it billed (a remote's),
+    else the model's prompt and output tokens. ``on_release``: what to close when the
+    server stops (the session itself is closed then)."""
 
     def __init__(
         self,
-        name: str,
-        engine: str,
-        model: Any,
-        stream: StreamFn,
+        session: Session,
         *,
-        draft: str | None = None,
+        name: str,
         max_queue: int = 64,
-        asks: bool = False,
-        documents: bool = False,
-        usage: Callable[[Response], Usage | None] | None = None,
         on_release: Callable[[], None] | None = None,
     ) -> None:
         super().__init__(name, max_queue=max_queue)
-        self.engine, self.model, self.stream, self.draft = engine, model, stream, draft
-        self.asks, self.documents, self.usage, self.on_release = asks, documents, usage, on_release
+        self.session, self.model, self.engine = session, session.model, session.engine.name
+        self.draft, self.on_release = session.draft_label, on_release
 
     def check(self, request: ServeRequest) -> None:
-        if request.n != 1:
-            raise ConfigError(f"--engine {self.engine} serves one sample per request", hint="send n=1")
-        if request.json_schema is not None:
-            raise ConfigError(
-                f"--engine {self.engine} does not constrain replies to a schema", hint="serve --engine plain"
-            )
-        if self.asks:
+        refuse_what_one_sample_engines_cannot(self.engine, request)
+        if self.session.answers:
             if request.messages is None:
                 raise ConfigError(f"--engine {self.engine} answers chats", hint="POST /v1/chat/completions")
             request.question()
-        if self.documents and not request.documents:
+        if self.session.engine.needs_documents and not request.documents:
             raise ConfigError(
                 f"--engine {self.engine} reads the documents the request brings, and it brings none",
                 hint='add "documents": [{"name": ..., "text": ...}] to the body (extra_body in openai)',
             )
 
     def release(self) -> None:
+        self.session.close()
         if self.on_release is not None:
             self.on_release()
 
@@ -381,10 +424,10 @@ class EngineServed(Served):
             self.failed(ticket, ConfigError("the client went away"))
             return
         try:
-            prompt = prompt_ids(self.model, r) if self.model is not None and not self.asks else []
-            steps = self.stream(r, prompt, sampling_of(r))
-        except CoinferError as exc:
-            self.failed(ticket, exc)
+            request = engine_request(self.session, r)
+            steps = self.session.stream(request)
+        except Exception as exc:  # noqa: BLE001 - this request learns why; the next is served
+            self.failed(ticket, as_coinfer_error(exc))
             return
         ticket.sink(Event("start"))
         scanner, last, finish, produced = StopScanner(r.stop), None, None, 0
@@ -401,18 +444,20 @@ class EngineServed(Served):
                     finish = "stop" if stopped else "cancelled"
                     break
                 finish = last.finish_reason
-        except CoinferError as exc:
-            self.failed(ticket, exc)
+        except Exception as exc:  # noqa: BLE001 - this request learns why; the next is served
+            self.failed(ticket, as_coinfer_error(exc))
             return
         finally:
             steps.close()
+        prompt = request.prompt
         stats = last.stats if last is not None else DecodeStats(len(prompt))
         # a protocol's whole exchange stays in the trace, out of the answer
         extras = {k: v for k, v in (last.extras if last is not None else {}).items() if k != "trace"}
         trace = recorder.finish(finish_reason=finish or "length")
         ticket.sink(Event("end", finish=finish or "length", stats=stats, extras=extras, trace=trace))
-        usage = self.usage(last) if self.usage is not None and last is not None else None
-        self.finished(ticket, usage or Usage(len(prompt) or stats.prompt_tokens, produced, 1))
+        billed = self.session.billed(last) if last is not None else None
+        usage = Usage(**billed) if billed else Usage(len(prompt) or stats.prompt_tokens, produced, 1)
+        self.finished(ticket, usage)
 
 
 class ChatServed(Served):

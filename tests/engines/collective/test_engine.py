@@ -11,9 +11,9 @@ from tests.conftest import needs_torch, plain
 
 from coinfer.decoding import ModelDrafter, NgramDrafter, Response, SamplingParams
 from coinfer.decoding.draft_length import AdaptiveDraftLength, CostCurve, DraftSizer
+from coinfer.decoding.learned import Learned
 from coinfer.decoding.speculative import target_costs
 from coinfer.engines.collective import CollectiveConfig, LengthSelectorConfig, generate, stream
-from coinfer.engines.collective.gate import gate_memory
 from coinfer.engines.collective.pipeline import CoreSplit
 from coinfer.engines.collective.rounds import Learner
 from coinfer.engines.collective.split import SplitJudge, split_forward, split_judge
@@ -83,7 +83,6 @@ def test_greedy_output_is_the_target_alone_whatever_the_batch(
     selector: tuple[int, int] | None,
 ) -> None:
     target, draft = tiny_pair
-    gate_memory(target).clear()  # each case measures its drafts and costs afresh
     prompts = _prompts(target)
     drafts = [NgramDrafter(), ModelDrafter(draft)]
     config = CollectiveConfig(
@@ -245,7 +244,6 @@ def test_the_gate_stops_a_drafter_whose_drafts_never_hold(
     """A junk drafter is measured on one request, then never drafts for all of them; the
     text is still the target's."""
     target, _ = tiny_pair
-    gate_memory(target).clear()  # the junk drafter and the target's costs are measured afresh
     prompts = _prompts(target)
     config = CollectiveConfig(max_tokens=24, draft_tokens=3, max_batch=3, cut_cheap_drafts=False)
     out = generate(target, prompts, drafts=[junk()], config=config)
@@ -300,15 +298,17 @@ def test_a_pipeline_that_steps_aside_prices_and_splits_as_the_sequential_engine(
     judge sees nothing (run M at batch 8: a curve of its own, started empty in every run)."""
     target = ScriptedModel(lambda prefix: (len(prefix) * 7) % 5 + 3)
     prompts = [[3, 4, 5, 6], [4, 5, 6, 7], [5, 6, 7, 3]]
-    generate(target, prompts, drafts=[NgramDrafter()], config=CollectiveConfig(max_tokens=16, max_batch=2))
-    curve, judge = target_costs(target), split_judge(target, pipeline=False)
+    learned = Learned()  # one session's
+    config = CollectiveConfig(max_tokens=16, max_batch=2)
+    generate(target, prompts, drafts=[NgramDrafter()], config=config, learned=learned)
+    curve, judge = target_costs(target, learned), split_judge(target, pipeline=False, learned=learned)
     measured, verified = curve.forwards, judge.verified
     assert measured > 0 and verified > 0
     config = CollectiveConfig(max_tokens=16, max_batch=2, pipeline=True)
-    out = generate(target, prompts, drafts=[NgramDrafter()], config=config)
+    out = generate(target, prompts, drafts=[NgramDrafter()], config=config, learned=learned)
     assert out[0].extras["pipelined_rounds"] == 0
     assert curve.forwards > measured and judge.verified > verified
-    assert split_judge(target, pipeline=True).verified == 0
+    assert split_judge(target, pipeline=True, learned=learned).verified == 0
 
 
 def test_a_learner_moved_to_another_curve_prices_its_sizers_drafts_by_it() -> None:
@@ -384,18 +384,23 @@ def _cycle(prefix: list[int]) -> int:
 def test_a_batch_of_eight_is_split_where_it_pays_with_no_curve_to_propose_it() -> None:
     """Nothing measured beforehand (run F, batch 8: the curve proposed the cut seldom and
     batches of 8 ran whole at 290 ms against two forwards of 4 at 206): the even cut is
-    probed, judged in pairs and kept; the next run on the target starts split."""
+    probed, judged in pairs and kept; the session's next run on the target starts split,
+    and another session's measures afresh."""
     target = ScriptedModel(_cycle, n_ctx=64)
     calls = _timed(target, {1: 0.001, 4: 0.004, 8: 0.020})
     prompts = [[ord("a") + i, ord("b")] for i in range(8)]
     config = CollectiveConfig(max_tokens=40, draft_tokens=0, max_batch=8)
-    out = generate(target, prompts, config=config)
+    learned = Learned()  # one session's
+    out = generate(target, prompts, config=config, learned=learned)
     assert [r.tokens for r in out] == _alone(target, prompts, 40)
     # the prefill, and whole until three probes (one every fourth forward) are paired
     assert calls.count(8) <= 11 and calls.count(4) >= 2 * 28
     calls.clear()
-    generate(target, prompts, config=config)
+    generate(target, prompts, config=config, learned=learned)
     assert calls.count(8) <= 3  # the prefill, and a whole now and then
+    calls.clear()
+    generate(target, prompts, config=config, learned=Learned())
+    assert calls.count(8) > 3  # a session that learned nothing probes again
 
 
 def test_a_batch_of_eight_whose_halves_cost_more_stays_whole_after_its_probes() -> None:
@@ -421,12 +426,15 @@ def test_a_split_batch_of_eight_still_verifies_its_copies_drafts() -> None:
     target = ScriptedModel(cycle, n_ctx=256)
     calls = _timed(target, lambda n: 0.020 if 8 <= n < 16 else 0.002 + 0.0005 * n)
     prompts = [[ord("z")] + [cycle([0] * i) for i in range(1, 40 + i)] for i in range(8)]
-    generate(target, prompts, config=CollectiveConfig(max_tokens=40, draft_tokens=0, max_batch=8))
+    learned = Learned()  # one session's
+    config = CollectiveConfig(max_tokens=40, draft_tokens=0, max_batch=8)
+    generate(target, prompts, config=config, learned=learned)
     assert calls.count(4) >= 2 * 28  # split
     calls.clear()
     out = generate(
-        target, prompts, drafts=[NgramDrafter()], config=CollectiveConfig(max_tokens=80, max_batch=8)
-    )
+        target, prompts, drafts=[NgramDrafter()], config=CollectiveConfig(max_tokens=80, max_batch=8),
+        learned=learned,
+    )  # fmt: skip
     assert [r.tokens for r in out] == _alone(target, prompts, 80)
     assert sum(r.stats.accepted for r in out) > 8 * 40  # most tokens came from drafts
     assert len(calls) < 80  # far fewer forwards than tokens a request

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from statistics import median
 
+from coinfer.decoding.learned import Learned
 from coinfer.engines.collective.split import (
     PAIR_GAP,
     PAIRS,
@@ -97,14 +98,17 @@ def test_the_even_cut_of_a_forward_of_eight_tokens_or_more_is_probed_unless_the_
     assert probe_cut([3, 3, 2, 1, 1], {}) == 2  # 6 + 4 tokens
 
 
-def test_what_a_judge_learned_stays_with_the_target() -> None:
+def test_what_a_judge_learned_stays_with_the_target_in_its_session() -> None:
     class Target:  # a model object, weakly referenced
         pass
 
     a, b = Target(), Target()
-    assert split_judge(a, pipeline=False) is split_judge(a, pipeline=False)
-    assert split_judge(a, pipeline=False) is not split_judge(a, pipeline=True)
-    assert split_judge(a, pipeline=False) is not split_judge(b, pipeline=False)
+    learned, other = Learned(), Learned()
+    judge = split_judge(a, pipeline=False, learned=learned)
+    assert split_judge(a, pipeline=False, learned=learned) is judge
+    assert split_judge(a, pipeline=True, learned=learned) is not judge
+    assert split_judge(b, pipeline=False, learned=learned) is not judge
+    assert split_judge(a, pipeline=False, learned=other) is not judge
 
 
 def test_a_paying_size_keeps_paying_through_odd_pairs_and_stops_when_splits_cost_more() -> None:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from coinfer.decoding.learned import Learned
 from coinfer.engines.dragon.doccache import MIN_SHARED, DocumentCache
 from coinfer.testing import ScriptedModel
 from tests.conftest import HAS_LLAMA
@@ -113,9 +114,11 @@ def test_a_device_that_opts_in_reads_a_document_once_and_can_let_it_go() -> None
     model = ScriptedModel(lambda prefix: EOS if len(prefix) > 70 else 97, n_ctx=256)
     docs = [Document("d", bytes(DOC).decode(), 0.0)]
     config = DragonConfig(max_tokens=4, keep_documents=True)
-    generate(model, "When?", documents=docs, config=config, prompt_style="text")
+    learned = Learned()  # a session's: the kept documents live as long as it does
+    generate(model, "When?", documents=docs, config=config, prompt_style="text", learned=learned)
     model.forwards.clear()
-    out = generate(model, "How often?", documents=docs, config=config, prompt_style="text")
+    out = generate(model, "How often?", documents=docs, config=config, prompt_style="text", learned=learned)
     assert out.tokens and model.forwards[0] < len(DOC)  # the document was not read again
-    DocumentCache.of(model).clear()
+    assert model.live_sequences > 0
+    learned.close()
     assert model.live_sequences == 0

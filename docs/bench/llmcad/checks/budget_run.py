@@ -3,7 +3,7 @@ import sys
 from pathlib import Path
 
 from coinfer import catalog
-from coinfer.bench.cgroup import MemoryCgroup, evict_page_cache
+from coinfer.sandbox.cgroup import MemoryCgroup, evict_page_cache
 
 t_path = catalog.prepared_path(catalog.get("qwen2.5-coder-1.5b"))
 d_path = catalog.prepared_path(catalog.get("qwen2.5-coder-0.5b"))

@@ -17,7 +17,7 @@ d_path = catalog.prepared_path(catalog.get("qwen2.5-coder-0.5b"))
 budget = int(d_path.stat().st_size + 0.33 * t_path.stat().st_size)
 
 if not os.environ.get("CHILD"):
-    from coinfer.bench.cgroup import MemoryCgroup, evict_page_cache
+    from coinfer.sandbox.cgroup import MemoryCgroup, evict_page_cache
 
     evict_page_cache(t_path)
     evict_page_cache(d_path)

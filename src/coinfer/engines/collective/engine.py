@@ -37,11 +37,12 @@ from __future__ import annotations
 import time
 from collections import deque
 from collections.abc import Generator, Iterator, Sequence
-from typing import Protocol
 
 from coinfer.decoding.detok import IncrementalDetokenizer
 from coinfer.decoding.draft_length import AdaptiveDraftLength, DraftSizer
 from coinfer.decoding.drafters import Drafter
+from coinfer.decoding.engine import Arrivals
+from coinfer.decoding.learned import Learned, learned_or_new
 from coinfer.decoding.prompting import as_prompt, check_prompt
 from coinfer.decoding.response import Response
 from coinfer.decoding.speculative import target_costs
@@ -58,18 +59,6 @@ from coinfer.models.base import SteerableModel
 __all__ = ["Arrivals", "generate", "stream"]
 
 
-class Arrivals(Protocol):
-    """Requests that join or leave a running ``stream`` (polled before each round)."""
-
-    def joined(self) -> list[tuple[int, list[int], int]]:
-        """New requests: (key, prompt ids, token budget); keys unique within the run."""
-        ...
-
-    def left(self) -> set[int]:
-        """Keys of requests to end now (their callers went away or have what they need)."""
-        ...
-
-
 def stream(
     target: SteerableModel,
     prompts: Sequence[str | Sequence[int]],
@@ -77,11 +66,13 @@ def stream(
     drafts: Sequence[Drafter] = (),
     config: CollectiveConfig = CollectiveConfig(),  # noqa: B008 (frozen)
     arrivals: Arrivals | None = None,
+    learned: Learned | None = None,
 ) -> Generator[Response, None, None]:
     """Responses as the requests advance (see the module). ``prompts``: token ids, or a
     user's messages (the model's chat template is applied). The drafters stay the
     caller's; each request is forgotten by them when it finishes. ``arrivals`` (not
-    with ``pipeline``): requests that join and leave as it runs."""
+    with ``pipeline``): requests that join and leave as it runs. ``learned``: where the
+    target's costs, judges and gate memory are kept (a session's; None: this call's)."""
     if arrivals is not None and config.pipeline:
         raise ConfigError("requests join a running batch only without the pipeline", hint="drop pipeline")
     ids = [as_prompt(target, p) for p in prompts]
@@ -93,7 +84,9 @@ def stream(
     for prompt in ids:
         check_prompt(target, prompt)
     record, started = RunRecord(_unique_names(drafts)), time.perf_counter()
-    session = Session(target, drafts, config, _learner(target, drafts, config), record, started)
+    learned = learned_or_new(learned)
+    learner = _learner(target, drafts, config, learned)
+    session = Session(target, drafts, config, learner, record, started, learned=learned)
     detoks: dict[int, IncrementalDetokenizer] = {}
     if config.pipeline and drafts:
         steps = run_pipelined(session, ids)
@@ -112,13 +105,14 @@ def generate(
     *,
     drafts: Sequence[Drafter] = (),
     config: CollectiveConfig = CollectiveConfig(),  # noqa: B008 (frozen)
+    learned: Learned | None = None,
 ) -> list[Response]:
     """Generate for every prompt: one ``Response`` per prompt, in order, with the whole
     text, every token and the run's record in ``extras``."""
     tokens: list[list[int]] = [[] for _ in prompts]
     last: dict[int, Response] = {}
     final: Response | None = None
-    for final in stream(target, prompts, drafts=drafts, config=config):
+    for final in stream(target, prompts, drafts=drafts, config=config, learned=learned):
         tokens[final.request] += final.tokens
         last[final.request] = final
     record = final.extras if final is not None else {}
@@ -164,7 +158,9 @@ def _unique_names(drafts: Sequence[Drafter]) -> list[str]:
     return names
 
 
-def _learner(target: SteerableModel, drafts: Sequence[Drafter], config: CollectiveConfig) -> Learner:
+def _learner(
+    target: SteerableModel, drafts: Sequence[Drafter], config: CollectiveConfig, learned: Learned
+) -> Learner:
     n = len(drafts)
     weights = VoteWeights(max(1, n), config.vote)
     if config.draft_tokens == "auto":
@@ -178,7 +174,7 @@ def _learner(target: SteerableModel, drafts: Sequence[Drafter], config: Collecti
     # and the pipeline's sequential rounds, share the speculative engine's curve for the
     # target; the pipeline's pipelined phases, on fewer cores, measure their own
     # (``pipeline.run_pipelined``)
-    costs = target_costs(target)
+    costs = target_costs(target, learned)
     floor = config.batch_floor
     sizers = [DraftSizer(AdaptiveDraftLength(costs=costs, batch_floor=floor)) if c else None for c in cut]
     # a cheap draft's sizer weighs what its drafts add to the whole forward (one request's,
@@ -190,7 +186,12 @@ def _learner(target: SteerableModel, drafts: Sequence[Drafter], config: Collecti
         names = _unique_names(drafts) or ["none"]
         own = cut if own_lengths else [False] * n
         gate = SourceGate(
-            max(1, n), config.gate, with_model, own or [False], names=names, memory=gate_memory(target)
+            max(1, n),
+            config.gate,
+            with_model,
+            own or [False],
+            names=names,
+            memory=gate_memory(target, learned),
         )
     return Learner(
         weights,
@@ -203,7 +204,7 @@ def _learner(target: SteerableModel, drafts: Sequence[Drafter], config: Collecti
         sizers,
         own_lengths=own_lengths,
         costs=costs,
-        judge=split_judge(target, pipeline=False),
+        judge=split_judge(target, pipeline=False, learned=learned),
     )
 
 

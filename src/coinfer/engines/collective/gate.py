@@ -58,12 +58,12 @@ from __future__ import annotations
 
 import threading
 import time
-import weakref
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from coinfer.decoding.draft_length import within_measured
+from coinfer.decoding.learned import Learned
 from coinfer.errors import ConfigError
 
 __all__ = ["GateConfig", "GateMemory", "SourceGate", "gate_memory"]
@@ -120,12 +120,9 @@ class GateMemory:
         self.sources.clear()
 
 
-_MEMORY: weakref.WeakKeyDictionary[Any, GateMemory] = weakref.WeakKeyDictionary()
-
-
-def gate_memory(target: Any) -> GateMemory:
-    """The gates' memory for ``target`` (one per model object, gone with it)."""
-    return _MEMORY.setdefault(target, GateMemory())
+def gate_memory(target: Any, learned: Learned) -> GateMemory:
+    """The gates' memory for ``target``, kept in ``learned`` (a session's)."""
+    return learned.of(target, "gate-memory", GateMemory)
 
 
 def _optimistic(rec: _Record) -> float:

@@ -84,7 +84,10 @@ def run_pipelined(session: Session, prompts: Sequence[list[int]]) -> Iterator[li
     switch = session.record.pipeline = PipelineSwitch()
     # sequential rounds verify on every core, as the sequential engine does, and price by
     # what it learned; pipelined phases verify on fewer, and learn their own
-    phases = {False: (learner.costs, learner.judge), True: (CostCurve(), split_judge(target, pipeline=True))}
+    phases = {
+        False: (learner.costs, learner.judge),
+        True: (CostCurve(), split_judge(target, pipeline=True, learned=session.learned)),
+    }
     with _cores(target, session.drafts, session.config.draft_threads) as cores:
         run = _Run(session, switch, cores, deque(enumerate(prompts)))
         try:

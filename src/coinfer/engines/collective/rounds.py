@@ -16,6 +16,7 @@ from typing import Any
 
 from coinfer.decoding.draft_length import AdaptiveDraftLength, CostCurve, DraftSizer
 from coinfer.decoding.drafters import Drafter
+from coinfer.decoding.learned import Learned
 from coinfer.decoding.response import DecodeStats
 from coinfer.decoding.sampling import PositionDraws, SamplingParams, probs_from_logits, sample_at
 from coinfer.decoding.speculative import take_round, window_room
@@ -479,6 +480,7 @@ class Session:
     record: RunRecord
     start: float
     budgets: dict[int, int] = field(default_factory=dict)  # arrivals' own budgets, by key
+    learned: Learned = field(default_factory=Learned)  # what the run's models taught (a session's)
 
     def admit(self, pending: deque[tuple[int, list[int]]], running: Sequence[Request]) -> list[Request]:
         """Pending requests that fit beside the ``running`` ones, prefilled together (each

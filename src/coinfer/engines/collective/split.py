@@ -34,7 +34,6 @@ the gate's record does, so a later run on it starts from the verdicts.
 
 from __future__ import annotations
 
-import weakref
 from collections import deque
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -42,6 +41,7 @@ from statistics import median
 from typing import Any
 
 from coinfer.decoding.cost_curve import within_measured
+from coinfer.decoding.learned import Learned
 
 __all__ = [
     "PAIR_GAP",
@@ -202,11 +202,8 @@ def probe_cut(sizes: Sequence[int], costs: Mapping[int, float]) -> int:
     return at
 
 
-_JUDGES: weakref.WeakKeyDictionary[Any, dict[bool, SplitJudge]] = weakref.WeakKeyDictionary()
-
-
-def split_judge(target: Any, pipeline: bool) -> SplitJudge:
-    """The judge of ``target``'s verifications, kept with the model object (gone with it):
-    one for forwards on every core (the sequential engine, and the pipeline's sequential
-    rounds), one for the pipeline's pipelined phases, which verify on fewer."""
-    return _JUDGES.setdefault(target, {}).setdefault(pipeline, SplitJudge())
+def split_judge(target: Any, pipeline: bool, learned: Learned) -> SplitJudge:
+    """The judge of ``target``'s verifications, kept in ``learned`` (a session's): one for
+    forwards on every core (the sequential engine, and the pipeline's sequential rounds),
+    one for the pipeline's pipelined phases, which verify on fewer."""
+    return learned.of(target, "split-judge/pipelined" if pipeline else "split-judge", SplitJudge)

@@ -27,9 +27,9 @@ class DragonConfig:
     travels (§7.1; 0.8 in the paper, 0.95 here so that greedy text rarely depends on it);
     ``rescore_every``: dynamic weights (§4), each document's relevance re-scored against
     the text so far every this many tokens (0: the weights of retrieval throughout);
-    ``keep_documents``: keep the device's documents' KV caches across answers on the
-    same model (``DocumentCache``; they stay live sequences of the model until evicted or
-    ``DocumentCache.of(model).clear()``); ``seed``: the draws of sampled decoding (None: a
+    ``keep_documents``: keep the device's documents' KV caches across answers of one
+    session (``DocumentCache``, in the session's ``Learned``; they stay live sequences
+    of the model until evicted or the session closes); ``seed``: the draws of sampled decoding (None: a
     random one).
     """
 

@@ -15,7 +15,6 @@ an answer needs their sequence slots.
 
 from __future__ import annotations
 
-import weakref
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
 
@@ -25,7 +24,6 @@ from coinfer.models.base import Seq, SteerableModel
 __all__ = ["DocumentCache"]
 
 MIN_SHARED = 8  # a shorter common start is not worth a fork
-_OF: weakref.WeakKeyDictionary[SteerableModel, DocumentCache] = weakref.WeakKeyDictionary()
 
 
 class DocumentCache:
@@ -37,14 +35,6 @@ class DocumentCache:
         self.max_cells = model.n_ctx // 4 if max_cells is None else max_cells
         self._kept: OrderedDict[tuple[int, ...], Seq] = OrderedDict()
         self.hits = 0  # tokens not read again, over every answer
-
-    @classmethod
-    def of(cls, model: SteerableModel) -> DocumentCache:
-        """The cache every answer on ``model`` in this process shares."""
-        cache = _OF.get(model)
-        if cache is None:
-            cache = _OF[model] = cls(model)
-        return cache
 
     @property
     def cells(self) -> int:
@@ -83,6 +73,10 @@ class DocumentCache:
 
     def clear(self) -> None:
         self._evict(lambda: bool(self._kept))
+
+    def close(self) -> None:
+        """Release every kept sequence (its session ended)."""
+        self.clear()
 
     def _best(self, prompt: Sequence[int]) -> tuple[tuple[int, ...] | None, int]:
         best: tuple[tuple[int, ...] | None, int] = (None, 0)

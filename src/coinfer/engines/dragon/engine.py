@@ -31,6 +31,7 @@ from collections.abc import Callable, Generator, Iterator, Sequence
 from typing import Any
 
 from coinfer.decoding.detok import IncrementalDetokenizer
+from coinfer.decoding.learned import Learned, learned_or_new
 from coinfer.decoding.response import DecodeStats, Response, collect
 from coinfer.decoding.sampling import PositionDraws
 from coinfer.engines.dragon.config import DragonConfig
@@ -68,18 +69,44 @@ def generate_tokens(
     prompt_style: str = "chat",
     rescore: Rescore | None = None,
     report: dict[str, Any] | None = None,
+    learned: Learned | None = None,
 ) -> Iterator[Step]:
     """Yield the answer's tokens as they are decided, with why it ends (None until then):
     "stop" at an end-of-generation token (not output), "length" at ``max_tokens`` or a
     full window. ``rescore`` (e.g. ``Corpus.rescorer(question)``) makes the device's
     weights dynamic (``config.rescore_every``). ``report`` (a dict) receives what the
     extras show: the mode, the cloud's documents and acceptance, bytes sent, a fallback's
-    reason."""
-    report = report if report is not None else {}
+    reason. ``learned``: where the device's document caches are kept (a session's; None:
+    this call's alone)."""
+    own = learned is None
+    learned = learned_or_new(learned)
+    try:
+        yield from _decode(
+            model, question, documents, config, cloud, channel, prompt_style, rescore,
+            report if report is not None else {}, _document_cache(model, config, learned),
+        )  # fmt: skip
+    finally:
+        if own:  # a call's own document caches end with it
+            learned.close()
+
+
+def _decode(
+    model: SteerableModel,
+    question: str,
+    documents: Documents,
+    config: DragonConfig,
+    cloud: CloudLink | None,
+    channel: Channel | None,
+    prompt_style: str,
+    rescore: Rescore | None,
+    report: dict[str, Any],
+    cache: DocumentCache | None,
+) -> Iterator[Step]:
+    """``generate_tokens`` with the document caches chosen."""
     seed = PositionDraws(config.sampling.seed if config.seed is None else config.seed).seed
     report.update(mode="device-only")
     if cloud is None:
-        side = _device_side(model, question, documents, config, seed, prompt_style, rescore, report)
+        side = _device_side(model, question, documents, config, seed, prompt_style, rescore, report, cache)
         try:
             side.start()
             yield from _device_alone(side, [], min(config.max_tokens, side.room()))
@@ -87,8 +114,15 @@ def generate_tokens(
             side.close()
         return
     yield from _with_cloud(
-        model, question, documents, config, cloud, channel, seed, prompt_style, rescore, report
+        model, question, documents, config, cloud, channel, seed, prompt_style, rescore, report, cache
     )
+
+
+def _document_cache(model: SteerableModel, config: DragonConfig, learned: Learned) -> DocumentCache | None:
+    """The device's documents' caches kept across answers (``keep_documents``), or None."""
+    if not config.keep_documents:
+        return None
+    return learned.of(model, "documents", lambda: DocumentCache(model))
 
 
 def _device_side(
@@ -100,6 +134,7 @@ def _device_side(
     prompt_style: str,
     rescore: Rescore | None,
     report: dict[str, Any],
+    cache: DocumentCache | None,
 ) -> RagSide:
     """The device's Decoder over its documents (retrieved now when ``documents`` is a
     callable)."""
@@ -116,7 +151,7 @@ def _device_side(
         transfer_max_ids=config.transfer_max_ids,
         rescore=rescore,
         rescore_every=config.rescore_every,
-        cache=DocumentCache.of(model) if config.keep_documents else None,
+        cache=cache,
     )
 
 
@@ -151,6 +186,7 @@ def _with_cloud(
     prompt_style: str,
     rescore: Rescore | None,
     report: dict[str, Any],
+    cache: DocumentCache | None,
 ) -> Iterator[Step]:
     own = channel is None
     channel = channel or open_channel(link)
@@ -162,7 +198,7 @@ def _with_cloud(
             stream.send(hello(model, question, config, link, seed=seed, prompt_style=prompt_style))
         except TransportError as exc:
             sent = exc
-        side = _device_side(model, question, documents, config, seed, prompt_style, rescore, report)
+        side = _device_side(model, question, documents, config, seed, prompt_style, rescore, report, cache)
         try:
             yield from _together(side, stream, sent, config, link, seed, report)
         finally:
@@ -292,6 +328,15 @@ def _record(peer: Peer, report: dict[str, Any]) -> None:
     )
 
 
+def _drafts_held(report: dict[str, Any]) -> tuple[int, int]:
+    """This token's aggregation: (drafts it weighed, drafts it kept), both sides' counted;
+    (0, 0) where the device decoded alone."""
+    decision = report.get("decision")
+    if not decision:
+        return 0, 0
+    return len(decision), sum(bool(v) for v in decision.values())
+
+
 def stream(
     model: SteerableModel,
     question: str,
@@ -302,6 +347,7 @@ def stream(
     channel: Channel | None = None,
     prompt_style: str = "chat",
     rescore: Rescore | None = None,
+    learned: Learned | None = None,
 ) -> Generator[Response, None, None]:
     """One ``Response`` per decided token; ``extras`` holds the mode ("dragon" or
     "device-only"), the documents, the drafts each side had accepted and rejected, the
@@ -321,12 +367,13 @@ def stream(
         prompt_style=prompt_style,
         rescore=rescore,
         report=report,
+        learned=learned,
     )
     for tokens, finished in steps:
         if stats.target_forwards == 0:
             stats.prefilled()
         else:
-            stats.verified(0, 0)
+            stats.verified(*_drafts_held(report))
         stats.emitted(len(tokens))
         text = "".join(detok.push(t) for t in tokens) + (detok.flush() if finished else "")
         yield Response(text, tokens, stats.snapshot(), finished, extras=dict(report))
@@ -342,6 +389,7 @@ def generate(
     channel: Channel | None = None,
     prompt_style: str = "chat",
     rescore: Rescore | None = None,
+    learned: Learned | None = None,
 ) -> Response:
     """Generate to the end: one ``Response`` with the whole text and every token."""
     return collect(
@@ -354,6 +402,7 @@ def generate(
             channel=channel,
             prompt_style=prompt_style,
             rescore=rescore,
+            learned=learned,
         ),
         model.detokenize,
     )

@@ -154,7 +154,7 @@ class CloudService:
         keep_documents: bool = True,
     ) -> None:
         self.model, self.corpus = model, corpus
-        self.cache = DocumentCache.of(model) if keep_documents else None
+        self.cache = DocumentCache(model) if keep_documents else None
         self.hello_timeout_s, self.idle_s = hello_timeout_s, idle_s
         self._busy = threading.Lock()
 

@@ -34,7 +34,7 @@ __all__ = ["DECODES", "JupiterConfig", "generate", "stream"]
 DECODES = ("naive", "sd", "outline", "auto")
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class JupiterConfig:
     """``pipelined_prefill``: the prompt in planned sub-sequences (paper 004 §IV-A), or in
     one piece; ``min_part``: Eq. 3's shortest sub-sequence (None: from the devices'
@@ -169,24 +169,23 @@ def _sequential_stream(
     sizer = _sizer(cluster, config)
     rounds = _rounds(cluster, prompt_ids, parts, max_tokens, config, traffic, sizer)
     produced = 0
+    eos = cluster.text.eos_ids
     try:
         for r in rounds:
-            _count(stats, r)
+            tokens = [t for t in r.tokens if t not in eos]  # an end-of-turn token ends, never output
+            _count(stats, r, len(tokens))
             produced += len(r.tokens)
-            text = "".join(detok.push(t) for t in r.tokens)
-            last = r.tokens[-1]
-            finish = (
-                "stop" if last in cluster.text.eos_ids else ("length" if produced >= max_tokens else None)
-            )
+            text = "".join(detok.push(t) for t in tokens)
+            finish = "stop" if r.tokens[-1] in eos else ("length" if produced >= max_tokens else None)
             if finish is None:
-                yield Response(text, list(r.tokens), stats.snapshot())
+                yield Response(text, tokens, stats.snapshot())
                 continue
             rounds.close()
             extras = {"parts": list(parts), "split": cluster.split, "decode": config.decode, **extra,
                       "devices": cluster.finish(traffic)}  # fmt: skip
             if sizer is not None:
                 extras["tree"] = sizer.summary()
-            yield Response(text + detok.flush(), list(r.tokens), stats.snapshot(), finish, extras=extras)
+            yield Response(text + detok.flush(), tokens, stats.snapshot(), finish, extras=extras)
             return
     except GeneratorExit:  # the caller stopped early: STOP goes out, the reports come back
         rounds.close()
@@ -237,15 +236,17 @@ def _outline_stream(
     try:
         for event in events:
             if event.round is not None:
-                _count(stats, event.round)
+                _count(
+                    stats, event.round, len([t for t in event.round.tokens if t not in cluster.text.eos_ids])
+                )
                 finish = "length" if event.round.finish == "length" else finish
             if event.points is not None:
                 points = event.points
                 extras.update({"outline": points, **event.extras})
                 extras["decoded"] = "sequential" if event.sequential else "outline"
             if event.sequential and event.round is not None:
-                text = "".join(detok.push(t) for t in event.round.tokens if t not in cluster.text.eos_ids)
-                yield Response(text, list(event.round.tokens), stats.snapshot())
+                tokens = [t for t in event.round.tokens if t not in cluster.text.eos_ids]
+                yield Response("".join(detok.push(t) for t in tokens), tokens, stats.snapshot())
             elif event.point is not None:
                 i = event.point
                 chunk = ("\n" if i else "") + point_text(i + 1, points[i], event.text)
@@ -264,13 +265,14 @@ def _outline_stream(
     yield Response(detok.flush(), [], stats.snapshot(), finish, extras=extras)
 
 
-def _count(stats: DecodeStats, r: TreeRound | BranchRound) -> None:
-    """One round into the stats: the first is the prompt's read, the others verifications."""
+def _count(stats: DecodeStats, r: TreeRound | BranchRound, emitted: int) -> None:
+    """One round into the stats: the first is the prompt's read, the others verifications;
+    ``emitted``: the tokens it output (an end-of-turn token is not)."""
     if stats.target_forwards:
         stats.verified(r.drafted, r.accepted)
     else:
         stats.prefilled()
-    stats.emitted(len(r.tokens))
+    stats.emitted(emitted)
 
 
 def _lost_device(exc: RuntimeError) -> TransportError:

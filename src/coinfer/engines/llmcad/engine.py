@@ -29,6 +29,7 @@ from typing import Any
 from coinfer.decoding.detok import IncrementalDetokenizer
 from coinfer.decoding.draft_length import AdaptiveDraftLength, DraftSizer
 from coinfer.decoding.drafters import check_same_vocabulary
+from coinfer.decoding.learned import Learned, learned_or_new
 from coinfer.decoding.ngram import NgramDrafter
 from coinfer.decoding.prompting import as_prompt, check_prompt
 from coinfer.decoding.response import DecodeStats, Response, collect
@@ -85,7 +86,9 @@ def _prefetcher(target: SteerableModel, budget: int) -> WeightPrefetcher:
 class _Request:
     """One request's state: the target's sequence, the draft's tree, the threshold."""
 
-    def __init__(self, target: SteerableModel, draft: SteerableModel, config: LLMCadConfig) -> None:
+    def __init__(
+        self, target: SteerableModel, draft: SteerableModel, config: LLMCadConfig, learned: Learned
+    ) -> None:
         self.target, self.config = target, config
         self.draws = PositionDraws(config.sampling.seed)
         self.threshold = AdaptiveThreshold(config.alpha)
@@ -110,7 +113,8 @@ class _Request:
             if config.gate and config.draft_tokens == "auto" and config.memory_budget is None:
                 self.gate = ModeGate()  # both models' forwards measured alike, once per model
                 self.gate.observe_costs(
-                    draft_forward_s=forward_cost(draft), target_forward_s=forward_cost(target)
+                    draft_forward_s=forward_cost(draft, learned),
+                    target_forward_s=forward_cost(target, learned),
                 )
 
     def close(self) -> None:
@@ -143,12 +147,14 @@ def generate_rounds(
     *,
     draft: SteerableModel,
     config: LLMCadConfig = LLMCadConfig(),  # noqa: B008  (frozen, so a shared default is safe)
+    learned: Learned | None = None,
 ) -> Iterator[TreeRound]:
     """Yield rounds until an end-of-generation token or ``max_tokens``; the text is the
-    target's own (greedy: equal to the target alone; sampled: the same seeded text)."""
+    target's own (greedy: equal to the target alone; sampled: the same seeded text).
+    ``learned``: where both models' forward costs are kept (a session's; None: this call's)."""
     check_prompt(target, prompt)
     check_same_vocabulary(draft, target)
-    req = _Request(target, draft, config)
+    req = _Request(target, draft, config, learned_or_new(learned))
     try:
         t0 = time.perf_counter()
         first = _prefill(req, list(prompt))
@@ -333,6 +339,7 @@ def stream(
     *,
     draft: SteerableModel,
     config: LLMCadConfig = LLMCadConfig(),  # noqa: B008
+    learned: Learned | None = None,
 ) -> Generator[Response, None, None]:
     """One ``Response`` per target forward: the text it adds, the stats so far, and in
     ``extras`` the trees (sizes, fallbacks), alpha's history and the speculation.
@@ -344,7 +351,7 @@ def stream(
     stats = DecodeStats(prompt_tokens=len(ids))
     detok = IncrementalDetokenizer(target.detokenize)
     log = _Log(draft.name, disk_bytes_read())
-    for r in generate_rounds(target, ids, draft=draft, config=config):
+    for r in generate_rounds(target, ids, draft=draft, config=config, learned=learned):
         if stats.target_forwards:
             stats.verified(r.drafted, r.accepted)
             log.add(r)
@@ -409,6 +416,7 @@ def generate(
     *,
     draft: SteerableModel,
     config: LLMCadConfig = LLMCadConfig(),  # noqa: B008
+    learned: Learned | None = None,
 ) -> Response:
     """Generate to the end: one ``Response`` with the whole text and every token."""
-    return collect(stream(target, prompt, draft=draft, config=config), target.detokenize)
+    return collect(stream(target, prompt, draft=draft, config=config, learned=learned), target.detokenize)

@@ -16,13 +16,13 @@ the new context's) and releases the others.
 from __future__ import annotations
 
 import time
-import weakref
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
 
 from coinfer.decoding.drafters import rewind_to
+from coinfer.decoding.learned import Learned
 from coinfer.decoding.sampling import SamplingParams, probs_from_logits
 from coinfer.engines.llmcad.pacer import pick_branch
 from coinfer.models.base import Seq, SteerableModel
@@ -30,25 +30,24 @@ from coinfer.models.tree import TokenTree
 
 __all__ = ["Branch", "TreeGrower", "forward_cost"]
 
-_FORWARD_COST: weakref.WeakKeyDictionary[SteerableModel, float] = weakref.WeakKeyDictionary()
 
-
-def forward_cost(model: SteerableModel) -> float:
+def forward_cost(model: SteerableModel, learned: Learned) -> float:
     """Seconds one one-token forward of ``model`` takes on a fresh sequence, measured once
-    per model (after a first forward that warms it): the weights' cost, compute or reading
-    them from storage, with no context to attend over."""
-    cost = _FORWARD_COST.get(model)
-    if cost is None:
-        seq = model.new_sequence()
-        try:
-            model.extend(seq, [0], last_only=True)
-            model.truncate(seq, 0)
-            t0 = time.perf_counter()
-            model.extend(seq, [0], last_only=True)
-            cost = _FORWARD_COST[model] = time.perf_counter() - t0
-        finally:
-            model.release(seq)
-    return cost
+    per model and ``learned`` (after a first forward that warms it): the weights' cost,
+    compute or reading them from storage, with no context to attend over."""
+    return learned.of(model, "forward-cost", lambda: _measure_forward(model))
+
+
+def _measure_forward(model: SteerableModel) -> float:
+    seq = model.new_sequence()
+    try:
+        model.extend(seq, [0], last_only=True)
+        model.truncate(seq, 0)
+        t0 = time.perf_counter()
+        model.extend(seq, [0], last_only=True)
+        return time.perf_counter() - t0
+    finally:
+        model.release(seq)
 
 
 @dataclass(eq=False)

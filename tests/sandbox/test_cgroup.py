@@ -7,8 +7,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from coinfer.bench.cgroup import MemoryCgroup
 from coinfer.errors import BudgetError
+from coinfer.sandbox.cgroup import MemoryCgroup
 
 MB = 1024 * 1024
 HOLD = (  # touch every page of N MiB, then say so

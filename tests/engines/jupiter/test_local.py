@@ -1,0 +1,55 @@
+"""A Jupiter pipeline started from Python (``start_local_pipeline``: this process and a
+worker process), opened from the registry: it meets the engine contract and gives plain
+decoding's greedy text, and closing it ends its workers."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import HAS_TORCH
+from tests.engines.jupiter.conftest import PROMPT, run_spawned
+
+pytestmark = pytest.mark.skipif(not HAS_TORCH, reason="needs the torch extra")
+
+
+def _from_python(path: str, out) -> None:  # type: ignore[no-untyped-def]
+    from coinfer.engines import Request, get
+    from coinfer.engines.jupiter import start_local_pipeline
+    from coinfer.models import load_model
+
+    engine = get("jupiter")
+    with start_local_pipeline(path, devices=2, n_ctx=256) as pipeline:
+        with engine.open({"cluster": pipeline.cluster}, engine.config(max_tokens=12)) as session:
+            steps = list(session.stream(Request(prompt=PROMPT)))
+            whole = session.generate(Request(prompt=PROMPT))
+            early = session.stream(Request(prompt=PROMPT))
+            next(early)
+            early.close()  # the caller stops after one token
+            again = session.generate(Request(prompt=PROMPT))
+            text = session.model.detokenize(whole.tokens)
+        workers = pipeline.workers
+    ended = [w.poll() is not None for w in workers]
+    model = load_model(path, backend="transformers", n_ctx=256)
+    with get("plain").open({"target": model}, get("plain").config(max_tokens=12)) as plain:
+        alone = plain.generate(Request(prompt=PROMPT)).tokens
+    out.put(
+        (
+            [t for r in steps for t in r.tokens],
+            whole,
+            again.tokens,
+            text,
+            ended,
+            alone,
+            steps[-1].stats.n_tokens,
+        )
+    )
+
+
+def test_a_pipeline_started_from_python_meets_the_engine_contract(tiny_dirs: dict[str, Path]) -> None:
+    streamed, whole, again, text, ended, alone, n_tokens = run_spawned(_from_python, str(tiny_dirs["qwen2"]))
+    assert whole.tokens == streamed == again and whole.text == text
+    assert n_tokens == whole.stats.n_tokens == len(whole.tokens)
+    assert whole.tokens == alone  # lossless: plain decoding's greedy text
+    assert ended == [True]  # closing the pipeline ended its worker
