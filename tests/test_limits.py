@@ -30,7 +30,7 @@ def _row(constant: str) -> str:
         ("coinfer.engines.minions.parsing", "MAX_STARTS", "64 starts"),
         ("coinfer.models.gguf_layout", "MAX_DIMS", "4 dimensions"),
         ("coinfer.transport.link", "MAX_MESSAGE_BYTES", "1 MiB"),
-        ("coinfer.engines.dragon.remote", "MAX_LOOKAHEAD", "64 tokens"),
+        ("coinfer.engines.dragon.config", "MAX_LOOKAHEAD", "64 tokens"),
         ("coinfer.engines.jupiter.wire", "MAX_MESSAGE", "1 MiB"),
         ("coinfer.engines.jupiter.branches", "MAX_NODES", "| 4096 |"),
         ("coinfer.engines.jupiter.outline", "MAX_POINTS", "| 8 |"),

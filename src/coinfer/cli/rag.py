@@ -87,6 +87,8 @@ def dragon_knobs(args: argparse.Namespace) -> dict[str, Any]:
         "retrieval": args.retrieval,
         "relevance_temperature": args.relevance_temperature,
         "rescore_every": args.rescore_every,
+        "aggregator": args.aggregator,
+        "lookahead": args.lookahead,
     }
 
 
@@ -142,8 +144,6 @@ def cloud_link(args: argparse.Namespace) -> tuple[Any, Any]:
         address=args.cloud,
         token=_token(),
         tls=_tls(args),
-        aggregator=args.aggregator,
-        lookahead=args.lookahead,
         idle_s=args.cloud_timeout,
     )
     return link, open_channel(link)

@@ -13,13 +13,14 @@ from __future__ import annotations
 
 import copy
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from coinfer.decoding.detok import IncrementalDetokenizer
 from coinfer.errors import ConfigError
 
-__all__ = ["DecodeStats", "Response", "collect"]
+__all__ = ["DecodeStats", "Response", "Responder", "collect"]
 
 
 @dataclass
@@ -141,6 +142,50 @@ class Response:
     finish_reason: str | None = None
     request: int = 0
     extras: dict[str, Any] = field(default_factory=dict)
+
+
+class Responder:
+    """A request's rounds into ``Response`` objects, the one way every engine does it: the
+    first round is the prompt's read, every later one a verification of ``drafted`` draft
+    tokens of which ``accepted`` were kept; an end-of-generation token is never output (nor
+    anything after it); ``n_tokens`` counts the tokens output; the text comes through one
+    incremental detokenizer, flushed on the last round; a verification's seconds per phase
+    (and the detokenizer's, as ``detok``) go into the stats."""
+
+    def __init__(
+        self, detokenize: Callable[[Sequence[int]], str], *, prompt_tokens: int, eos_ids: Iterable[int] = ()
+    ) -> None:
+        self.stats = DecodeStats(prompt_tokens=prompt_tokens)
+        self.detok = IncrementalDetokenizer(detokenize)
+        self.eos = frozenset(eos_ids)
+
+    def step(
+        self,
+        tokens: Iterable[int],
+        *,
+        drafted: int = 0,
+        accepted: int = 0,
+        finish: str | None = None,
+        phases: Mapping[str, float] | None = None,
+        extras: dict[str, Any] | None = None,
+    ) -> Response:
+        """The response for one round: its tokens (cut at an end-of-generation token) and
+        ``finish`` (None until the last round)."""
+        out: list[int] = []
+        for t in tokens:
+            if t in self.eos:
+                break
+            out.append(int(t))
+        t0 = time.perf_counter()
+        text = "".join(self.detok.push(t) for t in out) + (self.detok.flush() if finish else "")
+        if self.stats.target_forwards:
+            self.stats.verified(drafted, accepted)
+            if phases is not None:
+                self.stats.timed({**phases, "detok": time.perf_counter() - t0})
+        else:
+            self.stats.prefilled()
+        self.stats.emitted(len(out))
+        return Response(text, out, self.stats.snapshot(), finish, extras=extras if extras is not None else {})
 
 
 def collect(responses: Iterable[Response], detokenize: Callable[[list[int]], str] | None) -> Response:

@@ -22,7 +22,6 @@ from typing import Literal
 
 import numpy as np
 
-from coinfer.decoding.detok import IncrementalDetokenizer
 from coinfer.decoding.draft_length import (
     AdaptiveDraftLength,
     CostCurve,
@@ -34,7 +33,7 @@ from coinfer.decoding.drafters import Draft, Drafter
 from coinfer.decoding.learned import Learned, learned_or_new
 from coinfer.decoding.ngram import NgramDrafter
 from coinfer.decoding.prompting import as_prompt, check_prompt
-from coinfer.decoding.response import DecodeStats, Response, collect
+from coinfer.decoding.response import Responder, Response, collect
 from coinfer.decoding.sampling import PositionDraws, SamplingParams, probs_from_logits, sample_at
 from coinfer.decoding.verify import accept_choices, accept_deterministic, speculative_accept
 from coinfer.errors import ConfigError
@@ -304,20 +303,14 @@ def stream(
     """
     ids = as_prompt(target, prompt)
     drafter = NgramDrafter() if draft == "auto" else draft
-    stats = DecodeStats(prompt_tokens=len(ids))
-    detok = IncrementalDetokenizer(target.detokenize)
+    out = Responder(target.detokenize, prompt_tokens=len(ids), eos_ids=target.eos_ids)
     extras = {"draft": None if drafter is None else drafter.name}
     try:
         for r in generate_rounds(target, ids, draft=drafter, config=config, learned=learned):
-            t0 = time.perf_counter()
-            text = "".join(detok.push(t) for t in r.tokens) + (detok.flush() if r.finished else "")
-            if stats.target_forwards:
-                stats.verified(r.drafted, r.accepted)
-                stats.timed({**r.phases, "detok": time.perf_counter() - t0})
-            else:
-                stats.prefilled()
-            stats.emitted(len(r.tokens))
-            yield Response(text, list(r.tokens), stats.snapshot(), r.finished, extras=dict(extras))
+            yield out.step(
+                r.tokens, drafted=r.drafted, accepted=r.accepted, finish=r.finished, phases=r.phases,
+                extras=dict(extras),
+            )  # fmt: skip
     finally:
         if draft == "auto" and drafter is not None:
             drafter.close()

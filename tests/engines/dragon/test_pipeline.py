@@ -8,6 +8,7 @@ import importlib.util
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -111,13 +112,19 @@ def _synchronous_reference(
             s.advance(out.token)
 
 
-def _ask(server: LinkServer, config: DragonConfig = DragonConfig(max_tokens=64), **link: object) -> object:  # noqa: B008
+def _ask(
+    server: LinkServer,
+    config: DragonConfig = DragonConfig(max_tokens=64),  # noqa: B008
+    *,
+    aggregator: str = "both",
+    lookahead: int = 8,
+) -> object:
     return generate(
         _model(),
         QUESTION,
         documents=DEVICE_DOCS,
-        config=config,
-        cloud=CloudLink(address=f"127.0.0.1:{server.port}", token=TOKEN, idle_s=5, **link),  # type: ignore[arg-type]
+        config=replace(config, aggregator=aggregator, lookahead=lookahead),  # type: ignore[arg-type]
+        cloud=CloudLink(address=f"127.0.0.1:{server.port}", token=TOKEN, idle_s=5),
         prompt_style="text",
     )
 
@@ -243,7 +250,8 @@ def test_a_kept_channel_serves_answer_after_answer_and_finds_a_returned_cloud(cl
     from coinfer.engines.dragon import open_channel
 
     server = cloud()
-    link = CloudLink(address=f"127.0.0.1:{server.port}", token=TOKEN, idle_s=5, aggregator="device")
+    link = CloudLink(address=f"127.0.0.1:{server.port}", token=TOKEN, idle_s=5)
+    config = DragonConfig(aggregator="device")
     expected = _synchronous_reference()
     retrieved: list[float] = []
 
@@ -253,8 +261,9 @@ def test_a_kept_channel_serves_answer_after_answer_and_finds_a_returned_cloud(cl
 
     def ask(channel: object) -> object:
         return generate(
-            _model(), QUESTION, documents=documents, cloud=link, channel=channel, prompt_style="text"
-        )
+            _model(), QUESTION, documents=documents, config=config, cloud=link, channel=channel,
+            prompt_style="text",
+        )  # fmt: skip
 
     channel = open_channel(link)
     try:
@@ -296,7 +305,8 @@ def test_a_slow_cloud_never_holds_the_device_past_its_deadline(slow_from: int) -
             _model(),
             QUESTION,
             documents=DEVICE_DOCS,
-            cloud=CloudLink(address=f"127.0.0.1:{server.port}", token=TOKEN, idle_s=0.5, aggregator="device"),
+            config=DragonConfig(aggregator="device"),
+            cloud=CloudLink(address=f"127.0.0.1:{server.port}", token=TOKEN, idle_s=0.5),
             prompt_style="text",
         )
         elapsed = time.monotonic() - started
@@ -320,13 +330,13 @@ def test_dynamic_weights_keep_the_text_the_synchronous_mixtures(cloud, monkeypat
     monkeypatch.setattr(_Corpus, "rescorer", lambda self, question, *, temperature: _by_text)
     expected = _synchronous_reference(rescore=_by_text)
     assert expected != _synchronous_reference()  # the re-scoring changes the text
-    config = DragonConfig(max_tokens=64, rescore_every=4)
+    config = DragonConfig(max_tokens=64, rescore_every=4, aggregator=aggregator)  # type: ignore[arg-type]
     out = generate(
         _model(),
         QUESTION,
         documents=DEVICE_DOCS,
         config=config,
-        cloud=CloudLink(address=f"127.0.0.1:{cloud().port}", token=TOKEN, idle_s=5, aggregator=aggregator),
+        cloud=CloudLink(address=f"127.0.0.1:{cloud().port}", token=TOKEN, idle_s=5),
         prompt_style="text",
         rescore=_by_text,
     )

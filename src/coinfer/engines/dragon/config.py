@@ -10,9 +10,12 @@ from coinfer.decoding.sampling import SamplingParams
 from coinfer.decoding.speculative import check_budget
 from coinfer.errors import ConfigError
 
-__all__ = ["DragonConfig"]
+__all__ = ["AGGREGATORS", "MAX_LOOKAHEAD", "DragonConfig"]
 
 Retrieval = Literal["bm25", "dense", "fused"]
+Aggregator = Literal["device", "cloud", "auto", "both"]
+AGGREGATORS = ("device", "cloud", "auto", "both")
+MAX_LOOKAHEAD = 64
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -29,8 +32,12 @@ class DragonConfig:
     the text so far every this many tokens (0: the weights of retrieval throughout);
     ``keep_documents``: keep the device's documents' KV caches across answers of one
     session (``DocumentCache``, in the session's ``Learned``; they stay live sequences
-    of the model until evicted or the session closes); ``seed``: the draws of sampled decoding (None: a
-    random one).
+    of the model until evicted or the session closes); ``seed``: the draws of sampled
+    decoding (None: a random one); with a cloud, ``aggregator``: the side that aggregates
+    (§5; "both": each side on its own copy, the fastest measured; "auto": the device
+    first, then the side the live scheduler prefers; "device" or "cloud": fixed, the
+    paper's baselines) and ``lookahead``: how far a side drafts ahead of the accepted text
+    (0: token-wise synchronous aggregation, DRDG/TW).
     """
 
     max_tokens: int = 256
@@ -44,6 +51,8 @@ class DragonConfig:
     rescore_every: int = 16
     keep_documents: bool = False
     seed: int | None = None
+    aggregator: Aggregator = "both"
+    lookahead: int = 8
 
     def __post_init__(self) -> None:
         check_budget(self.max_tokens)
@@ -60,5 +69,11 @@ class DragonConfig:
             raise ConfigError(f"transfer_top_p must be in (0, 1], got {self.transfer_top_p!r}")
         if not isinstance(self.rescore_every, int) or not 0 <= self.rescore_every <= 4096:
             raise ConfigError(f"rescore_every must be in 0..4096, got {self.rescore_every!r}")
+        if self.aggregator not in AGGREGATORS:
+            raise ConfigError(f"aggregator must be device, cloud, auto or both, got {self.aggregator!r}")
+        if not isinstance(self.lookahead, int) or not 0 <= self.lookahead <= MAX_LOOKAHEAD:
+            raise ConfigError(
+                f"lookahead must be a whole number in 0..{MAX_LOOKAHEAD}, got {self.lookahead!r}"
+            )
         if not isinstance(self.transfer_max_ids, int) or not 1 <= self.transfer_max_ids <= 4096:
             raise ConfigError(f"transfer_max_ids must be in 1..4096, got {self.transfer_max_ids!r}")

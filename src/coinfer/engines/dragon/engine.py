@@ -30,9 +30,8 @@ import threading
 from collections.abc import Callable, Generator, Iterator, Sequence
 from typing import Any
 
-from coinfer.decoding.detok import IncrementalDetokenizer
 from coinfer.decoding.learned import Learned, learned_or_new
-from coinfer.decoding.response import DecodeStats, Response, collect
+from coinfer.decoding.response import Responder, Response, collect
 from coinfer.decoding.sampling import PositionDraws
 from coinfer.engines.dragon.config import DragonConfig
 from coinfer.engines.dragon.doccache import DocumentCache
@@ -231,17 +230,17 @@ def _together(
         peer = Peer(
             side,
             DEVICE,
-            aggregates=link.aggregator != "cloud",
+            aggregates=config.aggregator != "cloud",
             stream=stream,
             sampling=config.sampling,
             seed=seed,
             max_tokens=max_tokens,
             stop_ids=model.eos_ids,
-            lookahead=link.lookahead,
-            schedule=LiveScheduler() if link.aggregator == "auto" else None,
-            both=link.aggregator == "both",
+            lookahead=config.lookahead,
+            schedule=LiveScheduler() if config.aggregator == "auto" else None,
+            both=config.aggregator == "both",
         )
-        report.update(mode="dragon", aggregator=link.aggregator)
+        report.update(mode="dragon", aggregator=config.aggregator)
         for step in _follow(peer, link.idle_s, report):
             text += step[0]
             yield step
@@ -354,8 +353,7 @@ def stream(
     bytes the device sent, ``decision`` (whose draft this token's aggregation accepted:
     ``{"device": bool, "cloud": bool}``, absent where the device decoded alone) and, after
     a failed link, ``fallback``."""
-    stats = DecodeStats()
-    detok = IncrementalDetokenizer(model.detokenize)
+    out = Responder(model.detokenize, prompt_tokens=0, eos_ids=model.eos_ids)
     report: dict[str, Any] = {}
     steps = generate_tokens(
         model,
@@ -370,13 +368,8 @@ def stream(
         learned=learned,
     )
     for tokens, finished in steps:
-        if stats.target_forwards == 0:
-            stats.prefilled()
-        else:
-            stats.verified(*_drafts_held(report))
-        stats.emitted(len(tokens))
-        text = "".join(detok.push(t) for t in tokens) + (detok.flush() if finished else "")
-        yield Response(text, tokens, stats.snapshot(), finished, extras=dict(report))
+        drafted, accepted = _drafts_held(report)
+        yield out.step(tokens, drafted=drafted, accepted=accepted, finish=finished, extras=dict(report))
 
 
 def generate(

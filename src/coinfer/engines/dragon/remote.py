@@ -15,10 +15,10 @@ import logging
 import threading
 import time
 from dataclasses import dataclass
-from typing import Any, Literal, Protocol
+from typing import Any, Protocol
 
 from coinfer.decoding.sampling import SamplingParams
-from coinfer.engines.dragon.config import DragonConfig, Retrieval
+from coinfer.engines.dragon.config import MAX_LOOKAHEAD, DragonConfig, Retrieval
 from coinfer.engines.dragon.doccache import DocumentCache
 from coinfer.engines.dragon.pipeline import Peer
 from coinfer.engines.dragon.scheduler import LiveScheduler
@@ -32,7 +32,6 @@ __all__ = ["CloudLink", "CloudService", "config_from_hello", "hello", "tokenizer
 log = logging.getLogger(__name__)
 
 VERSION = 2  # 2: drafts name their parent token; both sides may aggregate
-MAX_LOOKAHEAD = 64
 _PROBE = "def f(x):\n    return x * 2  # ünïcode 🙂 The quick brown fox."
 
 
@@ -47,19 +46,14 @@ class CloudLink:
     """Where the cloud is and how to talk to it: ``address`` host:port, ``token`` the
     shared secret, ``deadline_s`` the most one answer's stream may last, ``idle_s`` the
     most to wait for the cloud's next draft or decision before finishing on the device
-    alone, ``aggregator`` the side that aggregates ("both": each side on its own copy,
-    the fastest measured; "auto": the device first, then the side the live scheduler
-    prefers; "device" or "cloud": fixed), ``lookahead``
-    how far a side drafts ahead of the accepted text (0: token-wise synchronous
-    aggregation)."""
+    alone. How the two sides aggregate is the answer's (``DragonConfig``'s ``aggregator``
+    and ``lookahead``)."""
 
     address: str
     token: str
     tls: Tls | None = None
     deadline_s: float = 600.0
     idle_s: float = 10.0
-    aggregator: Literal["device", "cloud", "auto", "both"] = "both"
-    lookahead: int = 8
 
     def __post_init__(self) -> None:
         host, _, port = self.address.rpartition(":")
@@ -69,10 +63,8 @@ class CloudLink:
             )
         if not self.token:
             raise ConfigError("no token for the cloud link", hint="set COINFER_LINK_TOKEN on both sides")
-        if self.aggregator not in ("device", "cloud", "auto", "both"):
-            raise ConfigError(f"aggregator must be device, cloud, auto or both, got {self.aggregator!r}")
-        if not 0 <= self.lookahead <= MAX_LOOKAHEAD or self.idle_s <= 0 or self.deadline_s <= 0:
-            raise ConfigError(f"lookahead must be in 0..{MAX_LOOKAHEAD} and the timeouts positive")
+        if self.idle_s <= 0 or self.deadline_s <= 0:
+            raise ConfigError("the cloud link's timeouts must be positive")
 
 
 def hello(
@@ -100,16 +92,16 @@ def hello(
             "prompt_style": prompt_style,
             "vocab_size": model.vocab_size,
             "tokenizer_digest": tokenizer_digest(model),
-            "cloud_aggregates": link.aggregator == "cloud",
+            "cloud_aggregates": config.aggregator == "cloud",
             "transfer_top_p": config.transfer_top_p,
             "transfer_max_ids": config.transfer_max_ids,
             "retrieval": config.retrieval,
             "relevance_temperature": config.relevance_temperature,
             "chunk_chars": config.chunk_chars,
-            "lookahead": link.lookahead,
-            "scheduled": link.aggregator == "auto",
+            "lookahead": config.lookahead,
+            "scheduled": config.aggregator == "auto",
             "rescore_every": config.rescore_every,
-            "both_aggregate": link.aggregator == "both",
+            "both_aggregate": config.aggregator == "both",
         }
     )
 

@@ -16,7 +16,7 @@ from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 from coinfer.decoding.detok import IncrementalDetokenizer
-from coinfer.decoding.response import DecodeStats, Response, collect
+from coinfer.decoding.response import DecodeStats, Responder, Response, collect
 from coinfer.decoding.sampling import SamplingParams
 from coinfer.decoding.self_draft import widened_choices
 from coinfer.decoding.tree_sizer import TreeSizer
@@ -162,30 +162,26 @@ def _sequential_stream(
 ) -> Generator[Response, None, None]:
     max_tokens = _budget(cluster, prompt_ids, config)
     parts = _parts(cluster, len(prompt_ids), config)
-    stats = DecodeStats(prompt_tokens=len(prompt_ids))
-    detok = IncrementalDetokenizer(cluster.text.detokenize)
+    eos = cluster.text.eos_ids
+    out = Responder(cluster.text.detokenize, prompt_tokens=len(prompt_ids), eos_ids=eos)
     traffic = Traffic()
     cluster.begin(asdict(config.sampling), tree_width=config.tree_width if config.decode == "sd" else 0)
     sizer = _sizer(cluster, config)
     rounds = _rounds(cluster, prompt_ids, parts, max_tokens, config, traffic, sizer)
     produced = 0
-    eos = cluster.text.eos_ids
     try:
         for r in rounds:
-            tokens = [t for t in r.tokens if t not in eos]  # an end-of-turn token ends, never output
-            _count(stats, r, len(tokens))
             produced += len(r.tokens)
-            text = "".join(detok.push(t) for t in tokens)
             finish = "stop" if r.tokens[-1] in eos else ("length" if produced >= max_tokens else None)
             if finish is None:
-                yield Response(text, tokens, stats.snapshot())
+                yield out.step(r.tokens, drafted=r.drafted, accepted=r.accepted)
                 continue
             rounds.close()
             extras = {"parts": list(parts), "split": cluster.split, "decode": config.decode, **extra,
                       "devices": cluster.finish(traffic)}  # fmt: skip
             if sizer is not None:
                 extras["tree"] = sizer.summary()
-            yield Response(text + detok.flush(), tokens, stats.snapshot(), finish, extras=extras)
+            yield out.step(r.tokens, drafted=r.drafted, accepted=r.accepted, finish=finish, extras=extras)
             return
     except GeneratorExit:  # the caller stopped early: STOP goes out, the reports come back
         rounds.close()

@@ -26,13 +26,12 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from typing import Any
 
-from coinfer.decoding.detok import IncrementalDetokenizer
 from coinfer.decoding.draft_length import AdaptiveDraftLength, DraftSizer
 from coinfer.decoding.drafters import check_same_vocabulary
 from coinfer.decoding.learned import Learned, learned_or_new
 from coinfer.decoding.ngram import NgramDrafter
 from coinfer.decoding.prompting import as_prompt, check_prompt
-from coinfer.decoding.response import DecodeStats, Response, collect
+from coinfer.decoding.response import Responder, Response, collect
 from coinfer.decoding.sampling import PositionDraws, probs_from_logits, sample_at
 from coinfer.decoding.speculative import take_round, window_room
 from coinfer.decoding.verify import accept_tree
@@ -348,18 +347,14 @@ def stream(
     ``draft``: the memory-resident model, of the target's vocabulary.
     """
     ids = as_prompt(target, prompt)
-    stats = DecodeStats(prompt_tokens=len(ids))
-    detok = IncrementalDetokenizer(target.detokenize)
+    out = Responder(target.detokenize, prompt_tokens=len(ids), eos_ids=target.eos_ids)
     log = _Log(draft.name, disk_bytes_read())
     for r in generate_rounds(target, ids, draft=draft, config=config, learned=learned):
-        if stats.target_forwards:
-            stats.verified(r.drafted, r.accepted)
+        if out.stats.target_forwards:
             log.add(r)
-        else:
-            stats.prefilled()
-        stats.emitted(len(r.tokens))
-        text = "".join(detok.push(t) for t in r.tokens) + (detok.flush() if r.finished else "")
-        yield Response(text, list(r.tokens), stats.snapshot(), r.finished, extras=log.extras())
+        yield out.step(
+            r.tokens, drafted=r.drafted, accepted=r.accepted, finish=r.finished, extras=log.extras()
+        )
 
 
 class _Log:
