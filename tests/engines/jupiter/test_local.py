@@ -53,3 +53,30 @@ def test_a_pipeline_started_from_python_meets_the_engine_contract(tiny_dirs: dic
     assert n_tokens == whole.stats.n_tokens == len(whole.tokens)
     assert whole.tokens == alone  # lossless: plain decoding's greedy text
     assert ended == [True]  # closing the pipeline ended its worker
+
+
+def _joined(path: str, out) -> None:  # type: ignore[no-untyped-def]
+    import os
+    import subprocess
+
+    from coinfer.engines.jupiter import JupiterConfig, generate, join_pipeline
+    from coinfer.engines.jupiter.worker import worker_command
+    from coinfer.transport.ports import free_loopback_port
+
+    listen = f"127.0.0.1:{free_loopback_port()}"
+    env = {**os.environ, "COINFER_EDGE_TOKEN": "t0ken"}
+    worker = subprocess.Popen(
+        worker_command(1, 2, listen, [0], "elsewhere"), env=env
+    )  # another host's device
+    try:
+        with join_pipeline(path, listen=listen, devices=2, token="t0ken", n_ctx=256) as pipeline:
+            tokens = generate(pipeline.cluster, PROMPT, config=JupiterConfig(max_tokens=12)).tokens
+            world = pipeline.cluster.world
+    finally:
+        worker.wait(timeout=60)
+    out.put((tokens, worker.returncode, world))
+
+
+def test_a_pipeline_joins_devices_started_elsewhere(tiny_dirs: dict[str, Path]) -> None:
+    tokens, code, world = run_spawned(_joined, str(tiny_dirs["qwen2"]))
+    assert len(tokens) == 12 and world == 2 and code == 0  # the worker left cleanly when device 0 closed

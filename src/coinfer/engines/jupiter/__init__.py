@@ -8,7 +8,7 @@ device. ``start_local_pipeline`` starts a whole pipeline on this host from Pytho
 
 from coinfer.engines.jupiter.cluster import EdgeCluster, memory_split
 from coinfer.engines.jupiter.engine import JupiterConfig, generate, stream
-from coinfer.engines.jupiter.local import LocalPipeline, start_local_pipeline
+from coinfer.engines.jupiter.local import LocalPipeline, join_pipeline, start_local_pipeline
 from coinfer.engines.jupiter.planner import LayerPlan, SequencePlan, plan_layers, plan_sequence
 from coinfer.engines.jupiter.worker import run_worker
 
@@ -19,6 +19,7 @@ __all__ = [
     "LocalPipeline",
     "SequencePlan",
     "generate",
+    "join_pipeline",
     "memory_split",
     "plan_layers",
     "plan_sequence",

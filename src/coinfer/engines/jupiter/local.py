@@ -5,7 +5,8 @@ cores, meeting on a free loopback port with a fresh token.
     with start_local_pipeline("qwen2.5-coder-0.5b", devices=2) as pipeline:
         print(generate(pipeline.cluster, "Write quicksort.").text)
 
-``coinfer edge launch`` and ``coinfer serve --engine jupiter`` start theirs this way.
+``coinfer serve --engine jupiter`` starts its pipeline this way. ``join_pipeline`` is
+device 0 of a pipeline whose other devices run on other hosts (``coinfer edge worker``).
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from coinfer.transport.ports import free_loopback_port
 __all__ = [
     "LocalPipeline",
     "device_cores",
+    "join_pipeline",
     "placement",
     "spawn_local_workers",
     "start_local_pipeline",
@@ -118,3 +120,27 @@ def start_local_pipeline(
         stop_workers(workers)
         raise
     return LocalPipeline(cluster, workers)
+
+
+def join_pipeline(
+    model: str, *, listen: str, devices: int, token: str | None = None, cores_per_device: int = 1,
+    n_ctx: int = 4096, kv: str | None = None, device: str | None = None, dtype: str | None = None,
+) -> LocalPipeline:  # fmt: skip
+    """Device 0 of a pipeline whose other ``devices - 1`` devices run elsewhere: it waits at
+    ``listen`` (HOST:PORT) for them (``coinfer edge worker --master LISTEN`` on each, with
+    the same ``token``, by default ``$COINFER_EDGE_TOKEN``), plans and loads as
+    ``start_local_pipeline`` does; it starts no process, and ``close`` ends none."""
+    token = token or os.environ.get("COINFER_EDGE_TOKEN", "")
+    if not token:
+        raise ConfigError(
+            "the devices need a shared secret", hint="export COINFER_EDGE_TOKEN=<random> on each"
+        )
+    host, _, port = listen.rpartition(":")
+    if not host or not port.isdigit() or devices < 2:
+        raise ConfigError(f"listen at HOST:PORT for 2 or more devices, got {listen!r} and {devices}")
+    kv, device = placement(device, kv, dtype)
+    cluster = EdgeCluster(
+        model, world=devices, master=listen, threads=cores_per_device, n_ctx=n_ctx, token=token, kv=kv,
+        device=device, dtype=dtype,
+    )  # fmt: skip
+    return LocalPipeline(cluster)
