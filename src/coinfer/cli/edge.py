@@ -69,12 +69,6 @@ def _is_number(text: str) -> bool:
     return True
 
 
-def _cores(rank: int, per_device: int) -> list[int]:
-    from coinfer.engines.jupiter.local import device_cores
-
-    return device_cores(rank, per_device)
-
-
 def _pin(cores: list[int]) -> None:
     import torch
 
@@ -139,7 +133,9 @@ def _run_request(
             tree_width=args.tree_width,
             adaptive_tree=not args.whole_tree,
         )
-        _pin(_cores(0, args.cores_per_device))
+        from coinfer.engines.jupiter.local import device_cores
+
+        _pin(device_cores(0, args.cores_per_device))
         kv, device = stage_placement(args)
         cluster = EdgeCluster(
             args.model, world=args.devices, master=master, threads=args.cores_per_device, name="device0",

@@ -64,25 +64,25 @@ class PartsFromArgs:
     vocabulary refused), else a ``generate`` run's (a draft of another vocabulary drafts
     through the text of its one prompt); ``quiet``: no loading lines."""
 
-    ROLES = ("chat", "target", "draft", "drafts", "draft_model", "local", "remote", "model", "corpus",
-             "cloud", "channel", "cluster")  # fmt: skip
+    # the order they are built in: a draft reads its target; DRAGON's link connects while
+    # its model loads
+    ROLES = ("chat", "target", "draft", "drafts", "draft_model", "local", "remote", "corpus", "cloud",
+             "channel", "model", "cluster")  # fmt: skip
 
     def __init__(self, args: argparse.Namespace, *, serving: bool, quiet: bool = True) -> None:
         self.args, self.serving, self.quiet = args, serving, quiet
         self.parts: dict[str, Any] = {}
-        self.parts_wanted: set[str] = set()
         self._stack = ExitStack()
 
     def build(self, engine: Any, *, skip: tuple[str, ...] = ()) -> dict[str, Any]:
         """The parts ``engine`` needs and its optional ones (but ``skip``), as the flags say."""
         wanted = set(engine.parts) | (set(engine.optional_parts) - set(skip))
-        self.check(wanted)
-        self.parts_wanted = wanted
-        for role in [r for r in self.ROLES if r in wanted]:
-            self.parts[role] = getattr(self, f"_{role}")(engine)  # None: the flags say none
         unknown = wanted - set(self.ROLES)
         if unknown:
             raise ConfigError(f"{engine.name} needs {', '.join(sorted(unknown))}, which no flag gives")
+        self.check(wanted)
+        for role in [r for r in self.ROLES if r in wanted]:
+            self.parts[role] = getattr(self, f"_{role}")(engine)  # None: the flags say none
         return self.parts
 
     def check(self, roles: set[str]) -> None:
@@ -102,12 +102,9 @@ class PartsFromArgs:
         return value
 
     # ---- models ------------------------------------------------------------------------
-    def load(self, spec: str | None, role: str, batches: Any = (1,)) -> Any:
-        """A model loaded as the flags say: under ``--memory-budget`` (llama.cpp), a target
-        that draft heads read keeping its hidden states, batch shapes captured when serving."""
-        options: dict[str, Any] = {}
-        if role == "target" and "draft" in self.parts_wanted and self._heads():
-            options["hidden_states"] = True
+    def load(self, spec: str | None, role: str, batches: Any = (1,), **options: Any) -> Any:
+        """A model loaded as the flags say (``options`` to the backend): under
+        ``--memory-budget`` (llama.cpp), batch shapes captured when serving."""
         if getattr(self.args, "memory_budget", None) is not None and self.args.backend == "llama.cpp":
             from coinfer.models.load import budget_load_options
 
@@ -129,19 +126,26 @@ class PartsFromArgs:
     def _batches(self, engine: Any) -> Any:
         return range(1, (getattr(self.args, "max_batch", 1) or 1) + 1) if engine.batches else (1,)
 
-    def _chat(self, engine: Any) -> Any:
+    def _open_chat(self, keep: int) -> Any:
+        """``--model`` for chat, ``--max-batch`` conversations decoded together."""
         args = self.args
-        chat = open_chat_from_args(args, args.model, n_ctx=args.ctx, parallel=args.max_batch, keep=args.keep,
-                                   quiet=True)  # fmt: skip
-        self._opened(chat, lambda: (chat.close(), chat.model.close()))
+        chat = open_chat_from_args(
+            args, args.model, n_ctx=args.ctx, parallel=args.max_batch, keep=keep, quiet=True
+        )
+        return self._opened(chat, lambda: (chat.close(), chat.model.close()))
+
+    def _chat(self, engine: Any) -> Any:
+        chat = self._open_chat(self.args.keep)
         if self.serving:
-            captured(chat.model, range(1, args.max_batch + 1))
+            captured(chat.model, self._batches(engine))
         return chat
 
     def _target(self, engine: Any) -> Any:
         if "chat" in self.parts:
             return self.parts["chat"].model
-        return self.load(None, "target", self._batches(engine))
+        drafts_with_heads = "draft" in (*engine.parts, *engine.optional_parts) and self._heads()
+        options = {"hidden_states": True} if drafts_with_heads else {}  # the heads read them
+        return self.load(None, "target", self._batches(engine), **options)
 
     def _drafter(self, spec: str, batches: Any = (1,)) -> Any:
         from coinfer.decoding import TextDrafter, open_drafter
@@ -181,11 +185,7 @@ class PartsFromArgs:
 
     # ---- the local-remote protocols ----------------------------------------------------
     def _local(self, engine: Any) -> Any:
-        args = self.args
-        local = open_chat_from_args(
-            args, args.model, n_ctx=args.ctx, parallel=args.max_batch, keep=0, quiet=True
-        )
-        return self._opened(local, lambda: (local.close(), local.model.close()))
+        return self._open_chat(keep=0)
 
     def _remote(self, engine: Any) -> Any:
         """``--remote-base-url``'s model, or ``--remote`` served here on loopback."""
@@ -214,15 +214,16 @@ class PartsFromArgs:
         return corpus_from_args(self.args)
 
     def _cloud(self, engine: Any) -> Any:
-        from coinfer.cli.rag import cloud_link
+        from coinfer.cli.rag import cloud_of
 
-        link, channel = cloud_link(self.args)
-        if channel is not None:
-            self.parts["channel"] = self._opened(channel)
-        return link
+        return cloud_of(self.args)
 
     def _channel(self, engine: Any) -> Any:
-        return self.parts.get("channel")
+        """A channel to the cloud kept for every request, connecting at once."""
+        from coinfer.engines.dragon import open_channel
+
+        link = self.parts.get("cloud")
+        return None if link is None else self._opened(open_channel(link))
 
     # ---- Jupiter -----------------------------------------------------------------------
     def _cluster(self, engine: Any) -> Any:

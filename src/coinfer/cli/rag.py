@@ -34,6 +34,7 @@ __all__ = [
     "RAG_DEFAULTS",
     "add_parser",
     "cloud_link",
+    "cloud_of",
     "cmd_ask",
     "cmd_cloud",
     "corpus_from_args",
@@ -133,19 +134,23 @@ def cmd_cloud(args: argparse.Namespace) -> int:
     return 0
 
 
+def cloud_of(args: argparse.Namespace) -> Any:
+    """The cloud link of ``--cloud`` (None without a cloud)."""
+    if not args.cloud:
+        return None
+    from coinfer.engines.dragon import CloudLink
+
+    return CloudLink(address=args.cloud, token=_token(), tls=_tls(args), idle_s=args.cloud_timeout)
+
+
 def cloud_link(args: argparse.Namespace) -> tuple[Any, Any]:
     """The cloud link of ``--cloud`` and its channel, connecting at once (while the model
     loads); (None, None) without a cloud."""
-    if not args.cloud:
+    link = cloud_of(args)
+    if link is None:
         return None, None
-    from coinfer.engines.dragon import CloudLink, open_channel
+    from coinfer.engines.dragon import open_channel
 
-    link = CloudLink(
-        address=args.cloud,
-        token=_token(),
-        tls=_tls(args),
-        idle_s=args.cloud_timeout,
-    )
     return link, open_channel(link)
 
 

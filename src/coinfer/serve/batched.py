@@ -18,13 +18,13 @@ from coinfer.decoding.engine import BatchSession
 from coinfer.decoding.response import Response
 from coinfer.decoding.sampling import SamplingParams
 from coinfer.decoding.trace import TraceRecorder
-from coinfer.errors import CoinferError, ConfigError
+from coinfer.errors import CoinferError
 from coinfer.serve.schemas import ServeRequest
 from coinfer.serve.served import (
     Event,
     Served,
     Ticket,
-    prompt_ids,
+    engine_request,
     refuse_what_one_sample_engines_cannot,
     sampling_of,
 )
@@ -109,15 +109,11 @@ class BatchServed(Served):
     def _admit(self, ticket: Ticket) -> tuple[int, list[int], int] | None:
         r = ticket.request
         try:
-            prompt = prompt_ids(self.model, r)
-            room = self.model.n_ctx - len(prompt)
-            if room < 1:
-                raise ConfigError(
-                    f"the prompt has {len(prompt)} tokens; {self.name}'s window holds {self.model.n_ctx}"
-                )
+            prompt = list(engine_request(self.session, r).prompt)  # checked against the window
         except CoinferError as exc:
             self.failed(ticket, exc)
             return None
+        room = self.model.n_ctx - len(prompt)
         recorder = TraceRecorder(
             self.engine, model=self.name, draft=self.draft, detokenize=self.model.detokenize
         )

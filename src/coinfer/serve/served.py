@@ -360,7 +360,7 @@ def engine_request(session: Session, r: ServeRequest) -> Request:
     window = session.window
     if prompt and window is not None and len(prompt) >= window:
         raise ConfigError(
-            f"the prompt has {len(prompt)} tokens; the model's window holds {window}",
+            f"the prompt has {len(prompt)} tokens; {session.model.name}'s window holds {window}",
             hint="shorten the chat, or serve with a larger --ctx",
         )
     question = system = None

@@ -228,20 +228,18 @@ def _outline_stream(
     extras: dict[str, Any] = {"router": decision.as_dict(), "decode": config.decode, "parts": list(parts),
                               "split": cluster.split, "groups": plan.groups}  # fmt: skip
     points: list[str] = []
-    finish = "stop"
+    finish, eos = "stop", cluster.text.eos_ids
     try:
         for event in events:
+            tokens = [] if event.round is None else [t for t in event.round.tokens if t not in eos]
             if event.round is not None:
-                _count(
-                    stats, event.round, len([t for t in event.round.tokens if t not in cluster.text.eos_ids])
-                )
+                _count(stats, event.round, len(tokens))  # an end-of-turn token ends, never output
                 finish = "length" if event.round.finish == "length" else finish
             if event.points is not None:
                 points = event.points
                 extras.update({"outline": points, **event.extras})
                 extras["decoded"] = "sequential" if event.sequential else "outline"
             if event.sequential and event.round is not None:
-                tokens = [t for t in event.round.tokens if t not in cluster.text.eos_ids]
                 yield Response("".join(detok.push(t) for t in tokens), tokens, stats.snapshot())
             elif event.point is not None:
                 i = event.point

@@ -38,7 +38,7 @@ class _JupiterSession(Session):
 
     def stream(self, request: Request) -> Generator[Response, None, None]:
         config = self.configured(request)
-        if config.decode in _ASKING:
+        if self.answers:
             return stream(self.cluster, self.question_of(request), config=config, system=request.system)
         return stream(self.cluster, self.prompt_of(request), config=config)
 
