@@ -13,6 +13,7 @@ Third-party exceptions are translated where they enter (``raise X(...) from exc`
     │   └── SequenceError         a sequence handle used against its contract
     ├── ProtocolError         a local–remote protocol broke its contract
     ├── TransportError        a message between processes failed
+    │   └── DeviceLostError       a device of a pipeline died mid-run
     └── SandboxError          code from a remote model was refused or failed
 """
 
@@ -23,6 +24,7 @@ __all__ = [
     "CoinferError",
     "ConfigError",
     "ContextOverflowError",
+    "DeviceLostError",
     "IntegrityError",
     "MissingDependencyError",
     "ModelError",
@@ -89,6 +91,10 @@ class ProtocolError(CoinferError):
 
 class TransportError(CoinferError):
     """A framed message between processes failed."""
+
+
+class DeviceLostError(TransportError):
+    """A device of a pipeline died or left mid-run (the message names it)."""
 
 
 class BudgetError(CoinferError):

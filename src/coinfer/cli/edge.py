@@ -4,8 +4,10 @@
 device 0 itself, and generates: the same output, summary line and ``--json`` as
 ``coinfer generate``. ``edge worker`` runs one device for a launcher on another host.
 
-The request runs on a thread; the main thread watches the workers, so that Ctrl-C or a
-worker that dies stops every process at once, with one line naming the device.
+Both turn flags into the library's calls (``coinfer.engines.jupiter.local``): the devices
+are started and fenced there, and the request runs on the pipeline's watched thread, so
+that Ctrl-C or a worker that dies stops every process at once, with one line naming the
+device.
 """
 
 from __future__ import annotations
@@ -13,13 +15,9 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import queue
-import secrets
 import socket
-import subprocess
 import sys
-import threading
-from collections.abc import Callable
+from collections.abc import Iterator
 from typing import Any
 
 from coinfer.cli.common import (
@@ -36,8 +34,6 @@ __all__ = [
     "add_parser",
     "cmd_launch",
     "cmd_worker",
-    "rendezvous",
-    "spawn_workers",
     "stage_placement",
 ]
 
@@ -69,231 +65,102 @@ def _is_number(text: str) -> bool:
     return True
 
 
-def _pin(cores: list[int]) -> None:
-    import torch
+def _request(pipeline: Any, args: argparse.Namespace) -> Iterator[tuple[str, Any]]:
+    """The request (on the pipeline's watched thread): load the model over the devices,
+    stream, and say what comes: its prompt format, each response, the trace, the end."""
+    from coinfer.cli.common import prompt_ids
+    from coinfer.decoding.trace import TraceRecorder, recorded
+    from coinfer.engines.jupiter import JupiterConfig, stream
 
-    os.sched_setaffinity(0, cores)
-    torch.set_num_threads(len(cores))
-
-
-def _fences(budgets: list[float | None] | None) -> tuple[list[Any] | None, str | None]:
-    """A memory cgroup per device of its budget, so that the OS holds each device to it;
-    or, where none can be made (no root, no memory controller), why not."""
-    if budgets is None:
-        return None, None
-    from coinfer.errors import BudgetError
-    from coinfer.sandbox.cgroup import MemoryCgroup
-
-    groups: list[Any] = []
+    config = JupiterConfig(
+        max_tokens=args.max_tokens, sampling=sampling_from_args(args),
+        pipelined_prefill=not args.plain_prefill, min_part=args.min_part, parts=args.parts,
+        decode=args.decode, tree_width=args.tree_width, adaptive_tree=not args.whole_tree,
+    )  # fmt: skip
+    cluster = pipeline.connect(args.model, n_ctx=args.ctx, kv=args.kv, dtype=args.dtype, split=args.split)
     try:
-        for budget in budgets:
-            groups.append(MemoryCgroup(int(budget or 0), prefix="coinfer-edge"))
-    except BudgetError as exc:
-        for g in groups:
-            g.remove()
-        return None, str(exc).splitlines()[0]
-    return groups, None
+        if args.heads:
+            from coinfer.models.heads import DraftHeads
+
+            cluster.use_heads(DraftHeads.load(args.heads))
+        prompt, fmt = prompt_ids(cluster.text, args, quiet=args.json)
+        yield "begin", fmt
+        question = args.prompt if args.decode in ("outline", "auto") else prompt
+        recorder = None
+        if args.trace:
+            recorder = TraceRecorder("jupiter", model=args.model, draft=args.heads and "heads",
+                                     prompt=args.prompt, detokenize=cluster.text.detokenize)  # fmt: skip
+        for response in recorded(stream(cluster, question, config=config, system=args.system), recorder):
+            yield "response", response
+    finally:
+        cluster.close()
+    if recorder is not None:
+        yield "trace", recorder.finish()
+    yield "done", cluster.text.detokenize
 
 
-def spawn_workers(args: argparse.Namespace, master: str, token: str) -> list[subprocess.Popen[bytes]]:
-    from coinfer.engines.jupiter.local import spawn_local_workers
+def _devices(args: argparse.Namespace) -> Any:
+    """The pipeline's devices from the flags: local workers, or, with ``--listen``, those
+    started elsewhere; this process pinned to device 0's cores."""
+    from coinfer.engines.jupiter.local import await_devices, launch_devices
 
-    return spawn_local_workers(
-        args.devices, master, token, cores_per_device=args.cores_per_device, device=stage_placement(args)[1]
+    budgets = _budgets(args.memory, args.devices)  # checked before anything starts
+    device = stage_placement(args)[1]
+    if args.listen:
+        return await_devices(
+            args.listen, args.devices, cores_per_device=args.cores_per_device, budgets=budgets, device=device,
+            pin=True,
+        )  # fmt: skip
+    return launch_devices(
+        args.devices, cores_per_device=args.cores_per_device, budgets=budgets, device=device, pin=True
     )
 
 
-def _stop(procs: list[subprocess.Popen[bytes]]) -> None:
-    from coinfer.engines.jupiter.local import stop_workers
-
-    stop_workers(procs)
-
-
-def _run_request(
-    args: argparse.Namespace,
-    budgets: list[float | None] | None,
-    master: str,
-    token: str,
-    out: queue.Queue[Any],
-    fence: Callable[[], None] | None = None,
-) -> None:
-    """The request (on a thread): set up the cluster, stream, put each response on ``out``."""
-    from coinfer.cli.common import prompt_ids
-    from coinfer.decoding.trace import TraceRecorder, recorded
-    from coinfer.engines.jupiter import EdgeCluster, JupiterConfig, stream
-
-    try:
-        config = JupiterConfig(
-            max_tokens=args.max_tokens,
-            sampling=sampling_from_args(args),
-            pipelined_prefill=not args.plain_prefill,
-            min_part=args.min_part,
-            parts=args.parts,
-            decode=args.decode,
-            tree_width=args.tree_width,
-            adaptive_tree=not args.whole_tree,
-        )
-        from coinfer.engines.jupiter.local import device_cores
-
-        _pin(device_cores(0, args.cores_per_device))
-        kv, device = stage_placement(args)
-        cluster = EdgeCluster(
-            args.model, world=args.devices, master=master, threads=args.cores_per_device, name="device0",
-            budgets=budgets, split=args.split, n_ctx=args.ctx, token=token,
-            before_load=fence, kv=kv, device=device, dtype=args.dtype,
-        )  # fmt: skip
-        try:
-            if args.heads:
-                from coinfer.models.heads import DraftHeads
-
-                cluster.use_heads(DraftHeads.load(args.heads))
-            prompt, fmt = prompt_ids(cluster.text, args, quiet=args.json)
-            out.put(("begin", fmt))
-            question = args.prompt if args.decode in ("outline", "auto") else prompt
-            recorder = None
-            if args.trace:
-                recorder = TraceRecorder("jupiter", model=args.model, draft=args.heads and "heads",
-                                         prompt=args.prompt, detokenize=cluster.text.detokenize)  # fmt: skip
-            for response in recorded(stream(cluster, question, config=config, system=args.system), recorder):
-                out.put(("response", response))
-        finally:
-            cluster.close()
-        if recorder is not None:
-            out.put(("trace", recorder.finish()))
-        out.put(("done", cluster.text.detokenize))
-    except BaseException as exc:  # handed to the main thread, which reports it
-        out.put(("error", exc))
-
-
-def _dead_worker(procs: list[subprocess.Popen[bytes]], groups: list[Any] | None) -> str | None:
-    for rank, p in enumerate(procs, start=1):
-        code = p.poll()
-        if code is not None and code != 0:
-            how = f"was killed by signal {-code}" if code < 0 else f"exited with code {code}"
-            if groups and groups[rank].oom_kills():
-                budget = groups[rank].limit / 2**30
-                how = f"ran out of its {budget:.2f} GiB budget (the OS's OOM killer ended it)"
-            return f"device {rank} (pid {p.pid}) {how}"
-    return None
-
-
-def _follow(
-    out: queue.Queue[Any],
-    procs: list[subprocess.Popen[bytes]],
-    groups: list[Any] | None,
-    echo: bool,
-    trace_to: str | None = None,
-) -> tuple[list[Any], str, Any]:
-    """Responses as they come (the trace, if any, to ``trace_to``); a dead worker or an
-    error ends the run with one line."""
-    from coinfer.decoding.trace import save_trace
-
-    responses: list[Any] = []
-    fmt = "chat"
-    while True:
-        try:
-            kind, value = out.get(timeout=0.2)
-        except queue.Empty:
-            dead = _dead_worker(procs, groups)
-            if dead is not None:
-                raise ConfigError(
-                    dead, hint="its own error, if any, is printed above; no process is left running"
-                ) from None
-            continue
-        if kind == "begin":
-            fmt = value
-        elif kind == "response":
-            responses.append(value)
-            if echo:
-                sys.stdout.write(value.text)
-                sys.stdout.flush()
-        elif kind == "trace" and trace_to is not None:
-            save_trace(value, trace_to)
-        elif kind == "done":
-            return responses, fmt, value
-        else:
-            dead = _dead_worker(procs, groups)
-            if dead is not None:
-                raise ConfigError(dead, hint="no process is left running") from value
-            raise value
-
-
-def rendezvous(args: argparse.Namespace) -> tuple[str, str]:
-    """Rank 0's address and the group's token: a free loopback port and a fresh token for
-    local workers; with ``--listen HOST:PORT``, that address and ``$COINFER_EDGE_TOKEN``,
-    which the devices started elsewhere (``coinfer edge worker``) must hold too."""
-    token = os.environ.get("COINFER_EDGE_TOKEN", "")
-    if not args.listen:
-        from coinfer.transport.ports import free_loopback_port
-
-        return f"127.0.0.1:{free_loopback_port()}", token or secrets.token_hex(16)
-    host, _, port = args.listen.rpartition(":")
-    if not host or not port.isdigit():
-        raise ConfigError(f"--listen {args.listen!r} is not HOST:PORT", hint="e.g. --listen 0.0.0.0:29500")
-    if not token:
-        raise ConfigError(
-            "--listen needs a shared secret in $COINFER_EDGE_TOKEN",
-            hint="export COINFER_EDGE_TOKEN=<random> here and on every device",
-        )
-    if args.devices < 2:
-        raise ConfigError("--listen waits for other devices: give --devices 2 or more")
-    return args.listen, token
-
-
 def cmd_launch(args: argparse.Namespace) -> int:
-    if args.devices < 1 or args.cores_per_device < 1:
-        raise ConfigError("--devices and --cores-per-device must be >= 1")
     if args.decode == "sd" and not args.heads:
         raise ConfigError("--decode sd needs draft heads", hint="give --heads DIR (coinfer edge train-heads)")
     if args.decode in ("outline", "auto") and args.raw:
         raise ConfigError(f"--decode {args.decode} writes its own chat turns: it cannot take --raw")
-    budgets = _budgets(args.memory, args.devices)  # checked before anything starts
-    stage_placement(args)
     check_trace_path(args.trace)
-    master, token = rendezvous(args)
-    from coinfer.sandbox.cgroup import fence_each, remove_all
-
-    groups, why = _fences(budgets[:1] if args.listen and budgets else budgets)  # here: device 0 only
-    if why is not None:
-        err(f"coinfer: note: the memory budgets are planned for but not enforced ({why})")
+    pipeline = _devices(args)
+    if pipeline.unenforced is not None:
+        err(f"coinfer: note: the memory budgets are planned for but not enforced ({pipeline.unenforced})")
     if args.listen:
-        err(f"coinfer: waiting for {args.devices - 1} devices at {master} (coinfer edge worker)")
+        err(f"coinfer: waiting for {args.devices - 1} devices at {pipeline.master} (coinfer edge worker)")
     try:
-        procs = spawn_workers(args, master, token) if args.devices > 1 and not args.listen else []
-        fence = fence_each(groups, [os.getpid()] + [p.pid for p in procs]) if groups else None
-        out: queue.Queue[Any] = queue.Queue()
-        request = (args, budgets, master, token, out, fence)
-        thread = threading.Thread(target=_run_request, args=request, daemon=True)
-        thread.start()
-        try:
-            responses, fmt, detokenize = _follow(out, procs, groups, not args.json, args.trace)
-        except KeyboardInterrupt:
-            _stop(procs)
-            remove_all(groups or [], member=os.getpid())
-            err("coinfer: interrupted; every device stopped")
-            sys.stdout.flush()
-            os._exit(130)  # the request's thread may sit in a gloo call of a closed group
-        except CoinferError:
-            _stop(procs)
-            raise
-        thread.join(timeout=10)
-        _stop(procs)
-        memory = _memory_report(groups, why)
+        responses, fmt, detokenize = _follow(pipeline, args)
+        memory = pipeline.memory()
+    except KeyboardInterrupt:
+        pipeline.stop()
+        err("coinfer: interrupted; every device stopped")
+        sys.stdout.flush()
+        os._exit(130)  # the request's thread may sit in a gloo call of a closed group
     finally:
-        remove_all(groups or [], member=os.getpid())
+        pipeline.stop()
     _report(args, responses, fmt, detokenize, memory)
     return 0
 
 
-def _memory_report(groups: list[Any] | None, why: str | None) -> dict[str, Any] | None:
-    """Each device's budget and the most its cgroup held (the OS's count, page cache in)."""
-    if groups is None:
-        return None if why is None else {"enforced": False, "why": why}
-    return {
-        "enforced": True,
-        "budget_mb": [g.limit // 2**20 for g in groups],
-        "peak_mb": [g.peak() // 2**20 for g in groups],
-    }
+def _follow(pipeline: Any, args: argparse.Namespace) -> tuple[list[Any], str, Any]:
+    """Responses as they come (echoed, the trace saved); a device that dies or an error
+    ends the run with one line."""
+    from coinfer.decoding.trace import save_trace
+
+    responses: list[Any] = []
+    fmt, detokenize = "chat", None
+    for kind, value in pipeline.watched(lambda: _request(pipeline, args)):
+        if kind == "begin":
+            fmt = value
+        elif kind == "response":
+            responses.append(value)
+            if not args.json:
+                sys.stdout.write(value.text)
+                sys.stdout.flush()
+        elif kind == "trace" and args.trace is not None:
+            save_trace(value, args.trace)
+        elif kind == "done":
+            detokenize = value
+    return responses, fmt, detokenize
 
 
 def _report(
@@ -339,12 +206,13 @@ def _report(
 
 def cmd_worker(args: argparse.Namespace) -> int:
     from coinfer.engines.jupiter import run_worker
+    from coinfer.engines.jupiter.local import memory_fences
     from coinfer.sandbox.cgroup import remove_all
 
     cores = [int(c) for c in args.cores.split(",")] if args.cores else sorted(os.sched_getaffinity(0))
     os.sched_setaffinity(0, cores)
     budgets = _budgets(args.memory, 1)
-    groups, why = _fences(budgets)
+    groups, why = memory_fences(budgets)
     if why is not None:
         err(f"coinfer: note: the memory budget is planned for but not enforced ({why})")
     me = os.getpid()
@@ -364,7 +232,7 @@ def cmd_worker(args: argparse.Namespace) -> int:
         code = 1
     except KeyboardInterrupt:
         code = 130
-    remove_all(groups or [], member=me)
+    remove_all(groups, member=me)
     if code:
         os._exit(code)  # a gloo thread may still hold the broken group
     return 0

@@ -80,3 +80,48 @@ def _joined(path: str, out) -> None:  # type: ignore[no-untyped-def]
 def test_a_pipeline_joins_devices_started_elsewhere(tiny_dirs: dict[str, Path]) -> None:
     tokens, code, world = run_spawned(_joined, str(tiny_dirs["qwen2"]))
     assert len(tokens) == 12 and world == 2 and code == 0  # the worker left cleanly when device 0 closed
+
+
+def test_a_device_that_dies_mid_request_is_named_and_every_worker_stopped() -> None:
+    import subprocess
+    import sys
+    import threading
+
+    from coinfer.engines.jupiter.local import LocalPipeline
+    from coinfer.errors import DeviceLostError
+
+    sleepers = [subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"]) for _ in range(2)]
+    pipeline = LocalPipeline("127.0.0.1:1", "t", 3, workers=sleepers)
+    stuck = threading.Event()
+
+    def request():  # type: ignore[no-untyped-def]
+        yield "first"
+        stuck.wait()  # a collective call that never returns: its peer is gone
+        yield "never"
+
+    got = []
+    with pytest.raises(DeviceLostError, match=rf"device 2 \(pid {sleepers[1].pid}\) was killed by signal 9"):
+        for item in pipeline.watched(request, poll_s=0.05):
+            got.append(item)
+            sleepers[1].kill()
+    stuck.set()
+    assert got == ["first"]
+    assert all(p.poll() is not None for p in sleepers)  # the other worker was stopped too
+
+
+def test_an_error_in_the_request_reaches_the_caller_and_a_pipeline_without_a_model_says_so() -> None:
+    from coinfer.engines.jupiter.local import LocalPipeline
+    from coinfer.errors import ConfigError
+
+    pipeline = LocalPipeline("127.0.0.1:1", "t", 1)
+
+    def request():  # type: ignore[no-untyped-def]
+        yield 1
+        raise ValueError("bad prompt")
+
+    with pytest.raises(ValueError, match="bad prompt"):
+        list(pipeline.watched(request))
+    assert list(pipeline.watched(lambda: iter([1, 2]))) == [1, 2]
+    with pytest.raises(ConfigError, match="no model loaded"):
+        pipeline.cluster  # noqa: B018
+    assert pipeline.memory() is None  # no budgets given

@@ -376,8 +376,9 @@ class EdgeCluster:
         ]
 
     def close(self) -> None:
-        if getattr(self, "stage", None) is not None:
-            self.stage.release()
+        stage = self.__dict__.pop("stage", None)  # released once, however often close is called
+        if stage is not None:
+            stage.release()
         if self._joined:
             try:
                 for rank in range(1, self.world):
