@@ -19,3 +19,24 @@ def test_rounds_become_responses_with_honest_counts_and_no_end_token() -> None:
     assert (s.drafted, s.accepted, last.finish_reason) == (5, 2, "stop")
     assert s.phases["forward"] == 0.5 and "detok" in s.phases  # a verification's phases, the prefill's not
     assert first.stats.n_tokens == 1 and first.finish_reason is None  # each response, the stats so far
+
+
+def test_a_batch_engine_reports_what_its_own_rounds_counted() -> None:
+    from coinfer.decoding.response import DecodeStats
+
+    model = ScriptedModel(lambda prefix: 0)
+    stats = DecodeStats(prompt_tokens=3)
+    out = Responder(model.detokenize, stats=stats, eos_ids=model.eos_ids)
+    stats.prefilled()
+    stats.emitted(2)  # the batch's round counted this request's two tokens
+    first = out.report([104, 0xC3], request=7)
+    stats.verified(3, 1)
+    stats.emitted(1)
+    last = out.report([0xA9, EOS], finish="stop", request=7, extras={"run": 1})
+    assert first.text + last.text == model.detokenize([104, 0xC3, 0xA9])
+    assert [first.request, last.request, last.tokens, last.extras] == [7, 7, [0xA9], {"run": 1}]
+    assert (last.stats.n_tokens, last.stats.rounds, first.stats.n_tokens) == (
+        3,
+        1,
+        2,
+    )  # counted once, snapshots

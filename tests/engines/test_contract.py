@@ -104,6 +104,7 @@ def test_generate_is_the_joined_stream_and_its_text_its_tokens(registered: None,
     assert steps[-1].finish_reason is not None and all(r.finish_reason is None for r in steps[:-1])
     assert EOS not in tokens
     assert out.stats.n_tokens == len(tokens) == steps[-1].stats.n_tokens
+    assert out.stats.prompt_tokens > 0  # what the models read is counted
     if session.model is not None:
         assert out.text == session.model.detokenize(tokens) and tokens
     json.dumps(out.extras)  # JSON data, for --json, the server and the bench

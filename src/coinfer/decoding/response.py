@@ -47,6 +47,9 @@ class DecodeStats:
     # seconds per phase over the rounds after the prefill, where the engine splits them
     # (the speculative engine: draft, forward, logits, accept, policy, detok)
     phases: dict[str, float] = field(default_factory=dict)
+    # tokens each model read and wrote, by side, where an engine's answer comes from more
+    # than one model (MinionS: local and remote; DRAGON: device and cloud)
+    by_side: dict[str, dict[str, Any]] = field(default_factory=dict)
 
     def prefilled(self) -> None:
         """The target read the prompt."""
@@ -76,6 +79,7 @@ class DecodeStats:
     def snapshot(self) -> DecodeStats:
         out = copy.copy(self)
         out.phases = dict(self.phases)
+        out.by_side = {side: dict(counts) for side, counts in self.by_side.items()}
         return out
 
     @property
@@ -108,8 +112,8 @@ class DecodeStats:
     def acceptance_rate(self) -> float:
         return self.accepted / self.drafted if self.drafted else 0.0
 
-    def as_dict(self) -> dict[str, float | int]:
-        return {
+    def as_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {
             "prompt_tokens": self.prompt_tokens,
             "n_tokens": self.n_tokens,
             "ttft_s": round(self.ttft_s, 4),
@@ -123,6 +127,9 @@ class DecodeStats:
             "mean_accepted_length": round(self.mean_accepted_length, 3),
             "acceptance_rate": round(self.acceptance_rate, 3),
         }
+        if self.by_side:
+            out["by_side"] = {side: dict(counts) for side, counts in self.by_side.items()}
+        return out
 
 
 @dataclass
@@ -153,9 +160,14 @@ class Responder:
     (and the detokenizer's, as ``detok``) go into the stats."""
 
     def __init__(
-        self, detokenize: Callable[[Sequence[int]], str], *, prompt_tokens: int, eos_ids: Iterable[int] = ()
+        self,
+        detokenize: Callable[[Sequence[int]], str],
+        *,
+        prompt_tokens: int = 0,
+        eos_ids: Iterable[int] = (),
+        stats: DecodeStats | None = None,
     ) -> None:
-        self.stats = DecodeStats(prompt_tokens=prompt_tokens)
+        self.stats = stats if stats is not None else DecodeStats(prompt_tokens=prompt_tokens)
         self.detok = IncrementalDetokenizer(detokenize)
         self.eos = frozenset(eos_ids)
 
@@ -171,13 +183,9 @@ class Responder:
     ) -> Response:
         """The response for one round: its tokens (cut at an end-of-generation token) and
         ``finish`` (None until the last round)."""
-        out: list[int] = []
-        for t in tokens:
-            if t in self.eos:
-                break
-            out.append(int(t))
+        out = self._cut(tokens)
         t0 = time.perf_counter()
-        text = "".join(self.detok.push(t) for t in out) + (self.detok.flush() if finish else "")
+        text = self._text(out, finish)
         if self.stats.target_forwards:
             self.stats.verified(drafted, accepted)
             if phases is not None:
@@ -186,6 +194,28 @@ class Responder:
             self.stats.prefilled()
         self.stats.emitted(len(out))
         return Response(text, out, self.stats.snapshot(), finish, extras=extras if extras is not None else {})
+
+    def report(
+        self, tokens: Iterable[int], *, finish: str | None = None, request: int = 0,
+        extras: dict[str, Any] | None = None,
+    ) -> Response:  # fmt: skip
+        """The response for tokens whose rounds the engine counted into ``stats`` itself
+        (a batch engine's rounds count every request's at once): cut, detokenized, the
+        stats as they stand."""
+        out = self._cut(tokens)
+        extras = extras if extras is not None else {}
+        return Response(self._text(out, finish), out, self.stats.snapshot(), finish, request, extras)
+
+    def _cut(self, tokens: Iterable[int]) -> list[int]:
+        out: list[int] = []
+        for t in tokens:
+            if t in self.eos:
+                break
+            out.append(int(t))
+        return out
+
+    def _text(self, out: list[int], finish: str | None) -> str:
+        return "".join(self.detok.push(t) for t in out) + (self.detok.flush() if finish else "")
 
 
 def collect(responses: Iterable[Response], detokenize: Callable[[list[int]], str] | None) -> Response:

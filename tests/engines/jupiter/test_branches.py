@@ -58,18 +58,24 @@ def _requests(path: str, heads_dir: str, world: int, kv: str, out) -> None:  # t
         drafted = _branches(cluster, cluster.heads, 2)
         asked = generate(cluster, QUESTION, config=JupiterConfig(max_tokens=24, decode="outline"))
         direct = generate(cluster, QUESTION, config=JupiterConfig(max_tokens=24))
-        out.put((naive, plain, drafted, (asked.text, asked.extras["decoded"]), direct.text))
+        counted = asked.stats.n_tokens == len(asked.tokens) and asked.extras["decoded_tokens"] >= len(
+            asked.tokens
+        )
+        out.put((naive, plain, drafted, (asked.text, asked.extras["decoded"]), direct.text, counted))
 
 
 @pytest.mark.parametrize(("world", "kv"), [(1, "dynamic"), (2, "dynamic"), (3, "dynamic"), (2, "static")])
 def test_branches_decoded_together_write_what_each_writes_alone(
     model_and_heads: tuple[str, str], world: int, kv: str
 ) -> None:
-    naive, plain, drafted, (asked, decoded), direct = run_spawned(_requests, *model_and_heads, world, kv)
+    naive, plain, drafted, (asked, decoded), direct, counted = run_spawned(
+        _requests, *model_and_heads, world, kv
+    )
     assert plain == naive  # each branch sees the shared prompt and its own tokens only
     assert drafted == naive  # and the heads' trees inside each branch change nothing
     # a random model writes no outline: the question is answered as plain decoding answers it
     assert decoded == "sequential" and asked == direct
+    assert counted  # n_tokens counts what was output; the outline's tokens are in decoded_tokens
 
 
 def test_a_branch_message_is_read_back_and_a_malformed_one_is_refused() -> None:

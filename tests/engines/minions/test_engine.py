@@ -35,6 +35,27 @@ def test_stream_yields_every_step_then_the_answer_with_its_usage() -> None:
     assert extras["usage"]["by_round"]["remote"]["1"]["calls"] == 2
     assert [e["event"] for e in extras["trace"]] == [r.extras["event"]["event"] for r in steps]
     json.dumps(extras)  # JSON data, for --json, the server and the bench
+    sides = answer.stats.as_dict()["by_side"]
+    assert sides == {side: extras["usage"][side] for side in ("local", "remote")}
+    assert (
+        answer.stats.prompt_tokens == sides["local"]["prompt_tokens"] + sides["remote"]["prompt_tokens"] > 0
+    )
+    assert answer.tokens == [] and answer.stats.n_tokens == 0  # a chat's text: no tokens to count
+
+
+def test_an_answer_over_a_local_model_carries_its_tokens(smollm_llama) -> None:  # type: ignore[no-untyped-def]
+    from coinfer.chat import LocalChat
+
+    remote = ScriptedChat(lambda r: "The port is 8080.")
+    answer = m.generate(
+        QUESTION,
+        [("d", DOC)],
+        local=LocalChat(smollm_llama),
+        remote=remote,
+        config=m.DirectConfig(side="remote"),
+    )
+    assert answer.tokens and smollm_llama.detokenize(answer.tokens) == answer.text == "The port is 8080."
+    assert answer.stats.n_tokens == len(answer.tokens) and answer.stats.tokens_per_s > 0
 
 
 def test_generate_returns_the_answer_and_the_report_reads_only_it() -> None:

@@ -38,13 +38,12 @@ import time
 from collections import deque
 from collections.abc import Generator, Iterator, Sequence
 
-from coinfer.decoding.detok import IncrementalDetokenizer
 from coinfer.decoding.draft_length import AdaptiveDraftLength, DraftSizer
 from coinfer.decoding.drafters import Drafter
 from coinfer.decoding.engine import Arrivals
 from coinfer.decoding.learned import Learned, learned_or_new
 from coinfer.decoding.prompting import as_prompt, check_prompt
-from coinfer.decoding.response import Response
+from coinfer.decoding.response import Responder, Response
 from coinfer.decoding.speculative import target_costs
 from coinfer.engines.collective.config import CollectiveConfig
 from coinfer.engines.collective.gate import SourceGate, gate_memory
@@ -87,14 +86,14 @@ def stream(
     learned = learned_or_new(learned)
     learner = _learner(target, drafts, config, learned)
     session = Session(target, drafts, config, learner, record, started, learned=learned)
-    detoks: dict[int, IncrementalDetokenizer] = {}
+    responders: dict[int, Responder] = {}
     if config.pipeline and drafts:
         steps = run_pipelined(session, ids)
     else:
         steps = _run_sequential(session, ids, arrivals)
     for touched in steps:
         for r in touched:
-            response = _response(session, r, detoks)
+            response = _response(session, r, responders)
             if response is not None:
                 yield response
 
@@ -208,20 +207,20 @@ def _learner(
     )
 
 
-def _response(session: Session, r: Request, detoks: dict[int, IncrementalDetokenizer]) -> Response | None:
-    """The response for what ``r`` gained since its last one (None if nothing, unfinished)."""
+def _response(session: Session, r: Request, responders: dict[int, Responder]) -> Response | None:
+    """The response for what ``r`` gained since its last one (None if nothing, unfinished);
+    its rounds were counted into ``r.stats`` as the batch ran (``take``: an end token is
+    never among ``r.tokens``)."""
     new = r.tokens[r.reported :]
     r.reported = len(r.tokens)
     if not new and not r.done:
         return None
-    detok = detoks.setdefault(r.key, IncrementalDetokenizer(session.target.detokenize))
-    text = "".join(detok.push(t) for t in new)
-    extras = {}
-    if r.done:
-        text += detok.flush()
-        del detoks[r.key]
-        extras = session.record.as_extras(session.learner)
-    return Response(text, new, r.stats.snapshot(), r.finish_reason, r.key, extras)
+    out = responders.setdefault(r.key, Responder(session.target.detokenize, stats=r.stats))
+    if not r.done:
+        return out.report(new, request=r.key)
+    del responders[r.key]
+    extras = session.record.as_extras(session.learner)
+    return out.report(new, finish=r.finish_reason, request=r.key, extras=extras)
 
 
 def _run_sequential(

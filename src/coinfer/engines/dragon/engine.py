@@ -139,7 +139,7 @@ def _device_side(
     callable)."""
     docs = list(documents() if callable(documents) else documents)
     report["documents"] = [d.name for d in docs]
-    return RagSide(
+    side = RagSide(
         model,
         docs,
         document_prompt(model, question, prompt_style),
@@ -152,6 +152,8 @@ def _device_side(
         rescore_every=config.rescore_every,
         cache=cache,
     )
+    report["prompt_tokens"] = sum(len(p) for p in side.prefixes)  # every document's prompt, read
+    return side
 
 
 def _device_alone(side: RagSide, text: list[int], max_tokens: int) -> Iterator[Step]:
@@ -350,7 +352,8 @@ def stream(
 ) -> Generator[Response, None, None]:
     """One ``Response`` per decided token; ``extras`` holds the mode ("dragon" or
     "device-only"), the documents, the drafts each side had accepted and rejected, the
-    bytes the device sent, ``decision`` (whose draft this token's aggregation accepted:
+    bytes the device sent, ``prompt_tokens`` (every document's prompt the device read, as
+    in the stats), ``decision`` (whose draft this token's aggregation accepted:
     ``{"device": bool, "cloud": bool}``, absent where the device decoded alone) and, after
     a failed link, ``fallback``."""
     out = Responder(model.detokenize, prompt_tokens=0, eos_ids=model.eos_ids)
@@ -369,6 +372,7 @@ def stream(
     )
     for tokens, finished in steps:
         drafted, accepted = _drafts_held(report)
+        out.stats.prompt_tokens = report.get("prompt_tokens", 0)
         yield out.step(tokens, drafted=drafted, accepted=accepted, finish=finished, extras=dict(report))
 
 

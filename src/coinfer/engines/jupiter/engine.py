@@ -216,7 +216,9 @@ def _outline_stream(
     cluster: EdgeCluster, question: str, config: JupiterConfig, system: str | None, decision: Route
 ) -> Generator[Response, None, None]:
     """Outline decoding (§V-B): the points' texts in the outline's order; the sequential
-    answer's tokens as they come when the outline was not one."""
+    answer's tokens as they come when the outline was not one. ``n_tokens`` counts what
+    is output (a point's text, tokenized); ``extras["decoded_tokens"]`` what the devices
+    decoded to write it."""
     prompt = outline_prompt(cluster.text, question, system)
     max_tokens = _budget(cluster, prompt, config)
     parts = _parts(cluster, len(prompt), config)
@@ -228,12 +230,13 @@ def _outline_stream(
     extras: dict[str, Any] = {"router": decision.as_dict(), "decode": config.decode, "parts": list(parts),
                               "split": cluster.split, "groups": plan.groups}  # fmt: skip
     points: list[str] = []
-    finish, eos = "stop", cluster.text.eos_ids
+    finish, eos, decoded = "stop", cluster.text.eos_ids, 0
     try:
         for event in events:
             tokens = [] if event.round is None else [t for t in event.round.tokens if t not in eos]
-            if event.round is not None:
-                _count(stats, event.round, len(tokens))  # an end-of-turn token ends, never output
+            if event.round is not None:  # an end-of-turn token ends, never output
+                decoded += len(tokens)  # the outline's and the points' tokens count as output once written
+                _count(stats, event.round, len(tokens) if event.sequential else 0)
                 finish = "length" if event.round.finish == "length" else finish
             if event.points is not None:
                 points = event.points
@@ -244,7 +247,9 @@ def _outline_stream(
             elif event.point is not None:
                 i = event.point
                 chunk = ("\n" if i else "") + point_text(i + 1, points[i], event.text)
-                yield Response(chunk, cluster.text.tokenize(chunk), stats.snapshot(), extras={"point": i})
+                written = cluster.text.tokenize(chunk)
+                stats.emitted(len(written))
+                yield Response(chunk, written, stats.snapshot(), extras={"point": i})
     except GeneratorExit:  # the caller stopped early: STOP goes out, the reports come back
         events.close()
         driver.close()
@@ -254,6 +259,7 @@ def _outline_stream(
         raise _lost_device(exc) from exc
     driver.close()
     extras["devices"] = cluster.finish(traffic)
+    extras["decoded_tokens"] = decoded  # what the pipeline decoded, the outline included
     if driver.sizer is not None:
         extras["tree"] = driver.sizer.summary()
     yield Response(detok.flush(), [], stats.snapshot(), finish, extras=extras)

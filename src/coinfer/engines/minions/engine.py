@@ -59,9 +59,29 @@ def stream(
             run: steps.Run = stop.value
             break
         yield Response("", [], stats.snapshot(), extras={"event": entry})
+    answer = run.finished.answer
+    tokens = answer_tokens(answer, local)
+    counted(stats, run, len(tokens))
+    yield Response(answer, tokens, stats, "stop", extras=run_extras(run))
+
+
+def answer_tokens(answer: str, local: ChatModel | None) -> list[int]:
+    """The answer in the local model's tokens, where the local chat wraps a model that
+    tokenizes (a client counting tokens sees a count); none for a chat API's text."""
+    model: Any = getattr(local, "model", None)
+    return list(model.tokenize(answer)) if answer and hasattr(model, "tokenize") else []
+
+
+def counted(stats: DecodeStats, run: steps.Run, n_tokens: int) -> None:
+    """A finished run's counts: its rounds, the tokens every model read (both sides'
+    prompts), the answer's tokens, and each side's usage in ``by_side``."""
     stats.rounds = run.finished.rounds
-    stats.first_token_at = stats.last_token_at = time.perf_counter()
-    yield Response(run.finished.answer, [], stats, "stop", extras=run_extras(run))
+    sides = {side: run.usage(side) for side in ("local", "remote")}  # type: ignore[arg-type]
+    stats.prompt_tokens = sum(u.prompt_tokens for u in sides.values())
+    stats.by_side = {side: u.as_dict() for side, u in sides.items()}
+    stats.emitted(n_tokens)
+    stats.first_token_at = stats.first_token_at or time.perf_counter()
+    stats.last_token_at = stats.last_token_at or stats.first_token_at
 
 
 def generate(
