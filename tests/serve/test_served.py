@@ -34,6 +34,7 @@ def server(smollm_path: Path) -> Iterator[Server]:
         return load_model(spec, backend="llama.cpp", n_ctx=2048)
 
     chat = open_local_chat("smollm2-135m", n_ctx=1024, parallel=4, keep=1)
+    spec_chat = open_local_chat("smollm2-135m", n_ctx=1024, parallel=4, keep=1)
     models = [load("smollm2-135m") for _ in range(5)]  # each engine's target (2 speculative), LLMCad's draft
     target, cad_target, cad_draft, voted, fixed = models
     drafter = open_drafter(
@@ -46,6 +47,11 @@ def server(smollm_path: Path) -> Iterator[Server]:
         "spec-fixed": get("speculative").open(
             {"target": fixed, "draft": NgramDrafter()}, get("speculative").config(draft_tokens=8)
         ),
+        # the speculative engine batched: its drafts ride in the chat's continuous batch
+        "spec-batch": get("speculative").open(
+            {"target": spec_chat.model, "chat": spec_chat, "draft": NgramDrafter()},
+            get("speculative").config(draft_tokens=8),
+        ),
         "llmcad": get("llmcad").open({"target": cad_target, "draft_model": cad_draft}),
         "collective": get("collective").open({"target": voted, "drafts": [NgramDrafter(), drafter]}),
     }
@@ -53,6 +59,7 @@ def server(smollm_path: Path) -> Iterator[Server]:
     with Server(served) as s:
         yield s
     chat.model.close()
+    spec_chat.model.close()
     drafter.close()
     for m in models:
         m.close()
@@ -158,6 +165,29 @@ def test_the_speculative_engines_record_comes_back(server: Server) -> None:
     record = r.model_extra["coinfer"]
     assert record["engine"] == "speculative" and record["extras"]["draft"] == "ngram"
     assert record["stats"]["n_tokens"] == r.usage.completion_tokens and record["stats"]["rounds"] >= 1
+
+
+def test_the_speculative_engine_drafts_inside_one_batch_of_concurrent_requests(server: Server) -> None:
+    from coinfer.models import load_model
+
+    client = openai.OpenAI(base_url=server.url, api_key="unused")
+    asks = [*QUESTIONS, "Repeat: a b c d e f a b c d e f"]
+    with ThreadPoolExecutor(len(asks)) as pool:
+        together = list(pool.map(lambda q: _record(client, "spec-batch", q), asks))
+    reference = load_model("smollm2-135m", backend="llama.cpp", n_ctx=2048)
+    try:  # the target's greedy text, up to the near-ties a batch's rounding may flip
+        assert all(_same_up_to_a_near_tie(reference, q, t) for q, (t, _) in zip(asks, together, strict=True))
+    finally:
+        reference.close()
+    records = [r for _, r in together]
+    assert all(r["engine"] == "speculative" for r in records)
+    assert sum(r["stats"]["drafted"] for r in records) > 0  # the repeated text was drafted
+    assert all(0 <= r["stats"]["accepted"] <= r["stats"]["drafted"] for r in records)
+    sampled = {"temperature": 0.8, "seed": 3, "max_tokens": 16, "n": 2}  # samples batch alongside
+    r = client.chat.completions.create(
+        model="spec-batch", messages=[{"role": "user", "content": QUESTIONS[1]}], **sampled
+    )
+    assert len(r.choices) == 2 and all(c.message.content for c in r.choices)
 
 
 @pytest.mark.parametrize("model", ["plain", "spec-fixed"])

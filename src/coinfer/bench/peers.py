@@ -182,14 +182,17 @@ def post_json(url: str, body: dict[str, Any], timeout: float) -> dict[str, Any]:
 
 
 def launch_llama_server(
-    binary: Path, model_path: str, extra: list[str], n_threads: int | None, *, prefix: Sequence[str] = ()
-) -> tuple[subprocess.Popen[bytes], str]:
+    binary: Path, model_path: str, extra: list[str], n_threads: int | None, *, prefix: Sequence[str] = (),
+    slots: int = 1, ctx: int = 4096,
+) -> tuple[subprocess.Popen[bytes], str]:  # fmt: skip
     """A llama-server on loopback (run under ``prefix``, e.g. ``taskset``), once healthy:
-    the process and its base URL."""
+    the process and its base URL. ``slots``: requests it decodes at once (``-np``), each
+    with a window of ``ctx`` tokens (its ``-c`` is the slots' total)."""
     port = free_loopback_port()
     threads = str(n_threads or os.cpu_count() or 1)
-    cmd = [*prefix, str(binary), "-m", model_path, "--host", "127.0.0.1", "--port", str(port), "-c", "4096",
-           "-t", threads, "-tb", threads, "-np", "1", "-fa", "off", *extra]  # fmt: skip
+    cmd = [*prefix, str(binary), "-m", model_path, "--host", "127.0.0.1", "--port", str(port),
+           "-c", str(ctx * slots), "-t", threads, "-tb", threads, "-np", str(slots), "-fa", "off",
+           *extra]  # fmt: skip
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     base = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + 120

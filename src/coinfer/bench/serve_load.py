@@ -18,7 +18,7 @@ from typing import Any
 
 from coinfer.errors import ConfigError
 
-__all__ = ["LoadConfig", "LoadResult", "load_prompts", "run_load"]
+__all__ = ["LoadConfig", "LoadResult", "Stream", "load_prompts", "run_load", "stream_chat"]
 
 
 @dataclass(frozen=True)
@@ -39,14 +39,25 @@ class LoadConfig:
 
 
 @dataclass
-class _Stream:
+class Stream:
+    """One streamed request as its client saw it: seconds from sending it to its first and
+    last text, the server's count of its tokens, how it ended."""
+
     prompt: int
     text: str = ""
     finish: str | None = None
     error: str | None = None
     rate_limited: int = 0
     first_s: float | None = None
+    last_s: float | None = None
     tokens: int = 0  # the server's count (the stream's usage)
+
+    @property
+    def inter_token_s(self) -> float | None:
+        """The mean gap between its tokens after the first (None below two)."""
+        if self.first_s is None or self.last_s is None or self.tokens < 2:
+            return None
+        return (self.last_s - self.first_s) / (self.tokens - 1)
 
 
 @dataclass
@@ -88,24 +99,28 @@ def _rss_mb(pid: int) -> float:
     return 0.0
 
 
-async def _one(client: Any, model: str, prompt: str, max_tokens: int, index: int, deadline: float) -> _Stream:
-    """One streaming request; after a 429 it waits ``Retry-After`` and sends again."""
+async def stream_chat(
+    client: Any, model: str, messages: list[dict[str, str]], max_tokens: int, index: int, deadline: float
+) -> Stream:
+    """One greedy streaming request by ``client`` (an ``openai.AsyncOpenAI``), timed at the
+    client; after a 429 it waits ``Retry-After`` and sends again."""
     import openai
 
-    s = _Stream(index)
+    s = Stream(index)
     t0 = time.perf_counter()
     while True:
         try:
             chunks = await client.chat.completions.create(
-                model=model, messages=[{"role": "user", "content": prompt}], temperature=0,
-                max_tokens=max_tokens, stream=True, stream_options={"include_usage": True},
+                model=model, messages=messages, temperature=0, max_tokens=max_tokens, stream=True,
+                stream_options={"include_usage": True},
             )  # fmt: skip
             async for c in chunks:
                 if c.usage is not None:
                     s.tokens = c.usage.completion_tokens
                 if c.choices:
-                    if c.choices[0].delta.content and s.first_s is None:
-                        s.first_s = time.perf_counter() - t0
+                    if c.choices[0].delta.content:
+                        s.last_s = time.perf_counter() - t0
+                        s.first_s = s.last_s if s.first_s is None else s.first_s
                     s.text += c.choices[0].delta.content or ""
                     s.finish = c.choices[0].finish_reason or s.finish
             break
@@ -122,18 +137,19 @@ async def _one(client: Any, model: str, prompt: str, max_tokens: int, index: int
     return s
 
 
-async def _storm(url: str, config: LoadConfig, prompts: list[str]) -> list[_Stream]:
+async def _storm(url: str, config: LoadConfig, prompts: list[str]) -> list[Stream]:
     import openai
 
     deadline = time.monotonic() + config.deadline_s
     client = openai.AsyncOpenAI(base_url=url, api_key="load", max_retries=0, timeout=config.deadline_s)
     pending = list(range(config.requests))
-    out: list[_Stream] = []
+    out: list[Stream] = []
 
     async def worker() -> None:
         while pending and time.monotonic() < deadline:
             i = pending.pop(0)
-            out.append(await _one(client, config.model, prompts[i], config.max_tokens, i, deadline))
+            ask = [{"role": "user", "content": prompts[i]}]
+            out.append(await stream_chat(client, config.model, ask, config.max_tokens, i, deadline))
 
     try:
         await asyncio.gather(*[worker() for _ in range(config.clients)])

@@ -14,6 +14,13 @@ shares at least ``min_reuse`` leading tokens with one of them continues from it,
 chat that grows turn by turn over a long document (Minion's local side) reads the
 document once, not once per turn. Kept caches give way whenever cells are needed.
 
+Given a ``speculator`` (``decoding.batch_speculation``), the jobs that decode greedily
+draft: in a step that admits no prompt, every drafting job's proposal rides in the one
+forward, cut together so the forward pays for itself, and each keeps the prefix of its
+draft that the target's own choices agree with (lossless: the text is the target's greedy
+text). Jobs that sample, follow a grammar or did not ask to speculate share the forward
+with one token each.
+
 A request's ``json_schema`` is enforced where the model can constrain its tokens (on
 llama.cpp, its grammar sampler over the schema's GBNF): the sampled token is checked
 against the grammar, and only a refused one makes the whole vocabulary masked and the
@@ -23,6 +30,8 @@ reply and retry, as the MinionS protocol does.
 
 from __future__ import annotations
 
+import itertools
+import time
 from collections import deque
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
@@ -31,6 +40,7 @@ from typing import Any
 import numpy as np
 
 from coinfer.chat.base import ChatModel, ChatRequest, ChatResult, Usage
+from coinfer.decoding.batch_speculation import BatchSpeculator
 from coinfer.decoding.drafters import common_prefix
 from coinfer.decoding.sampling import SamplingParams, probs_from_logits, sample
 from coinfer.errors import ConfigError, ContextOverflowError
@@ -54,6 +64,11 @@ class _Job:
     logits: np.ndarray | None = None  # the next token's, once fed
     choice: int | None = None  # instead, where the step read greedy choices: the next token
     constraint: TokenConstraint | None = None  # the JSON schema's grammar, where enforced
+    key: int = 0  # unique among every job of its chat (a drafter's per-request state)
+    speculate: bool = False  # drafts when a step allows (greedy, no grammar, a speculator)
+    drafted: int = 0  # draft tokens verified for it
+    accepted: int = 0  # of them, kept
+    verified: int = 0  # forwards that verified a draft of it
 
     @property
     def fed(self) -> bool:
@@ -91,6 +106,8 @@ class LocalChat(ChatModel):
         self.keep, self.min_reuse = keep, min_reuse
         self._kept: list[Seq] = []  # finished conversations' caches, oldest first
         self._seed, self._calls = seed, 0
+        self._keys = itertools.count()
+        self.speculator: BatchSpeculator | None = None  # drafts for the jobs that speculate
 
     def close(self) -> None:
         """Free the kept caches (the model itself belongs to the caller)."""
@@ -115,10 +132,11 @@ class LocalChat(ChatModel):
 
     def new_jobs(
         self, index: int, prompt: list[int], *, n: int, max_tokens: int, params: SamplingParams,
-        json_schema: Mapping[str, Any] | None = None,
+        json_schema: Mapping[str, Any] | None = None, speculate: bool = True,
     ) -> list[_Job]:  # fmt: skip
         """The ``n`` samples of one request as jobs for ``step`` (sample s seeded with
-        ``params.seed + s`` when a seed is given)."""
+        ``params.seed + s`` when a seed is given); ``speculate``: whether they draft where
+        the chat has a speculator and they decode greedily."""
         budget = min(max_tokens, self.model.n_ctx - len(prompt))
         if budget < 1:
             raise ContextOverflowError(
@@ -131,7 +149,10 @@ class LocalChat(ChatModel):
             seed = params.seed + s if params.seed is not None else None
             rng = np.random.default_rng(seed if seed is not None else [self._seed, self._calls, index, s])
             constraint = self.model.json_constraint(json_schema) if json_schema else None
-            jobs.append(_Job(index, prompt, budget, replace(params, seed=seed), rng, constraint=constraint))
+            job = _Job(index, prompt, budget, replace(params, seed=seed), rng, constraint=constraint)
+            job.key = next(self._keys)
+            job.speculate = speculate and self.speculator is not None and job.greedy
+            jobs.append(job)
         return jobs
 
     def _run(self, jobs: list[_Job]) -> None:
@@ -149,6 +170,7 @@ class LocalChat(ChatModel):
         running job's next token, retire the finished (and cancelled) ones, and feed the
         model once. Returns the jobs still running."""
         feed = self._admit(waiting, running)
+        decoding_only = not feed  # a step that reads no prompt: its forward's cost is a curve point
         for job in running:
             if job.fed and job.finish is None:
                 token = self._next_token(job)
@@ -156,9 +178,56 @@ class LocalChat(ChatModel):
                     feed.append((job, [token]))
         running = [j for j in running if not self._retire(j)]
         feed = [(j, ids) for j, ids in feed if j.finish is None]
-        if feed:
-            self._feed(feed)
+        if not feed:
+            return running
+        if decoding_only and self.speculator is not None and all(j.greedy for j, _ in feed):
+            self._speculate(feed, self.speculator)
+            return running
+        t0 = time.perf_counter()
+        self._feed(feed)
+        if decoding_only and self.speculator is not None:
+            self.speculator.measured(len(feed), time.perf_counter() - t0)
         return running
+
+    def _speculate(self, feed: list[tuple[_Job, list[int]]], speculator: BatchSpeculator) -> None:
+        """One forward of every greedy job's next token, the drafting ones' drafts after
+        it; each drafting job keeps what the target agrees with (rolled back past it)."""
+        rows = [(j.key, j.prompt + j.tokens, self._room(j)) for j, _ in feed if j.speculate]
+        drafts, draft_s, proposed = speculator.drafts(rows, others=len(feed) - len(rows))
+        planned = iter(drafts)
+        items = [(_seq(j), ids + (next(planned) if j.speculate else [])) for j, ids in feed]
+        t0 = time.perf_counter()
+        choices = self.model.extend_many_choices(items)
+        tokens = sum(len(ids) for _, ids in items)
+        speculator.measured(tokens, time.perf_counter() - t0, draft_s=draft_s, proposed=proposed)
+        for (job, ids), (_, fed), row in zip(feed, items, choices, strict=True):
+            if not job.speculate:
+                job.choice = int(row[-1])
+                continue
+            draft = fed[len(ids) :]
+            kept = speculator.accepted(job.key, job.prompt + job.tokens, draft, row[len(ids) - 1 :].tolist())
+            self._keep_draft(job, draft, kept)
+
+    def _room(self, job: _Job) -> int:
+        """Draft tokens ``job`` may verify: within its budget and its window, its next
+        token fed first."""
+        return max(0, min(job.max_tokens - len(job.tokens) - 1, self.model.n_ctx - len(_seq(job)) - 2))
+
+    def _keep_draft(self, job: _Job, draft: list[int], kept: list[int]) -> None:
+        """Roll the cache back past the rejected draft, output the agreed draft tokens (an
+        end token or the budget ends the job), and make the target's own token next."""
+        agreed = len(kept) - 1
+        job.drafted, job.accepted, job.verified = (
+            job.drafted + len(draft),
+            job.accepted + agreed,
+            job.verified + 1,
+        )
+        if agreed < len(draft):
+            self.model.truncate(_seq(job), len(_seq(job)) - (len(draft) - agreed))
+        for token in kept[:-1]:
+            if not self._took(job, token):
+                return
+        job.choice = kept[-1]
 
     def _feed(self, feed: list[tuple[_Job, list[int]]]) -> None:
         """One forward over every job's new tokens. A greedy job gets only its choice back
@@ -232,16 +301,21 @@ class LocalChat(ChatModel):
             token, job.choice = job.choice, None
         else:
             token = self._sampled(job)
+        return token if self._took(job, token) else None
+
+    def _took(self, job: _Job, token: int) -> bool:
+        """Output ``token`` for ``job``; False (and ``finish`` set) when that ends it: an
+        end token (not output) or the budget."""
         if token in self.model.eos_ids:
             job.finish = "stop"
-            return None
+            return False
         if job.constraint is not None:
             job.constraint.accept(token)
         job.tokens.append(token)
         if len(job.tokens) >= job.max_tokens:
             job.finish = "length"
-            return None
-        return token
+            return False
+        return True
 
     def _sampled(self, job: _Job) -> int:
         """A token sampled from the job's logits, within its grammar where it has one."""
@@ -260,6 +334,8 @@ class LocalChat(ChatModel):
         (any job's, when ``force``: after a failure the cache may not match); whether it was done."""
         if job.constraint is not None and (job.finish is not None or force):
             job.constraint.close()
+        if job.speculate and self.speculator is not None and (job.finish is not None or force):
+            self.speculator.forget(job.key)
         if job.seq is None or (job.finish is None and not force):
             return job.finish is not None
         if force or not self.keep:

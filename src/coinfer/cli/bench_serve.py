@@ -1,5 +1,6 @@
-"""``coinfer bench serve``: the server under a storm of streaming clients (``bench.serve_load``)
-and its speed against llama.cpp's own server as a client sees it (``bench.serve_speed``)."""
+"""``coinfer bench serve``: the server under a storm of streaming clients (``bench.serve_load``),
+its speed against llama.cpp's own server as a client sees it (``bench.serve_speed``), and
+both under 1 to 32 concurrent clients (``bench.serve_concurrency``)."""
 
 from __future__ import annotations
 
@@ -17,7 +18,42 @@ def cmd_bench_serve(args: argparse.Namespace) -> int:
     passed = _load(args) if args.part in ("load", "all") else True
     if args.part in ("speed", "all"):
         _speed(args)
+    if args.part in ("concurrency", "all"):
+        _concurrency(args)
     return 0 if passed else 1
+
+
+def _concurrency(args: argparse.Namespace) -> None:
+    from coinfer.bench.report import write_json, write_markdown
+    from coinfer.bench.serve_concurrency import ConcurrencyConfig, markdown_table, plot, run_concurrency
+
+    config = ConcurrencyConfig(
+        model=args.concurrency_model, levels=_numbers(args.levels), max_tokens=args.concurrency_tokens,
+        slots=args.max_batch, per_category=1 if args.quick else 4,
+        systems=tuple(args.systems.split(",")) if args.systems else ConcurrencyConfig().systems,
+    )  # fmt: skip
+    report = run_concurrency(config, log=err)
+    out = Path(args.out)
+    write_json(out / "concurrency.json", report)
+    table = markdown_table(report)
+    write_markdown(out / "concurrency.md", table)
+    plotted = plot(report, out / "concurrency.png")
+    if args.json:
+        print(json.dumps(report["systems"]))
+        return
+    err(table)
+    err(f"wrote {out}/concurrency.json, concurrency.md" + (", concurrency.png" if plotted else ""))
+
+
+def _numbers(text: str) -> tuple[int, ...]:
+    try:
+        return tuple(int(t) for t in text.split(",") if t.strip())
+    except ValueError:
+        from coinfer.errors import ConfigError
+
+        raise ConfigError(
+            f"--levels {text!r} is not a list of client counts", hint="e.g. --levels 1,4,16,32"
+        ) from None
 
 
 def _speed(args: argparse.Namespace) -> None:
@@ -79,10 +115,27 @@ def add_serve_bench(bench: Any) -> None:
     p.add_argument("--max-tokens", type=int, default=48)
     p.add_argument("--max-batch", type=int, default=8, help="the server's batch (default: %(default)s)")
     p.add_argument(
-        "--part", default="all", choices=["load", "speed", "all"], help="what to run (default: all)"
+        "--part",
+        default="all",
+        choices=["load", "speed", "concurrency", "all"],
+        help="what to run (default: all)",
     )
+    p.add_argument("--concurrency-model", default="qwen2.5-coder-1.5b", help="the concurrency part's model")
+    p.add_argument(
+        "--concurrency-tokens", type=int, default=128, help="the concurrency part's tokens per answer"
+    )
+    p.add_argument("--levels", default="1,4,16,32", help="the concurrency part's client counts")
+    p.add_argument(
+        "--systems", default=None,
+        help="the concurrency part's servers, comma-separated (default: coinfer-plain, coinfer-speculative, "
+        "llama-server-plain, llama-server-ngram-mod)",
+    )  # fmt: skip
     p.add_argument("--speed-model", default="qwen2.5-coder-1.5b", help="the speed part's model")
     p.add_argument("--speed-tokens", type=int, default=192, help="the speed part's tokens per answer")
-    p.add_argument("--quick", action="store_true", help="8 clients and 8 requests; one prompt per category")
+    p.add_argument(
+        "--quick",
+        action="store_true",
+        help="load: 8 clients and 8 requests; speed, concurrency: one prompt per category",
+    )
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_bench_serve)

@@ -135,6 +135,8 @@ class PartsFromArgs:
         return self._opened(chat, lambda: (chat.close(), chat.model.close()))
 
     def _chat(self, engine: Any) -> Any:
+        if self._heads():
+            return None  # heads read the target's hidden states: it loads as the target
         chat = self._open_chat(self.args.keep)
         if self.serving:
             captured(chat.model, self._batches(engine))
@@ -171,7 +173,7 @@ class PartsFromArgs:
         return drafter
 
     def _draft(self, engine: Any) -> Any:
-        return self._drafter(str(self.args.draft))
+        return self._drafter(str(self.args.draft), self._batches(engine) if self.serving else (1,))
 
     def _drafts(self, engine: Any) -> Any:
         specs = draft_specs(self.args)

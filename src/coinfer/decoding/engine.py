@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from types import TracebackType
 from typing import Any, ClassVar, Protocol
 
+from coinfer.decoding.batch_speculation import BatchSpeculator
 from coinfer.decoding.learned import Learned
 from coinfer.decoding.response import Response, collect
 from coinfer.decoding.sampling import SamplingParams
@@ -75,6 +76,12 @@ class Session(ABC):
 
     def __init__(self, engine: Engine, parts: Mapping[str, Any], config: Any, learned: Learned) -> None:
         self.engine, self.parts, self.config, self.learned = engine, dict(parts), config, learned
+
+    def speculator(self) -> BatchSpeculator | None:
+        """What drafts inside a server's continuous batch of this session's target (the
+        batch of plain decoding's steps: ``chat.LocalChat``), one per session; None where
+        the engine does not speculate that way."""
+        return None
 
     @abstractmethod
     def stream(self, request: Request) -> Generator[Response, None, None]:

@@ -1,7 +1,8 @@
 """One served adapter for every engine (``coinfer serve --engine``): a ``Session`` opened
 from the registry becomes a ``Served``. A session that batches joins requests to its
-running batch (``BatchServed``); plain decoding given a ``LocalChat`` (the part ``chat``)
-batches through it, samples and schemas included (``PlainServed``); every other session
+running batch (``BatchServed``); plain decoding or the speculative engine given a
+``LocalChat`` (the part ``chat``) batches through it, samples and schemas included, the
+speculative one drafting inside the batch (``PlainServed``); every other session
 answers one request at a time (``SessionServed``)."""
 
 from __future__ import annotations

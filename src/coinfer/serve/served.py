@@ -103,6 +103,7 @@ class Served(ABC):
     """The queue, the worker thread and the bookkeeping every kind shares."""
 
     engine = "?"
+    draft: str | None = None  # what drafts for it, as a trace names it
 
     def __init__(self, name: str, *, max_queue: int = 64, concurrency: int = 1) -> None:
         if max_queue < 1:
@@ -235,7 +236,8 @@ class _Sample:
 
 
 class PlainServed(Served):
-    """A ``LocalChat``'s model, continuously batched."""
+    """A ``LocalChat``'s model, continuously batched; with the session's ``speculator``
+    (the speculative engine's), the greedy requests draft inside the batch."""
 
     engine = "plain"
 
@@ -251,6 +253,9 @@ class PlainServed(Served):
         super().__init__(name or chat.name, max_queue=max_queue, concurrency=chat.max_concurrent)
         self.chat, self.session, self.on_release = chat, session, on_release
         self.model = chat.model
+        if session is not None:
+            self.engine, self.draft = session.engine.name, session.draft_label
+            chat.speculator = session.speculator()
         self._active: dict[int, tuple[Ticket, list[Any], list[_Sample]]] = {}
 
     def release(self) -> None:
@@ -281,7 +286,7 @@ class PlainServed(Served):
                 StopScanner(r.stop),
                 IncrementalDetokenizer(self.model.detokenize),
                 DecodeStats(len(prompt)),
-                TraceRecorder(self.engine, model=self.name),  # every token the target's: no cutting
+                TraceRecorder(self.engine, model=self.name, draft=self.draft),
             )
             for _ in jobs
         ]
@@ -315,6 +320,7 @@ class PlainServed(Served):
                 sample.sent = len(job.tokens)
                 if new:
                     sample.stats.emitted(len(new))
+                sample.stats.drafted, sample.stats.accepted = job.drafted, job.accepted
                 text = "".join(sample.detok.push(t) for t in new)
                 if job.finish is not None:
                     text += sample.detok.flush()

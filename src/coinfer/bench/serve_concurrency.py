@@ -1,0 +1,257 @@
+"""Serving under load: one GGUF served by each system alone — ``coinfer serve`` with each
+engine that applies, and llama.cpp's ``llama-server`` (plain and its best n-gram mode,
+where it is built: ``coinfer bench speculative --build-peers``) — at 1, 4, 16 and 32
+concurrent streaming clients of the official ``openai`` client.
+
+Per system, the server starts alone; every prompt is first streamed alone, one after
+another (the 1-client level, and each prompt's reference text); then at each higher level
+``clients`` clients send ``max(clients, prompts)`` requests, the prompts in turn, each
+client its next request as soon as its last ends. Per level: aggregate completion
+tokens/s (all tokens over the time from the first request sent to the last token),
+time to first token and inter-token latency (a request's seconds per token after its
+first) at p50 and p95, errors, honest 429s, and how many greedy texts equal the same
+request served alone. Every fourth prompt is held out of any tuning; both halves are
+reported.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from coinfer.bench.serve_load import Stream, stream_chat
+from coinfer.errors import ConfigError
+
+__all__ = ["SYSTEMS", "ConcurrencyConfig", "level_row", "markdown_table", "run_concurrency"]
+
+# name -> (server, its flags); coinfer's flags follow ``coinfer serve``, llama-server's its own
+SYSTEMS: dict[str, tuple[str, list[str]]] = {
+    "coinfer-plain": ("coinfer", ["--engine", "plain"]),
+    "coinfer-speculative": ("coinfer", ["--engine", "speculative", "--draft", "auto"]),
+    "llama-server-plain": ("llama-server", []),
+    "llama-server-ngram-mod": ("llama-server", ["--spec-type", "ngram-mod"]),
+}
+
+
+@dataclass(frozen=True, kw_only=True)
+class ConcurrencyConfig:
+    """``slots``: requests each server decodes at once (coinfer's ``--max-batch``,
+    llama-server's ``-np``); ``per_category``: prompts of each of the suite's three kinds;
+    ``ctx``: each request's window."""
+
+    model: str = "qwen2.5-coder-1.5b"
+    levels: tuple[int, ...] = (1, 4, 16, 32)
+    max_tokens: int = 128
+    slots: int = 8
+    per_category: int = 4
+    ctx: int = 4096
+    systems: tuple[str, ...] = tuple(SYSTEMS)
+    deadline_s: float = 3600.0
+
+    def __post_init__(self) -> None:
+        if not self.levels or min(self.levels) < 1 or self.max_tokens < 2 or self.slots < 1:
+            raise ConfigError("levels >= 1 clients, max_tokens >= 2 and slots >= 1, please")
+        unknown = set(self.systems) - set(SYSTEMS)
+        if unknown:
+            raise ConfigError(f"unknown systems {sorted(unknown)}", hint=f"choose among {', '.join(SYSTEMS)}")
+
+
+def _pct(values: list[float], q: float) -> float | None:
+    """The ``q`` quantile (0-1) of ``values`` by linear interpolation; None when empty."""
+    if not values:
+        return None
+    ordered = sorted(values)
+    at = q * (len(ordered) - 1)
+    lo = int(at)
+    hi = min(lo + 1, len(ordered) - 1)
+    return round(ordered[lo] + (ordered[hi] - ordered[lo]) * (at - lo), 4)
+
+
+def _half(streams: list[Stream], reference: dict[int, str], held_out: bool) -> dict[str, Any]:
+    mine = [s for s in streams if (s.prompt % 4 == 3) == held_out and s.error is None]
+    return {
+        "requests": len(mine),
+        "ttft_p50_s": _pct([s.first_s for s in mine if s.first_s is not None], 0.5),
+        "itl_p50_s": _pct([x for s in mine if (x := s.inter_token_s) is not None], 0.5),
+        "identical": sum(s.text == reference.get(s.prompt) for s in mine),
+    }
+
+
+def level_row(
+    clients: int, streams: list[Stream], wall_s: float, reference: dict[int, str]
+) -> dict[str, Any]:
+    """One level's figures from its streams (see the module)."""
+    done = [s for s in streams if s.error is None]
+    tokens = sum(s.tokens for s in done)
+    firsts = [s.first_s for s in done if s.first_s is not None]
+    gaps = [x for s in done if (x := s.inter_token_s) is not None]
+    return {
+        "clients": clients,
+        "requests": len(streams),
+        "tokens": tokens,
+        "wall_s": round(wall_s, 2),
+        "tok_s": round(tokens / wall_s, 3) if wall_s > 0 else 0.0,
+        "ttft_p50_s": _pct(firsts, 0.5),
+        "ttft_p95_s": _pct(firsts, 0.95),
+        "itl_p50_s": _pct(gaps, 0.5),
+        "itl_p95_s": _pct(gaps, 0.95),
+        "errors": [f"prompt {s.prompt}: {s.error}" for s in streams if s.error is not None],
+        "rate_limited": sum(s.rate_limited for s in streams),
+        "identical": sum(s.text == reference.get(s.prompt) for s in done),
+        "tuned": _half(streams, reference, held_out=False),
+        "held_out": _half(streams, reference, held_out=True),
+    }
+
+
+async def _clients(
+    url: str,
+    model: str,
+    prompts: list[list[dict[str, str]]],
+    clients: int,
+    requests: int,
+    config: ConcurrencyConfig,
+) -> tuple[list[Stream], float]:
+    """``requests`` requests (prompt ``i % len(prompts)``) from ``clients`` clients at once."""
+    import openai
+
+    deadline = time.monotonic() + config.deadline_s
+    client = openai.AsyncOpenAI(base_url=url, api_key="bench", max_retries=0, timeout=config.deadline_s)
+    queue = list(range(requests))
+    out: list[Stream] = []
+
+    async def one_client() -> None:
+        while queue and time.monotonic() < deadline:
+            i = queue.pop(0) % len(prompts)
+            out.append(await stream_chat(client, model, prompts[i], config.max_tokens, i, deadline))
+
+    t0 = time.perf_counter()
+    try:
+        await asyncio.gather(*[one_client() for _ in range(clients)])
+    finally:
+        await client.close()
+    return out, time.perf_counter() - t0
+
+
+def _start(name: str, config: ConcurrencyConfig) -> tuple[str, Callable[[], None]] | None:
+    """``name``'s server, alone: its OpenAI base URL and how to stop it (None: not built)."""
+    from coinfer import catalog
+    from coinfer.bench.peers import launch_llama_server, llama_server_binary
+    from coinfer.serve.process import ServerProcess
+
+    kind, flags = SYSTEMS[name]
+    if kind == "coinfer":
+        server = ServerProcess(config.model, ctx=config.ctx, max_batch=config.slots, extra_args=flags).start()
+        return server.url, server.stop
+    binary = llama_server_binary()
+    if binary is None:
+        return None
+    path = str(catalog.prepare(config.model))
+    proc, base = launch_llama_server(binary, path, flags, None, slots=config.slots, ctx=config.ctx)
+
+    def stop() -> None:
+        proc.terminate()
+        proc.wait()
+
+    return base + "/v1", stop
+
+
+def _system(
+    name: str, config: ConcurrencyConfig, prompts: list[list[dict[str, str]]], log: Callable[[str], None]
+) -> list[dict[str, Any]] | None:
+    started = _start(name, config)
+    if started is None:
+        log(f"{name}: not built here (coinfer bench speculative --build-peers builds it); left out")
+        return None
+    url, stop = started
+    rows: list[dict[str, Any]] = []
+    try:
+        alone, wall = asyncio.run(_clients(url, config.model, prompts, 1, len(prompts), config))
+        reference = {s.prompt: s.text for s in alone if s.error is None}
+        for clients in config.levels:
+            if clients == 1:
+                streams = alone
+            else:
+                requests = max(clients, len(prompts))
+                streams, wall = asyncio.run(_clients(url, config.model, prompts, clients, requests, config))
+            rows.append(level_row(clients, streams, wall, reference))
+            r = rows[-1]
+            log(
+                f"{name:24} {clients:3} clients: {r['tok_s']:7.2f} tok/s, TTFT p50 {r['ttft_p50_s']} s, "
+                f"{len(r['errors'])} errors, {r['identical']}/{r['requests']} identical"
+            )
+    finally:
+        stop()
+    return rows
+
+
+def run_concurrency(config: ConcurrencyConfig, *, log: Callable[[str], None]) -> dict[str, Any]:
+    """Every system in turn, alone, at every level; the rows by system and the config."""
+    from coinfer.bench.report import environment
+    from coinfer.bench.workloads import build_suite
+
+    suite = build_suite(config.per_category)
+    prompts = [list(p["messages"]) for p in suite]
+    systems: dict[str, list[dict[str, Any]]] = {}
+    for name in config.systems:
+        rows = _system(name, config, prompts, log)
+        if rows is not None:
+            systems[name] = rows
+    return {
+        "config": asdict(config),
+        "environment": environment(),
+        "prompts": [{"id": p["id"], "held_out": i % 4 == 3} for i, p in enumerate(suite)],
+        "systems": systems,
+    }
+
+
+def _cell(value: float | None, unit: str = "") -> str:
+    return "-" if value is None else f"{value:.2f}{unit}"
+
+
+def markdown_table(report: dict[str, Any]) -> str:
+    """One row per system and level: throughput, TTFT and ITL (p50 / p95), errors, texts
+    identical to the request alone, and the held-out half's TTFT p50 and identical texts."""
+    lines = [
+        "| system | clients | tok/s | TTFT p50 / p95 | ITL p50 / p95 (ms) | errors | 429s | identical "
+        "| held out: TTFT p50, identical |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for name, rows in report["systems"].items():
+        for r in rows:
+            itl = [None if x is None else x * 1000 for x in (r["itl_p50_s"], r["itl_p95_s"])]
+            held = r["held_out"]
+            lines.append(
+                f"| {name} | {r['clients']} | {r['tok_s']:.2f} | {_cell(r['ttft_p50_s'], ' s')} / "
+                f"{_cell(r['ttft_p95_s'], ' s')} | {_cell(itl[0])} / {_cell(itl[1])} | {len(r['errors'])} | "
+                f"{r['rate_limited']} | {r['identical']}/{r['requests']} | "
+                f"{_cell(held['ttft_p50_s'], ' s')}, {held['identical']}/{held['requests']} |"
+            )
+    return "\n".join(lines) + "\n"
+
+
+def plot(report: dict[str, Any], path: Any) -> bool:
+    """Throughput and median TTFT against clients, a line per system (False: no matplotlib)."""
+    from coinfer.bench.report import pyplot
+
+    plt = pyplot()
+    if plt is None:
+        return False
+    fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4))
+    for name, rows in report["systems"].items():
+        clients = [r["clients"] for r in rows]
+        left.plot(clients, [r["tok_s"] for r in rows], marker="o", label=name)
+        right.plot(clients, [r["ttft_p50_s"] or 0 for r in rows], marker="o", label=name)
+    for ax, title in ((left, "aggregate completion tokens/s"), (right, "median time to first token (s)")):
+        ax.set_xscale("log", base=2)
+        ax.set_xlabel("concurrent streaming clients")
+        ax.set_title(title)
+        ax.grid(alpha=0.3)
+    left.legend(fontsize=8)
+    fig.suptitle(f"{report['config']['model']}, {report['config']['max_tokens']} tokens per answer, greedy")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return True

@@ -1,0 +1,92 @@
+"""Speculative decoding inside a continuous batch (``decoding.batch_speculation`` through
+``chat.LocalChat``): every greedy request drafts, one forward verifies the whole batch, and
+each request's text is the target's greedy text."""
+
+from __future__ import annotations
+
+from collections import deque
+
+from coinfer.chat import LocalChat
+from coinfer.decoding.batch_speculation import BatchSpeculator, accepted_length
+from coinfer.decoding.draft_length import CostCurve, DraftSizer, FixedDraftLength
+from coinfer.decoding.ngram import NgramDrafter
+from coinfer.decoding.sampling import SamplingParams
+from coinfer.testing import EOS, ScriptedModel
+
+PATTERN = [40, 41, 42, 43, 44, 45]
+
+
+def _cyclic(prefix: list[int]) -> int:
+    """A target that repeats ``PATTERN`` after its last token, and ends after 70 tokens."""
+    if len(prefix) >= 70:
+        return EOS
+    last = prefix[-1] if prefix else PATTERN[-1]
+    return PATTERN[(PATTERN.index(last) + 1) % len(PATTERN)] if last in PATTERN else PATTERN[0]
+
+
+PROMPTS = [[7, 8, *PATTERN, *PATTERN], [9, *PATTERN[:3]], [5, 6, 7, 44], [3, *PATTERN * 2, 41]]
+
+
+def _serve(
+    chat: LocalChat, *, max_tokens: int = 40, speculate: bool = True, temperature: float = 0.0
+) -> list:
+    params = SamplingParams(temperature=temperature, seed=1 if temperature else None)
+    jobs = [
+        j
+        for i, p in enumerate(PROMPTS)
+        for j in chat.new_jobs(i, list(p), n=1, max_tokens=max_tokens, params=params, speculate=speculate)
+    ]
+    waiting, running = deque(jobs), []
+    while waiting or running:
+        running = chat.step(waiting, running)
+    return jobs
+
+
+def test_the_agreed_prefix_of_a_draft_is_kept() -> None:
+    assert accepted_length([1, 2, 3], [1, 2, 9, 4]) == 2
+    assert accepted_length([1, 2], [1, 2, 3]) == 2 and accepted_length([5], [1, 5]) == 0
+    assert accepted_length([], [7]) == 0
+
+
+def test_a_batch_that_drafts_writes_the_targets_greedy_text_in_fewer_forwards() -> None:
+    model = ScriptedModel(_cyclic, n_ctx=256)
+    plain = _serve(LocalChat(model, max_concurrent=4, keep=0))
+    plain_forwards = len(model.forwards)
+    chat = LocalChat(model, max_concurrent=4, keep=0)
+    chat.speculator = BatchSpeculator(NgramDrafter(), DraftSizer(FixedDraftLength(4)))
+    drafted = _serve(chat)
+    assert [j.tokens for j in drafted] == [j.tokens for j in plain]  # lossless, every request
+    assert [j.finish for j in drafted] == [j.finish for j in plain] == ["length"] * 4
+    assert all(j.accepted > 0 and j.accepted <= j.drafted for j in drafted)
+    assert len(model.forwards) - plain_forwards < plain_forwards  # several tokens a forward
+    assert model.live_sequences == 0  # every sequence released
+
+
+def test_an_end_token_inside_an_agreed_draft_ends_the_request_there() -> None:
+    model = ScriptedModel(_cyclic, n_ctx=256)
+    plain = _serve(LocalChat(model, max_concurrent=2, keep=0), max_tokens=80)
+    chat = LocalChat(model, max_concurrent=2, keep=0)
+    chat.speculator = BatchSpeculator(NgramDrafter(), DraftSizer(FixedDraftLength(8)))
+    drafted = _serve(chat, max_tokens=80)
+    assert [j.tokens for j in drafted] == [j.tokens for j in plain]
+    assert all(j.finish == "stop" and EOS not in j.tokens for j in drafted)
+    assert model.live_sequences == 0
+
+
+def test_requests_that_sample_or_do_not_speculate_share_the_batch_without_drafts() -> None:
+    model = ScriptedModel(_cyclic, n_ctx=256)
+    chat = LocalChat(model, max_concurrent=4, keep=0)
+    chat.speculator = BatchSpeculator(NgramDrafter(), DraftSizer(FixedDraftLength(4)))
+    assert all(j.drafted == 0 for j in _serve(chat, speculate=False))
+    assert all(j.drafted == 0 for j in _serve(chat, temperature=0.7))
+    assert model.live_sequences == 0
+
+
+def test_an_adaptive_speculator_measures_plain_forwards_before_it_drafts() -> None:
+    model = ScriptedModel(_cyclic, n_ctx=256)
+    costs = CostCurve()
+    chat = LocalChat(model, max_concurrent=4, keep=0)
+    chat.speculator = BatchSpeculator.over(NgramDrafter(), costs)
+    jobs = _serve(chat)
+    assert 4 in costs  # a plain forward of the four requests, measured
+    assert all(len(j.tokens) == 40 for j in jobs)
