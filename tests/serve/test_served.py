@@ -183,6 +183,20 @@ def test_the_speculative_engine_drafts_inside_one_batch_of_concurrent_requests(s
     assert all(r["engine"] == "speculative" for r in records)
     assert sum(r["stats"]["drafted"] for r in records) > 0  # the repeated text was drafted
     assert all(0 <= r["stats"]["accepted"] <= r["stats"]["drafted"] for r in records)
+    mixed = [
+        ("spec-batch@plain", asks[-1]),
+        ("spec-batch@speculative", asks[-1]),
+        ("spec-batch@plain", asks[0]),
+    ]
+    with ThreadPoolExecutor(len(mixed)) as pool:  # one target, one batch, two engines
+        chosen = list(pool.map(lambda m: _record(client, *m), mixed))
+    assert [r["engine"] for _, r in chosen] == ["plain", "speculative", "plain"]
+    assert chosen[0][1]["stats"]["drafted"] == 0 == chosen[2][1]["stats"]["drafted"]
+    assert chosen[1][1]["stats"]["drafted"] > 0
+    ids = {m.id for m in client.models.list()}
+    assert {"spec-batch", "spec-batch@plain", "spec-batch@speculative"} <= ids and "plain@plain" not in ids
+    with pytest.raises(openai.NotFoundError):
+        _ask(client, "spec-batch@llmcad", asks[0])
     sampled = {"temperature": 0.8, "seed": 3, "max_tokens": 16, "n": 2}  # samples batch alongside
     r = client.chat.completions.create(
         model="spec-batch", messages=[{"role": "user", "content": QUESTIONS[1]}], **sampled

@@ -110,11 +110,15 @@ class _Api:
             self.traces.popitem(last=False)
 
     def pick(self, name: str | None) -> Served:
+        """The served model ``name`` names: ``MODEL``, or ``MODEL@ENGINE`` for one of the
+        engines it runs on one loaded target (``Served.engines``)."""
         if name is None or name == "":
             return next(iter(self.served.values()))
-        if name not in self.served:
+        base, _, engine = name.partition("@")
+        served = self.served.get(base)
+        if served is None or (engine and engine not in served.engines()):
             raise _UnknownModel(name)
-        return self.served[name]
+        return served
 
     # ---- routes ------------------------------------------------------------------------
     async def health(self, request: Request) -> Response:
@@ -127,6 +131,12 @@ class _Api:
         data = [
             {"id": n, "object": "model", "created": 0, "owned_by": "coinfer", "engine": s.engine}
             for n, s in self.served.items()
+        ]
+        data += [  # a model that runs several engines on one target: each by its alias
+            {"id": f"{n}@{e}", "object": "model", "created": 0, "owned_by": "coinfer", "engine": e}
+            for n, s in self.served.items()
+            for e in s.engines()
+            if len(s.engines()) > 1
         ]
         return JSONResponse({"object": "list", "data": data})
 
@@ -248,7 +258,7 @@ class _Answer:
             for i, e in sorted(self.ends.items())
         ]
         first = per[0] if per else {"stats": None, "extras": {}}
-        out = {"engine": self.served.engine, "stats": first["stats"], "extras": first["extras"]}
+        out = {"engine": self.served.engine_of(self.req), "stats": first["stats"], "extras": first["extras"]}
         if any(e.trace is not None for e in self.ends.values()):
             out["trace"] = f"/traces/{self.id}"
         return out | ({"choices": per} if len(per) > 1 else {})

@@ -105,6 +105,15 @@ class Served(ABC):
     engine = "?"
     draft: str | None = None  # what drafts for it, as a trace names it
 
+    def engines(self) -> tuple[str, ...]:
+        """The engines a request may choose here (``MODEL@ENGINE``), its own first."""
+        return (self.engine,)
+
+    def engine_of(self, request: ServeRequest) -> str:
+        """The engine ``request`` runs on: the one its model name picks, else this one's."""
+        chosen = (request.model or "").partition("@")[2]
+        return chosen if chosen in self.engines() else self.engine
+
     def __init__(self, name: str, *, max_queue: int = 64, concurrency: int = 1) -> None:
         if max_queue < 1:
             raise ConfigError(f"max_queue must be >= 1, got {max_queue}")
@@ -258,6 +267,13 @@ class PlainServed(Served):
             chat.speculator = session.speculator()
         self._active: dict[int, tuple[Ticket, list[Any], list[_Sample]]] = {}
 
+    def engines(self) -> tuple[str, ...]:
+        """With a speculator, a request may also decode plainly in the same batch
+        (``MODEL@plain``): both engines share one loaded target and one batch."""
+        if self.chat.speculator is not None and self.engine != "plain":
+            return (self.engine, "plain")
+        return (self.engine,)
+
     def release(self) -> None:
         if self.session is not None:
             self.session.close()
@@ -277,6 +293,7 @@ class PlainServed(Served):
                 max_tokens=r.max_tokens,
                 params=sampling_of(r),
                 json_schema=r.json_schema,
+                speculate=self.engine_of(r) != "plain",
             )
         except CoinferError as exc:
             self.failed(ticket, exc)
@@ -286,7 +303,7 @@ class PlainServed(Served):
                 StopScanner(r.stop),
                 IncrementalDetokenizer(self.model.detokenize),
                 DecodeStats(len(prompt)),
-                TraceRecorder(self.engine, model=self.name, draft=self.draft),
+                TraceRecorder(self.engine_of(r), model=self.name, draft=self.draft),
             )
             for _ in jobs
         ]
