@@ -165,3 +165,32 @@ def test_a_grammar_refuses_a_forbidden_token_instead_of_aborting(smollm_llama) -
         constraint.accept(fence)  # llama.cpp itself would abort the process here
     constraint.accept(brace)
     constraint.close()
+
+
+@pytest.mark.parametrize("chunk", [1000, 64])
+def test_a_long_prompt_is_read_in_chunks_while_the_running_conversation_decodes(chunk: int) -> None:
+    from collections import deque
+
+    from coinfer.decoding.sampling import SamplingParams
+    from coinfer.testing import ScriptedModel
+
+    model = ScriptedModel(lambda prefix: 40 + len(prefix) % 7, n_ctx=1024)
+    chat = LocalChat(model, max_concurrent=2, keep=0, prefill_chunk=chunk)
+    greedy = SamplingParams()
+    short = chat.new_jobs(0, [1, 2, 3], n=1, max_tokens=30, params=greedy)[0]
+    long = chat.new_jobs(1, [5 + i % 200 for i in range(300)], n=1, max_tokens=5, params=greedy)[0]
+    waiting, running = deque([short]), []
+    running = chat.step(waiting, running)  # the short prompt is read
+    waiting.append(long)
+    gained = []  # the short one's tokens at each step while the long prompt is read
+    while long.reading or not long.tokens:
+        before = len(short.tokens)
+        running = chat.step(waiting, running)
+        gained.append(len(short.tokens) - before)
+    while waiting or running:
+        running = chat.step(waiting, running)
+    assert short.tokens == [40 + (3 + i) % 7 for i in range(30)]  # each its own greedy text
+    assert long.tokens == [40 + (300 + i) % 7 for i in range(5)]
+    assert max(model.forwards) <= max(chunk, 30)  # no forward read more than a chunk of prompt
+    assert all(g == 1 for g in gained)  # the running conversation never waited a step
+    assert len(gained) == (2 if chunk >= 300 else 6)  # the prompt (in chunks of 64: five), then its token

@@ -9,6 +9,11 @@ conversation is admitted only when its prompt and its whole token budget fit bes
 running ones, so a batch never overflows the cache halfway. Each of a request's ``n``
 samples is its own sequence; usage counts every prompt token, as APIs do.
 
+A prompt is read in chunks between decoding steps (``prefill_chunk`` prompt tokens a step,
+shared by the prompts being read, oldest first, as vLLM's chunked prefill and
+llama-server's ``n_batch`` do): a long prompt never stalls the running conversations for
+its whole length, and a short one that arrives behind it starts within a chunk or two.
+
 The caches of the last ``keep`` finished conversations are kept: a new conversation that
 shares at least ``min_reuse`` leading tokens with one of them continues from it, so a
 chat that grows turn by turn over a long document (Minion's local side) reads the
@@ -46,7 +51,9 @@ from coinfer.decoding.sampling import SamplingParams, probs_from_logits, sample
 from coinfer.errors import ConfigError, ContextOverflowError
 from coinfer.models.base import Seq, SteerableModel, TokenConstraint
 
-__all__ = ["LocalChat", "open_local_chat"]
+__all__ = ["PREFILL_CHUNK", "LocalChat", "open_local_chat"]
+
+PREFILL_CHUNK = 512  # prompt tokens read per step, shared by the prompts being read
 
 
 @dataclass
@@ -69,11 +76,17 @@ class _Job:
     drafted: int = 0  # draft tokens verified for it
     accepted: int = 0  # of them, kept
     verified: int = 0  # forwards that verified a draft of it
+    read: int = 0  # prompt tokens in its cache (read, or reused from a kept one)
 
     @property
     def fed(self) -> bool:
         """Whether the model has read the job's latest tokens (its next token is known)."""
         return self.logits is not None or self.choice is not None
+
+    @property
+    def reading(self) -> bool:
+        """Whether part of its prompt is still to be read."""
+        return self.read < len(self.prompt)
 
     @property
     def greedy(self) -> bool:
@@ -97,10 +110,11 @@ class LocalChat(ChatModel):
         seed: int = 0,
         keep: int = 2,
         min_reuse: int = 64,
+        prefill_chunk: int = PREFILL_CHUNK,
     ) -> None:
-        if max_concurrent < 1 or keep < 0 or min_reuse < 1:
-            raise ConfigError("need max_concurrent >= 1, keep >= 0 and min_reuse >= 1")
-        self.model = model
+        if max_concurrent < 1 or keep < 0 or min_reuse < 1 or prefill_chunk < 1:
+            raise ConfigError("need max_concurrent >= 1, keep >= 0, min_reuse >= 1 and prefill_chunk >= 1")
+        self.model, self.prefill_chunk = model, prefill_chunk
         self.name = model.name
         self.max_concurrent = max_concurrent
         self.keep, self.min_reuse = keep, min_reuse
@@ -169,7 +183,8 @@ class LocalChat(ChatModel):
         """One step of continuous batching: admit what fits from ``waiting``, choose each
         running job's next token, retire the finished (and cancelled) ones, and feed the
         model once. Returns the jobs still running."""
-        feed = self._admit(waiting, running)
+        self._admit(waiting, running)
+        feed = self._prompt_chunks(running)
         decoding_only = not feed  # a step that reads no prompt: its forward's cost is a curve point
         for job in running:
             if job.fed and job.finish is None:
@@ -187,7 +202,23 @@ class LocalChat(ChatModel):
         self._feed(feed)
         if decoding_only and self.speculator is not None:
             self.speculator.measured(len(feed), time.perf_counter() - t0)
+        for job, _ in feed:
+            if job.reading:  # a chunk's last row is not the prompt's: its next token is not known yet
+                job.choice = job.logits = None
         return running
+
+    def _prompt_chunks(self, running: list[_Job]) -> list[tuple[_Job, list[int]]]:
+        """The next chunk of each prompt being read, oldest first, ``prefill_chunk`` tokens
+        in all this step (each reading job at least one, so none waits forever)."""
+        feed: list[tuple[_Job, list[int]]] = []
+        budget = self.prefill_chunk
+        for job in running:
+            if job.reading and job.finish is None:
+                take = max(1, min(budget, len(job.prompt) - job.read))
+                feed.append((job, job.prompt[job.read : job.read + take]))
+                job.read += take
+                budget = max(0, budget - take)
+        return feed
 
     def _speculate(self, feed: list[tuple[_Job, list[int]]], speculator: BatchSpeculator) -> None:
         """One forward of every greedy job's next token, the drafting ones' drafts after
@@ -252,9 +283,9 @@ class LocalChat(ChatModel):
             waiting.remove(job)
             self._retire(job, force=True)
 
-    def _admit(self, waiting: deque[_Job], running: list[_Job]) -> list[tuple[_Job, list[int]]]:
-        """Start waiting jobs while slots and (on a shared cache) cells allow; their prompts to feed."""
-        feed: list[tuple[_Job, list[int]]] = []
+    def _admit(self, waiting: deque[_Job], running: list[_Job]) -> None:
+        """Start waiting jobs while slots and (on a shared cache) cells allow: each gets a
+        sequence (a kept one holding part of its prompt, if any), its prompt read from there."""
         shared = self.model.kv_cells_shared
         used = sum(j.reserve for j in running)
         slots = self.model.max_sequences
@@ -275,10 +306,9 @@ class LocalChat(ChatModel):
             else:
                 self.model.truncate(seq, common)
                 job.seq = seq
+            job.read = common
             running.append(job)
             used += job.reserve
-            feed.append((job, job.prompt[common:]))
-        return feed
 
     def _reusable(self, prompt: list[int]) -> tuple[Seq | None, int]:
         """The kept cache sharing the longest prefix with ``prompt`` (taken out of the kept
@@ -369,6 +399,7 @@ def open_local_chat(
     n_ctx: int = 16384,
     parallel: int = 8,
     keep: int = 2,
+    prefill_chunk: int = PREFILL_CHUNK,
     backend: str = "llama.cpp",
     n_threads: int | None = None,
     device: str | None = None,
@@ -390,4 +421,4 @@ def open_local_chat(
         n_seq_max=parallel + keep,
         kv_unified=False,
     )
-    return LocalChat(model, max_concurrent=parallel, keep=keep)
+    return LocalChat(model, max_concurrent=parallel, keep=keep, prefill_chunk=prefill_chunk)

@@ -148,6 +148,11 @@ def add_parser(sub: Any) -> None:
         help="finished conversations whose caches are kept, so a request that repeats one's "
         "prefix (the same document, a growing chat) is not read again (default: %(default)s)",
     )
+    p.add_argument(
+        "--prefill-chunk", type=int, default=512,
+        help="prompt tokens read per step between decoding steps, so a long prompt never stalls "
+        "the running streams (default: %(default)s)",
+    )  # fmt: skip
     p.set_defaults(func=cmd_serve)
 
 
