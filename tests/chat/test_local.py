@@ -194,3 +194,36 @@ def test_a_long_prompt_is_read_in_chunks_while_the_running_conversation_decodes(
     assert max(model.forwards) <= max(chunk, 30)  # no forward read more than a chunk of prompt
     assert all(g == 1 for g in gained)  # the running conversation never waited a step
     assert len(gained) == (2 if chunk >= 300 else 6)  # the prompt (in chunks of 64: five), then its token
+
+
+def test_requests_that_share_a_prefix_copy_one_kept_cache_and_count_the_hit() -> None:
+    from collections import deque
+
+    from coinfer.decoding.sampling import SamplingParams
+    from coinfer.testing import ScriptedModel
+
+    model = ScriptedModel(lambda prefix: 40 + len(prefix) % 7, n_ctx=1024)
+    model.max_sequences = 4  # two running, the kept one, and room for a copy
+    chat = LocalChat(model, max_concurrent=2, keep=1, min_reuse=64, prefill_chunk=1000)
+    document = [5 + i % 200 for i in range(200)]  # a system prompt or a document both send
+
+    def serve(prompts: list[list[int]]) -> list:  # type: ignore[type-arg]
+        jobs = [
+            chat.new_jobs(i, p, n=1, max_tokens=4, params=SamplingParams())[0] for i, p in enumerate(prompts)
+        ]
+        waiting, running = deque(jobs), []
+        while waiting or running:
+            running = chat.step(waiting, running)
+        return jobs
+
+    first = serve([[*document, 1, 2]])
+    read_before = sum(model.forwards)
+    both = serve([[*document, 3], [*document, 4, 4]])  # together: each copies the kept cache
+    assert [j.cached for j in first] == [0] and [j.cached for j in both] == [200, 200]
+    assert sum(model.forwards) - read_before == 1 + 2 + 2 * 3  # their own tails and tokens, no document
+    assert [j.tokens for j in both] == [
+        [40 + (201 + i) % 7 for i in range(4)],
+        [40 + (202 + i) % 7 for i in range(4)],
+    ]
+    chat.close()
+    assert model.live_sequences == 0

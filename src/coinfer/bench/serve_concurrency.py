@@ -52,8 +52,13 @@ class ConcurrencyConfig:
     deadline_s: float = 3600.0
 
     def __post_init__(self) -> None:
-        if not self.levels or min(self.levels) < 1 or self.max_tokens < 2 or self.slots < 1:
-            raise ConfigError("levels >= 1 clients, max_tokens >= 2 and slots >= 1, please")
+        if (
+            not self.levels
+            or min(self.levels) < 1
+            or self.max_tokens < 2
+            or min(self.slots, self.per_category) < 1
+        ):
+            raise ConfigError("levels of >= 1 clients, max_tokens >= 2, slots and per_category >= 1, please")
         unknown = set(self.systems) - set(SYSTEMS)
         if unknown:
             raise ConfigError(f"unknown systems {sorted(unknown)}", hint=f"choose among {', '.join(SYSTEMS)}")

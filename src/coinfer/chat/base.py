@@ -33,6 +33,7 @@ class Usage:
     completion_tokens: int = 0
     calls: int = 0
     estimated: bool = False
+    cached_tokens: int = 0  # of the prompt tokens, those read from a cache of an earlier request
 
     def __add__(self, other: Usage) -> Usage:
         return Usage(
@@ -40,6 +41,7 @@ class Usage:
             self.completion_tokens + other.completion_tokens,
             self.calls + other.calls,
             self.estimated or other.estimated,
+            self.cached_tokens + other.cached_tokens,
         )
 
     @property

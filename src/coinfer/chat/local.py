@@ -77,6 +77,7 @@ class _Job:
     accepted: int = 0  # of them, kept
     verified: int = 0  # forwards that verified a draft of it
     read: int = 0  # prompt tokens in its cache (read, or reused from a kept one)
+    cached: int = 0  # of them, reused from a kept cache (a prefix another request read)
 
     @property
     def fed(self) -> bool:
@@ -285,34 +286,58 @@ class LocalChat(ChatModel):
 
     def _admit(self, waiting: deque[_Job], running: list[_Job]) -> None:
         """Start waiting jobs while slots and (on a shared cache) cells allow: each gets a
-        sequence (a kept one holding part of its prompt, if any), its prompt read from there."""
+        sequence (a copy of a kept one holding part of its prompt, if any), its prompt
+        read from there."""
         shared = self.model.kv_cells_shared
         used = sum(j.reserve for j in running)
-        slots = self.model.max_sequences
         while waiting and len(running) < self.max_concurrent:
             job = waiting[0]
-            seq, common = self._reusable(job.prompt)
-            while slots is not None and self._kept and len(running) + len(self._kept) + (seq is None) > slots:
-                self.model.release(self._kept.pop(0))  # a sequence slot is needed
-            while shared and self._kept and used + job.reserve + sum(map(len, self._kept)) > self.model.n_ctx:
-                self.model.release(self._kept.pop(0))  # kept caches give way first
+            source, common = self._reusable(job.prompt)
+            self._make_room(len(running), used + job.reserve, source)
             if shared and running and used + job.reserve > self.model.n_ctx:
-                if seq is not None:
-                    self._kept.append(seq)
                 break
             waiting.popleft()
-            if seq is None:
-                job.seq = self.model.new_sequence()
-            else:
-                self.model.truncate(seq, common)
-                job.seq = seq
-            job.read = common
+            job.seq = self._cache_for(source, common, len(running))
+            job.read = job.cached = common
             running.append(job)
             used += job.reserve
 
+    def _make_room(self, running: int, reserved: int, source: Seq | None) -> None:
+        """Kept caches give way, oldest first (but ``source``, which the next job reads
+        from): for a sequence slot, and on a shared cache for the cells ``reserved``."""
+        slots, shared, n_ctx = self.model.max_sequences, self.model.kv_cells_shared, self.model.n_ctx
+        while slots is not None and running + len(self._kept) + 1 > slots and self._drop_oldest(but=source):
+            pass
+        while shared and reserved + sum(map(len, self._kept)) > n_ctx and self._drop_oldest(but=source):
+            pass
+
+    def _drop_oldest(self, *, but: Seq | None) -> bool:
+        victim = next((k for k in self._kept if k is not but), None)
+        if victim is None:
+            return False
+        self._kept.remove(victim)
+        self.model.release(victim)
+        return True
+
+    def _cache_for(self, source: Seq | None, common: int, running: int) -> Seq:
+        """A job's sequence: a new one; or a copy of the kept ``source`` cut to the
+        ``common`` prefix, where a slot is free for it, ``source`` staying kept for the next
+        request that shares it (a system prompt, a document); else ``source`` itself."""
+        if source is None:
+            return self.model.new_sequence()
+        self._kept.remove(source)
+        slots = self.model.max_sequences
+        if slots is None or running + len(self._kept) + 2 <= slots:
+            seq = self.model.fork(source)
+            self._kept.append(source)  # the most recently used
+        else:
+            seq = source
+        self.model.truncate(seq, common)
+        return seq
+
     def _reusable(self, prompt: list[int]) -> tuple[Seq | None, int]:
-        """The kept cache sharing the longest prefix with ``prompt`` (taken out of the kept
-        ones) and how many tokens of it to keep, when that is at least ``min_reuse``."""
+        """The kept cache sharing the longest prefix with ``prompt`` and how many tokens of
+        it to keep, when that is at least ``min_reuse``."""
         best, common = None, 0
         for seq in self._kept:
             n = common_prefix(seq.tokens, prompt)
@@ -321,7 +346,6 @@ class LocalChat(ChatModel):
         common = min(common, len(prompt) - 1)  # feed at least one token, for fresh logits
         if best is None or common < self.min_reuse:
             return None, 0
-        self._kept.remove(best)
         return best, common
 
     def _next_token(self, job: _Job) -> int | None:

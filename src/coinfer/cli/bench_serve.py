@@ -29,7 +29,7 @@ def _concurrency(args: argparse.Namespace) -> None:
 
     config = ConcurrencyConfig(
         model=args.concurrency_model, levels=_numbers(args.levels), max_tokens=args.concurrency_tokens,
-        slots=args.max_batch, per_category=1 if args.quick else 4,
+        slots=args.max_batch, per_category=1 if args.quick else args.per_category,
         systems=tuple(args.systems.split(",")) if args.systems else ConcurrencyConfig().systems,
     )  # fmt: skip
     report = run_concurrency(config, log=err)
@@ -125,6 +125,10 @@ def add_serve_bench(bench: Any) -> None:
         "--concurrency-tokens", type=int, default=128, help="the concurrency part's tokens per answer"
     )
     p.add_argument("--levels", default="1,4,16,32", help="the concurrency part's client counts")
+    p.add_argument(
+        "--per-category", type=int, default=4,
+        help="the concurrency part's prompts of each kind (code, edit, grounded; every fourth held out)",
+    )  # fmt: skip
     p.add_argument(
         "--systems", default=None,
         help="the concurrency part's servers, comma-separated (default: coinfer-plain, coinfer-speculative, "

@@ -33,6 +33,7 @@ class DecodeStats:
     """
 
     prompt_tokens: int = 0
+    cached_tokens: int = 0  # of the prompt tokens, those a cache of an earlier request held
     n_tokens: int = 0
     rounds: int = 0
     drafted: int = 0
@@ -115,6 +116,7 @@ class DecodeStats:
     def as_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {
             "prompt_tokens": self.prompt_tokens,
+            "cached_tokens": self.cached_tokens,
             "n_tokens": self.n_tokens,
             "ttft_s": round(self.ttft_s, 4),
             "total_s": round(self.total_s, 4),

@@ -340,13 +340,16 @@ class _Answer:
             ticket.cancel()  # a client that went away: its generation stops (a finished one: no-op)
 
 
-def _usage(usage: Any) -> dict[str, int]:
+def _usage(usage: Any) -> dict[str, Any]:
+    """OpenAI's usage object; ``prompt_tokens_details.cached_tokens``: the prompt tokens a
+    cache of an earlier request held (the prefix cache's hit)."""
     if usage is None:
         return {"prompt_tokens": 0, "completion_tokens": 0, "total_tokens": 0}
     return {
         "prompt_tokens": usage.prompt_tokens,
         "completion_tokens": usage.completion_tokens,
         "total_tokens": usage.total_tokens,
+        "prompt_tokens_details": {"cached_tokens": getattr(usage, "cached_tokens", 0)},
     }
 
 

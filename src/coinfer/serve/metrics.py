@@ -33,6 +33,10 @@ class ServerMetrics:
         self.completion_tokens = Counter(
             "coinfer_completion_tokens", "Completion tokens written", ["model"], registry=r
         )
+        self.cached_tokens = Counter(
+            "coinfer_prompt_tokens_cached", "Prompt tokens an earlier request's cache held (prefix hits)",
+            ["model"], registry=r,
+        )  # fmt: skip
         self.drafted = Counter("coinfer_draft_tokens", "Draft tokens verified", ["model"], registry=r)
         self.accepted = Counter("coinfer_accepted_tokens", "Draft tokens accepted", ["model"], registry=r)
         self.seconds = Histogram(
@@ -72,6 +76,7 @@ class ServerMetrics:
         if usage is not None:
             self.prompt_tokens.labels(model).inc(usage.prompt_tokens)
             self.completion_tokens.labels(model).inc(usage.completion_tokens)
+            self.cached_tokens.labels(model).inc(getattr(usage, "cached_tokens", 0))
         for s in stats:
             self.drafted.labels(model).inc(s.drafted)
             self.accepted.labels(model).inc(s.accepted)

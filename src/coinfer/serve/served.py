@@ -338,6 +338,7 @@ class PlainServed(Served):
                 if new:
                     sample.stats.emitted(len(new))
                 sample.stats.drafted, sample.stats.accepted = job.drafted, job.accepted
+                sample.stats.cached_tokens = job.cached
                 text = "".join(sample.detok.push(t) for t in new)
                 if job.finish is not None:
                     text += sample.detok.flush()
@@ -355,7 +356,8 @@ class PlainServed(Served):
                                       trace=sample.recorder.finish()))  # fmt: skip
             if all(s.finish is not None for s in samples):
                 del self._active[number]
-                usage = Usage(sum(len(j.prompt) for j in jobs), sum(len(j.tokens) for j in jobs), 1)
+                read, written = sum(len(j.prompt) for j in jobs), sum(len(j.tokens) for j in jobs)
+                usage = Usage(read, written, 1, cached_tokens=sum(j.cached for j in jobs))
                 self.finished(ticket, usage)
 
     def fail_all(self, error: CoinferError) -> None:
