@@ -22,3 +22,19 @@ def test_32_streaming_clients_get_complete_answers_identical_to_alone(smollm_pat
     assert result.complete == result.streams == 32
     assert result.different == [] and result.identical == 32
     assert result.rss_end_mb <= 1.10 * result.rss_start_mb and result.passed
+
+
+@needs_llama
+def test_64_clients_a_third_of_which_leave_mid_stream_lose_nothing(smollm_path: Path) -> None:
+    from coinfer.bench.serve_load import LoadConfig, leaving, run_load
+
+    config = LoadConfig(
+        clients=64, requests=64, max_tokens=24, max_queue=40, deadline_s=600, disconnect=1 / 3
+    )
+    assert len(leaving(config)) == 21
+    result = run_load(config)
+    assert result.errors == []  # only honest 429s, and the clients came back
+    assert result.rate_limited > 0 and result.left == 21
+    assert result.complete == 64 - 21 and result.different == []  # every finished stream as alone
+    assert result.live_end == result.live_start  # every left request's cache freed
+    assert result.rss_end_mb <= 1.10 * result.rss_start_mb and result.passed

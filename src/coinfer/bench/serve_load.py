@@ -1,17 +1,23 @@
 """The server under load: ``clients`` concurrent streaming clients of the official ``openai``
 client against ``coinfer serve`` in its own process, a bounded number of requests and a
-deadline; then each request served alone, to compare.
+deadline; then each request served alone, to compare. With ``disconnect``, that share of
+the requests' clients go away mid-stream, each after a random number of chunks (churn).
 
 Checked: no error other than 429s (an honest refusal: the client waits ``Retry-After``
-and sends again), every stream complete (a finish reason), every greedy text identical to
-the same request served alone, and the server's memory (its resident set) back within 10%
-of where it started. The requests are HumanEval's prompts, as a user would send them.
+and sends again), every stream that was not left complete (a finish reason), every
+greedy text identical to the same request served alone, the model's live sequences (cache
+cells in use) back to their count before the storm, and the server's memory (its resident
+set) back within 10% of where it started. The requests are HumanEval's prompts, as a user
+would send them.
 """
 
 from __future__ import annotations
 
 import asyncio
+import random
+import re
 import time
+import urllib.request
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -32,10 +38,14 @@ class LoadConfig:
     max_queue: int = 64
     ctx: int = 1024
     deadline_s: float = 600.0
+    disconnect: float = 0.0  # the share of requests whose client goes away mid-stream
+    seed: int = 0  # which requests those are, and after how many chunks
 
     def __post_init__(self) -> None:
         if self.clients < 1 or self.requests < 1 or self.max_tokens < 1 or self.deadline_s <= 0:
             raise ConfigError("clients, requests and max_tokens must be >= 1, the deadline > 0")
+        if not 0.0 <= self.disconnect < 1.0:
+            raise ConfigError(f"disconnect is a share below 1, got {self.disconnect}")
 
 
 @dataclass
@@ -74,11 +84,15 @@ class LoadResult:
     rss_start_mb: float = 0.0
     rss_end_mb: float = 0.0
     ttft_median_s: float = 0.0
+    left: int = 0  # streams whose client went away mid-stream, on purpose
+    live_start: float = 0.0  # the model's live sequences before the storm
+    live_end: float = 0.0  # and after it
 
     @property
     def passed(self) -> bool:
-        memory_ok = self.rss_end_mb <= 1.10 * self.rss_start_mb
-        return not self.errors and self.complete == self.streams and not self.different and memory_ok
+        memory_ok = self.rss_end_mb <= 1.10 * self.rss_start_mb and self.live_end == self.live_start
+        complete = self.complete == self.streams - self.left
+        return not self.errors and complete and not self.different and memory_ok
 
     def as_dict(self) -> dict[str, Any]:
         return {**asdict(self), "passed": self.passed}
@@ -100,10 +114,12 @@ def _rss_mb(pid: int) -> float:
 
 
 async def stream_chat(
-    client: Any, model: str, messages: list[dict[str, str]], max_tokens: int, index: int, deadline: float
-) -> Stream:
+    client: Any, model: str, messages: list[dict[str, str]], max_tokens: int, index: int, deadline: float,
+    *, leave_after: int | None = None,
+) -> Stream:  # fmt: skip
     """One greedy streaming request by ``client`` (an ``openai.AsyncOpenAI``), timed at the
-    client; after a 429 it waits ``Retry-After`` and sends again."""
+    client; after a 429 it waits ``Retry-After`` and sends again. ``leave_after``: the
+    client goes away after that many chunks of text (its ``finish``: ``left``)."""
     import openai
 
     s = Stream(index)
@@ -114,6 +130,7 @@ async def stream_chat(
                 model=model, messages=messages, temperature=0, max_tokens=max_tokens, stream=True,
                 stream_options={"include_usage": True},
             )  # fmt: skip
+            seen = 0
             async for c in chunks:
                 if c.usage is not None:
                     s.tokens = c.usage.completion_tokens
@@ -121,8 +138,13 @@ async def stream_chat(
                     if c.choices[0].delta.content:
                         s.last_s = time.perf_counter() - t0
                         s.first_s = s.last_s if s.first_s is None else s.first_s
+                        seen += 1
                     s.text += c.choices[0].delta.content or ""
                     s.finish = c.choices[0].finish_reason or s.finish
+                if leave_after is not None and seen >= leave_after and s.finish is None:
+                    await chunks.close()  # the client goes away mid-stream
+                    s.finish = "left"
+                    break
             break
         except openai.RateLimitError as exc:
             s.rate_limited += 1
@@ -137,25 +159,45 @@ async def stream_chat(
     return s
 
 
+def leaving(config: LoadConfig) -> dict[int, int]:
+    """The requests whose client goes away mid-stream: index -> after how many chunks."""
+    rng = random.Random(config.seed)
+    chosen = rng.sample(range(config.requests), int(config.requests * config.disconnect))
+    return {i: rng.randint(1, max(1, config.max_tokens // 2)) for i in sorted(chosen)}
+
+
 async def _storm(url: str, config: LoadConfig, prompts: list[str]) -> list[Stream]:
     import openai
 
     deadline = time.monotonic() + config.deadline_s
     client = openai.AsyncOpenAI(base_url=url, api_key="load", max_retries=0, timeout=config.deadline_s)
     pending = list(range(config.requests))
+    leaves = leaving(config)
     out: list[Stream] = []
 
     async def worker() -> None:
         while pending and time.monotonic() < deadline:
             i = pending.pop(0)
             ask = [{"role": "user", "content": prompts[i]}]
-            out.append(await stream_chat(client, config.model, ask, config.max_tokens, i, deadline))
+            out.append(
+                await stream_chat(
+                    client, config.model, ask, config.max_tokens, i, deadline, leave_after=leaves.get(i)
+                )
+            )
 
     try:
         await asyncio.gather(*[worker() for _ in range(config.clients)])
     finally:
         await client.close()
     return out
+
+
+def live_sequences(url: str) -> float:
+    """The served models' live sequences (cache cells in use), read from ``/metrics``."""
+    base = url.removesuffix("/v1")
+    with urllib.request.urlopen(base + "/metrics", timeout=30) as resp:
+        text = resp.read().decode()
+    return sum(float(m) for m in re.findall(r"^coinfer_live_sequences\{[^}]*\} (\S+)$", text, re.M))
 
 
 def _alone(client: Any, config: LoadConfig, prompt: str) -> str:
@@ -185,22 +227,26 @@ def run_load(config: LoadConfig) -> LoadResult:
     ):
         _alone(client, config, prompts[0])  # warm: the first request's allocations are not a leak
         result.rss_start_mb = round(_rss_mb(server.pid), 1)
+        result.live_start = live_sequences(server.url)
         t0 = time.perf_counter()
         streams = asyncio.run(_storm(server.url, config, prompts))
         result.wall_s = round(time.perf_counter() - t0, 2)
         time.sleep(1.0)
         result.rss_end_mb = round(_rss_mb(server.pid), 1)
-        alone = {i: _alone(client, config, prompts[i]) for i in sorted({s.prompt for s in streams})}
+        result.live_end = live_sequences(server.url)
+        finished = [s for s in streams if s.finish != "left"]
+        alone = {i: _alone(client, config, prompts[i]) for i in sorted({s.prompt for s in finished})}
     result.streams = config.requests
-    result.complete = sum(s.finish in ("stop", "length") and s.error is None for s in streams)
+    result.left = sum(s.finish == "left" for s in streams)
     result.errors = [f"request {s.prompt}: {s.error}" for s in streams if s.error]
     result.errors += [
         f"request {i}: never sent" for i in sorted(set(range(config.requests)) - {s.prompt for s in streams})
     ]
     result.rate_limited = sum(s.rate_limited for s in streams)
-    result.different = sorted(s.prompt for s in streams if s.error is None and s.text != alone[s.prompt])
-    result.identical = sum(s.error is None and s.text == alone[s.prompt] for s in streams)
-    result.tokens = sum(s.tokens for s in streams)
+    result.complete = sum(s.finish in ("stop", "length") and s.error is None for s in finished)
+    result.different = sorted(s.prompt for s in finished if s.error is None and s.text != alone[s.prompt])
+    result.identical = sum(s.error is None and s.text == alone[s.prompt] for s in finished)
+    result.tokens = sum(s.tokens for s in finished)
     firsts = [s.first_s for s in streams if s.first_s is not None]
     result.ttft_median_s = round(statistics.median(firsts), 3) if firsts else 0.0
     return result

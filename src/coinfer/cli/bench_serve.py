@@ -85,7 +85,7 @@ def _load(args: argparse.Namespace) -> bool:
     requests = clients if args.quick else args.requests
     config = LoadConfig(
         model=args.model, engine=args.engine, clients=clients, requests=requests, max_tokens=args.max_tokens,
-        max_batch=args.max_batch,
+        max_batch=args.max_batch, disconnect=args.disconnect,
     )  # fmt: skip
     err(f"{requests} requests from {clients} streaming clients against coinfer serve {args.model}…")
     result = run_load(config).as_dict()
@@ -95,7 +95,9 @@ def _load(args: argparse.Namespace) -> bool:
     else:
         err(
             f"{result['complete']}/{result['streams']} streams complete, {len(result['errors'])} errors, "
-            f"{result['rate_limited']} honest 429s, {result['identical']} identical to the request alone; "
+            f"{result['rate_limited']} honest 429s, {result['left']} left mid-stream, "
+            f"{result['identical']} identical to the request alone; live sequences "
+            f"{result['live_start']:.0f} -> {result['live_end']:.0f}; "
             f"{result['tokens']} tokens in {result['wall_s']} s; memory {result['rss_start_mb']} -> "
             f"{result['rss_end_mb']} MB; {'passed' if result['passed'] else 'FAILED'}; "
             f"wrote {args.out}/load.json"
@@ -114,6 +116,10 @@ def add_serve_bench(bench: Any) -> None:
     p.add_argument("--requests", type=int, default=32, help="requests in all (default: %(default)s)")
     p.add_argument("--max-tokens", type=int, default=48)
     p.add_argument("--max-batch", type=int, default=8, help="the server's batch (default: %(default)s)")
+    p.add_argument(
+        "--disconnect", type=float, default=0.0,
+        help="load: the share of clients that go away mid-stream (churn; default: %(default)s)",
+    )  # fmt: skip
     p.add_argument(
         "--part",
         default="all",

@@ -47,8 +47,15 @@ class ServerMetrics:
             registry=r,
         )  # fmt: skip
         depth = Gauge("coinfer_queue_depth", "Requests waiting or running", ["model"], registry=r)
+        live = Gauge(
+            "coinfer_live_sequences", "Sequences holding cache cells (running, kept)", ["model"],
+            registry=r,
+        )  # fmt: skip
         for name, served in depths.items():
             depth.labels(name).set_function(_reading(served, "depth"))
+            model = getattr(served, "model", None)
+            if model is not None and hasattr(model, "live_sequences"):
+                live.labels(name).set_function(_reading(model, "live_sequences"))
         self._slot_gaps(depths)
 
     def _slot_gaps(self, served: Mapping[str, Any]) -> None:
