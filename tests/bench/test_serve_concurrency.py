@@ -37,6 +37,13 @@ def test_a_level_counts_throughput_latencies_and_identical_texts_for_both_halves
     assert "| coinfer-plain | 4 | 1.30 | 2.00 s /" in table and "| 1 | 0 | 2/4 | 4.00 s, 1/1 |" in table
 
 
+def test_a_level_sends_each_prompt_once_where_the_suite_has_enough() -> None:
+    from coinfer.bench.serve_concurrency import level_requests
+
+    assert [level_requests(c, 33) for c in (4, 16, 32)] == [12, 16, 32]  # no repeats
+    assert level_requests(32, 9) == 32 and level_requests(4, 3) == 4  # a small suite repeats
+
+
 def test_unknown_systems_and_bad_levels_are_refused() -> None:
     with pytest.raises(ConfigError, match="unknown systems"):
         ConcurrencyConfig(systems=("vllm",))

@@ -22,6 +22,7 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+import tempfile
 import time
 import urllib.request
 from collections.abc import Callable, Iterator, Sequence
@@ -193,7 +194,10 @@ def launch_llama_server(
     cmd = [*prefix, str(binary), "-m", model_path, "--host", "127.0.0.1", "--port", str(port),
            "-c", str(ctx * slots), "-t", threads, "-tb", threads, "-np", str(slots), "-fa", "off",
            *extra]  # fmt: skip
-    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    # its log goes to a file: a pipe nobody reads fills after a few dozen requests, and the
+    # server then blocks on its next log line (a concurrency bench's llama-server hung so)
+    log = tempfile.TemporaryFile()  # noqa: SIM115 (open as long as the server runs)
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=log)
     base = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + 120
     while True:
@@ -205,8 +209,8 @@ def launch_llama_server(
             pass
         if proc.poll() is not None or time.monotonic() > deadline:
             proc.kill()
-            err = proc.stderr.read().decode(errors="replace")[-400:] if proc.stderr else ""
-            raise ModelError(f"llama-server did not start: {err}")
+            log.seek(0)
+            raise ModelError(f"llama-server did not start: {log.read().decode(errors='replace')[-400:]}")
         time.sleep(0.3)
     return proc, base
 

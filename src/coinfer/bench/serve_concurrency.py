@@ -3,10 +3,14 @@ engine that applies, and llama.cpp's ``llama-server`` (plain and its best n-gram
 where it is built: ``coinfer bench speculative --build-peers``) — at 1, 4, 16 and 32
 concurrent streaming clients of the official ``openai`` client.
 
-Per system, the server starts alone; every prompt is first streamed alone, one after
-another (the 1-client level, and each prompt's reference text); then at each higher level
-``clients`` clients send ``max(clients, prompts)`` requests, the prompts in turn, each
-client its next request as soon as its last ends. Per level: aggregate completion
+Per system and level, the server starts alone and fresh (no level finds a prompt an
+earlier one left in a cache); every prompt is first streamed alone, one after another
+(the 1-client level, and each prompt's reference text); then at each higher level
+``clients`` clients send ``level_requests`` requests, the prompts in turn, each client
+its next request as soon as its last ends. No prompt repeats within a level when the
+suite holds at least as many prompts as clients (``per_category`` >= clients / 3): a
+repeated prompt is an answer that llama-server's n-gram pool (``ngram-mod``) or a prompt
+cache has seen already. Per level: aggregate completion
 tokens/s (all tokens over the time from the first request sent to the last token),
 time to first token and inter-token latency (a request's seconds per token after its
 first) at p50 and p95, errors, honest 429s, and how many greedy texts equal the same
@@ -17,6 +21,7 @@ reported.
 from __future__ import annotations
 
 import asyncio
+import subprocess
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
@@ -25,7 +30,7 @@ from typing import Any
 from coinfer.bench.serve_load import Stream, stream_chat
 from coinfer.errors import ConfigError
 
-__all__ = ["SYSTEMS", "ConcurrencyConfig", "level_row", "markdown_table", "run_concurrency"]
+__all__ = ["SYSTEMS", "ConcurrencyConfig", "level_requests", "level_row", "markdown_table", "run_concurrency"]
 
 # name -> (server, its flags); coinfer's flags follow ``coinfer serve``, llama-server's its own
 SYSTEMS: dict[str, tuple[str, list[str]]] = {
@@ -158,37 +163,57 @@ def _start(name: str, config: ConcurrencyConfig) -> tuple[str, Callable[[], None
 
     def stop() -> None:
         proc.terminate()
-        proc.wait()
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
 
     return base + "/v1", stop
+
+
+def level_requests(clients: int, prompts: int) -> int:
+    """Requests at a level of ``clients`` (above 1): three waves of 4 clients, at least
+    one request a client, and no prompt twice where the suite has enough of them (a
+    repeated prompt is an answer a server's n-gram pool or prompt cache has already seen)."""
+    return max(clients, min(prompts, max(clients, 12)))
+
+
+def _level(
+    name: str, config: ConcurrencyConfig, prompts: list[list[dict[str, str]]], clients: int
+) -> tuple[list[Stream], float] | None:
+    """One level on a server of its own, started fresh: no level reads a prompt an earlier
+    level left in a cache (None: the system is not built here)."""
+    started = _start(name, config)
+    if started is None:
+        return None
+    url, stop = started
+    try:
+        requests = len(prompts) if clients == 1 else level_requests(clients, len(prompts))
+        return asyncio.run(_clients(url, config.model, prompts, clients, requests, config))
+    finally:
+        stop()
 
 
 def _system(
     name: str, config: ConcurrencyConfig, prompts: list[list[dict[str, str]]], log: Callable[[str], None]
 ) -> list[dict[str, Any]] | None:
-    started = _start(name, config)
-    if started is None:
+    """Every level of ``name``, the prompts alone first (the reference texts)."""
+    alone = _level(name, config, prompts, 1)
+    if alone is None:
         log(f"{name}: not built here (coinfer bench speculative --build-peers builds it); left out")
         return None
-    url, stop = started
+    reference = {s.prompt: s.text for s in alone[0] if s.error is None}
     rows: list[dict[str, Any]] = []
-    try:
-        alone, wall = asyncio.run(_clients(url, config.model, prompts, 1, len(prompts), config))
-        reference = {s.prompt: s.text for s in alone if s.error is None}
-        for clients in config.levels:
-            if clients == 1:
-                streams = alone
-            else:
-                requests = max(clients, len(prompts))
-                streams, wall = asyncio.run(_clients(url, config.model, prompts, clients, requests, config))
-            rows.append(level_row(clients, streams, wall, reference))
-            r = rows[-1]
-            log(
-                f"{name:24} {clients:3} clients: {r['tok_s']:7.2f} tok/s, TTFT p50 {r['ttft_p50_s']} s, "
-                f"{len(r['errors'])} errors, {r['identical']}/{r['requests']} identical"
-            )
-    finally:
-        stop()
+    for clients in config.levels:
+        ran = alone if clients == 1 else _level(name, config, prompts, clients)
+        assert ran is not None
+        rows.append(level_row(clients, *ran, reference))
+        r = rows[-1]
+        log(
+            f"{name:24} {clients:3} clients: {r['tok_s']:7.2f} tok/s, TTFT p50 {r['ttft_p50_s']} s, "
+            f"{len(r['errors'])} errors, {r['identical']}/{r['requests']} identical"
+        )
     return rows
 
 
