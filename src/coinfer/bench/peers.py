@@ -44,6 +44,7 @@ __all__ = [
     "draft_for",
     "llama_server_binary",
     "start_peer",
+    "stop_process",
     "transformers_assisted",
 ]
 
@@ -215,6 +216,16 @@ def launch_llama_server(
     return proc, base
 
 
+def stop_process(proc: subprocess.Popen[bytes], timeout: float = 10.0) -> None:
+    """End a server: asked to stop, killed if it has not within ``timeout`` seconds."""
+    proc.terminate()
+    try:
+        proc.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+
+
 def _llama_server(
     binary: Path,
     model_path: str,
@@ -243,14 +254,7 @@ def _llama_server(
             {k: round(float(v), 3) for k, v in timings.items() if k in _SERVER_TIMINGS},
         )
 
-    def close() -> None:
-        proc.terminate()
-        try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-
-    return Peer(run, close, remembers=remembers)
+    return Peer(run, lambda: stop_process(proc), remembers=remembers)
 
 
 def transformers_assisted(target: str, draft: str, n_threads: int | None, eos: frozenset[int]) -> Peer:

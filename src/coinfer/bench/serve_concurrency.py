@@ -21,7 +21,6 @@ reported.
 from __future__ import annotations
 
 import asyncio
-import subprocess
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
@@ -148,7 +147,7 @@ async def _clients(
 def _start(name: str, config: ConcurrencyConfig) -> tuple[str, Callable[[], None]] | None:
     """``name``'s server, alone: its OpenAI base URL and how to stop it (None: not built)."""
     from coinfer import catalog
-    from coinfer.bench.peers import launch_llama_server, llama_server_binary
+    from coinfer.bench.peers import launch_llama_server, llama_server_binary, stop_process
     from coinfer.serve.process import ServerProcess
 
     kind, flags = SYSTEMS[name]
@@ -160,16 +159,7 @@ def _start(name: str, config: ConcurrencyConfig) -> tuple[str, Callable[[], None
         return None
     path = str(catalog.prepare(config.model))
     proc, base = launch_llama_server(binary, path, flags, None, slots=config.slots, ctx=config.ctx)
-
-    def stop() -> None:
-        proc.terminate()
-        try:
-            proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-
-    return base + "/v1", stop
+    return base + "/v1", lambda: stop_process(proc, 30.0)
 
 
 def level_requests(clients: int, prompts: int) -> int:

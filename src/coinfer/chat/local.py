@@ -15,12 +15,14 @@ llama-server's ``n_batch`` do): a long prompt never stalls the running conversat
 its whole length, and a short one that arrives behind it starts within a chunk or two.
 
 The caches of the last ``keep`` finished conversations are kept: a new conversation that
-shares at least ``min_reuse`` leading tokens with one of them continues from it, so a
-chat that grows turn by turn over a long document (Minion's local side) reads the
-document once, not once per turn. Kept caches give way whenever cells are needed.
+shares at least ``min_reuse`` leading tokens with one of them continues from a copy of
+it (``fork``; the kept cache stays for the next one sharing it, where a sequence slot is
+free), so a chat that grows turn by turn over a long document (Minion's local side), or
+requests that share a system prompt or a document, read it once. Kept caches give way,
+oldest first, whenever slots or cells are needed.
 
 Given a ``speculator`` (``decoding.batch_speculation``), the jobs that decode greedily
-draft: in a step that admits no prompt, every drafting job's proposal rides in the one
+draft: in a step that reads no prompt, every drafting job's proposal rides in the one
 forward, cut together so the forward pays for itself, and each keeps the prefix of its
 draft that the target's own choices agree with (lossless: the text is the target's greedy
 text). Jobs that sample, follow a grammar or did not ask to speculate share the forward
@@ -249,11 +251,9 @@ class LocalChat(ChatModel):
         """Roll the cache back past the rejected draft, output the agreed draft tokens (an
         end token or the budget ends the job), and make the target's own token next."""
         agreed = len(kept) - 1
-        job.drafted, job.accepted, job.verified = (
-            job.drafted + len(draft),
-            job.accepted + agreed,
-            job.verified + 1,
-        )
+        job.drafted += len(draft)
+        job.accepted += agreed
+        job.verified += 1
         if agreed < len(draft):
             self.model.truncate(_seq(job), len(_seq(job)) - (len(draft) - agreed))
         for token in kept[:-1]:
