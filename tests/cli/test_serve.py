@@ -100,8 +100,8 @@ def test_the_model_flag_and_the_batch_reach_the_server(monkeypatch: pytest.Monke
     (served,) = server["served"].values()
     assert served.name == "smollm2-135m" and served.engine == "plain" and served.max_queue == 5
     assert made["chats"] == [{
-        "spec": "smollm2-135m", "n_ctx": 1024, "parallel": 3, "keep": 2, "backend": "llama.cpp",
-        "n_threads": None, "device": None, "dtype": None,
+        "spec": "smollm2-135m", "n_ctx": 1024, "parallel": 3, "keep": 2, "prefill_chunk": 512,
+        "backend": "llama.cpp", "n_threads": None, "device": None, "dtype": None,
     }]  # fmt: skip
     assert made["stopped"] and made["model_closed"]  # the model the CLI loaded, closed by it
     assert made["captured"] == [[1, 2, 3]]  # on a GPU, every batch's shapes before the first request

@@ -254,7 +254,8 @@ def open_chat_from_args(
 ) -> Any:
     """``spec`` loaded for chat (``open_local_chat``: a cache per conversation on llama.cpp)
     on the flags' backend, threads and device; a catalogue model is assembled first."""
-    from coinfer.chat.local import PREFILL_CHUNK, open_local_chat
+    from coinfer.chat import open_local_chat
+    from coinfer.chat.local import PREFILL_CHUNK
 
     _assemble_if_catalogued(spec, quiet=quiet)
     return open_local_chat(
