@@ -10,12 +10,13 @@ earlier one left in a cache); every prompt is first streamed alone, one after an
 its next request as soon as its last ends. No prompt repeats within a level when the
 suite holds at least as many prompts as clients (``per_category`` >= clients / 3): a
 repeated prompt is an answer that llama-server's n-gram pool (``ngram-mod``) or a prompt
-cache has seen already. Per level: aggregate completion
-tokens/s (all tokens over the time from the first request sent to the last token),
-time to first token and inter-token latency (a request's seconds per token after its
-first) at p50 and p95, errors, honest 429s, and how many greedy texts equal the same
-request served alone. Every fourth prompt is held out of any tuning; both halves are
-reported.
+cache has seen already.
+
+Per level: aggregate completion tokens/s (all tokens over the time from the first
+request sent to the last token), time to first token and inter-token latency (a
+request's seconds per token after its first) at p50 and p95, errors, honest 429s, and how
+many greedy texts equal the same request served alone. Every fourth prompt is held out
+of any tuning; both halves are reported.
 """
 
 from __future__ import annotations
