@@ -27,6 +27,8 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from typing import Any
 
+import numpy as np
+
 from coinfer.bench.serve_load import Stream, stream_chat
 from coinfer.errors import ConfigError
 
@@ -71,13 +73,7 @@ class ConcurrencyConfig:
 
 def _pct(values: list[float], q: float) -> float | None:
     """The ``q`` quantile (0-1) of ``values`` by linear interpolation; None when empty."""
-    if not values:
-        return None
-    ordered = sorted(values)
-    at = q * (len(ordered) - 1)
-    lo = int(at)
-    hi = min(lo + 1, len(ordered) - 1)
-    return round(ordered[lo] + (ordered[hi] - ordered[lo]) * (at - lo), 4)
+    return round(float(np.quantile(values, q)), 4) if values else None
 
 
 def _half(streams: list[Stream], reference: dict[int, str], held_out: bool) -> dict[str, Any]:

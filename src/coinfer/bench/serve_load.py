@@ -69,6 +69,12 @@ class Stream:
             return None
         return (self.last_s - self.first_s) / (self.tokens - 1)
 
+    @property
+    def decode_tok_s(self) -> float:
+        """Tokens after the first over the time from the first to the last (0 if unknown)."""
+        gap = self.inter_token_s
+        return 1.0 / gap if gap else 0.0
+
 
 @dataclass
 class LoadResult:

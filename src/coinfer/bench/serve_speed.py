@@ -17,6 +17,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from coinfer.bench.serve_load import Stream
 from coinfer.errors import ConfigError
 
 __all__ = ["SpeedConfig", "run_speed"]
@@ -45,23 +46,9 @@ class SpeedConfig:
             )
 
 
-@dataclass
-class _Answer:
-    text: str = ""
-    tokens: int = 0
-    first_s: float | None = None
-    last_s: float | None = None
-
-    @property
-    def decode_tok_s(self) -> float:
-        if self.first_s is None or self.last_s is None or self.tokens < 2 or self.last_s <= self.first_s:
-            return 0.0
-        return (self.tokens - 1) / (self.last_s - self.first_s)
-
-
-def stream_once(client: Any, model: str, messages: list[dict[str, Any]], max_tokens: int) -> _Answer:
+def stream_once(client: Any, model: str, messages: list[dict[str, Any]], max_tokens: int) -> Stream:
     """One greedy streamed request by ``client`` (an ``openai.OpenAI``), timed at the client."""
-    a, t0 = _Answer(), time.perf_counter()
+    a, t0 = Stream(0), time.perf_counter()
     chunks = client.chat.completions.create(  # type: ignore[call-overload]
         model=model, messages=messages, temperature=0, max_tokens=max_tokens, stream=True,
         stream_options={"include_usage": True},

@@ -226,7 +226,8 @@ class LocalChat(ChatModel):
     def _speculate(self, feed: list[tuple[_Job, list[int]]], speculator: BatchSpeculator) -> None:
         """One forward of every greedy job's next token, the drafting ones' drafts after
         it; each drafting job keeps what the target agrees with (rolled back past it)."""
-        rows = [(j.key, j.prompt + j.tokens, self._room(j)) for j, _ in feed if j.speculate]
+        contexts = {j.key: j.prompt + j.tokens for j, _ in feed if j.speculate}
+        rows = [(j.key, contexts[j.key], self._room(j)) for j, _ in feed if j.speculate]
         drafts, draft_s, proposed = speculator.drafts(rows, others=len(feed) - len(rows))
         planned = iter(drafts)
         items = [(_seq(j), ids + (next(planned) if j.speculate else [])) for j, ids in feed]
@@ -239,7 +240,7 @@ class LocalChat(ChatModel):
                 job.choice = int(row[-1])
                 continue
             draft = fed[len(ids) :]
-            kept = speculator.accepted(job.key, job.prompt + job.tokens, draft, row[len(ids) - 1 :].tolist())
+            kept = speculator.accepted(job.key, contexts[job.key], draft, row[len(ids) - 1 :].tolist())
             self._keep_draft(job, draft, kept)
 
     def _room(self, job: _Job) -> int:
