@@ -10,9 +10,9 @@ PYTEST_ARGS ?=
 .PHONY: setup demo test lint docs
 setup: $(VENV)/.installed
 
-$(VENV)/.installed: pyproject.toml scripts/build-llama-wheel.sh scripts/install-browser.sh
+$(VENV)/.installed: pyproject.toml scripts/build-llama-wheel.sh scripts/install-debian-packages.sh
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	scripts/install-browser.sh
+	scripts/install-debian-packages.sh
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	COINFER_WHEELHOUSE=$(WHEELHOUSE) PYTHON=$(BIN)/python scripts/build-llama-wheel.sh
 	$(BIN)/python -m pip install --find-links $(WHEELHOUSE) -e '.[all]'

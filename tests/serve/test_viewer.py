@@ -26,7 +26,7 @@ HOSTILE = '</script><script>document.title="pwned"</script><img src=x onerror="d
 def _chromium() -> tuple[str, str]:
     found = shutil.which("chromium"), shutil.which("chromedriver")
     if None in found:
-        why = "needs Debian's chromium and chromium-driver (scripts/install-browser.sh installs them)"
+        why = "needs Debian's chromium and chromium-driver (scripts/install-debian-packages.sh installs them)"
         if os.environ.get("CI"):
             pytest.fail(why)
         pytest.skip(why)

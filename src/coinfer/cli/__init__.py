@@ -10,7 +10,7 @@ import threading
 from collections.abc import Sequence
 
 from coinfer import __version__
-from coinfer.cli import bench, demo, edge, generate, minions, models, rag, serve, view
+from coinfer.cli import balance, bench, demo, edge, generate, minions, models, rag, serve, view
 from coinfer.cli.common import Parser, err
 from coinfer.errors import CoinferError
 
@@ -23,7 +23,7 @@ def build_parser() -> Parser:
     )
     parser.add_argument("--version", action="version", version=f"coinfer {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
-    for command in (models, generate, minions, rag, edge, serve, view, demo, bench):
+    for command in (models, generate, minions, rag, edge, serve, balance, view, demo, bench):
         command.add_parser(sub)
     return parser
 
