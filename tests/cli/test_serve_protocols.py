@@ -11,6 +11,7 @@ import subprocess
 import sys
 import urllib.request
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -64,6 +65,16 @@ def test_minions_served_reads_the_requests_documents_locally_and_bills_the_remot
         assert sent and json.dumps(DOC)[1:-1] not in json.dumps(sent)  # the remote never saw the document
         with pytest.raises(openai.BadRequestError, match="documents"):
             client.chat.completions.create(model="smollm2-135m", messages=ask)
+
+        def asked(_: int) -> str | None:  # several questions at once: their local jobs share a batch
+            reply = client.chat.completions.create(
+                model="smollm2-135m", messages=ask, extra_body={"documents": [{"name": "service.md", "text": DOC}]}
+            )
+            return reply.choices[0].message.content
+
+        with ThreadPoolExecutor(4) as pool:
+            answers = list(pool.map(asked, range(4)))
+        assert all(a in ("8080", "unknown") for a in answers)
 
 
 @pytest.fixture

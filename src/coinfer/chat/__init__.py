@@ -5,6 +5,7 @@ from coinfer.chat.base import ChatModel, ChatRequest, ChatResult, Usage
 from coinfer.chat.local import LocalChat, open_local_chat
 from coinfer.chat.openai_api import OpenAIChat
 from coinfer.chat.pricing import DEFAULT_PRICES, Price, PriceTable, UsageLedger
+from coinfer.chat.shared import SharedChat
 
 __all__ = [
     "DEFAULT_PRICES",
@@ -17,5 +18,6 @@ __all__ = [
     "PriceTable",
     "Usage",
     "UsageLedger",
+    "SharedChat",
     "open_local_chat",
 ]

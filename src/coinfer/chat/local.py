@@ -135,10 +135,18 @@ class LocalChat(ChatModel):
         return self.chat_batch([request])[0]
 
     def chat_batch(self, requests: Sequence[ChatRequest]) -> list[ChatResult]:
-        self._calls += 1
-        jobs = [job for i, r in enumerate(requests) for job in self._jobs(i, r)]
+        jobs = self.jobs_for(requests)
         self._run(jobs)
-        return [self._result(i, [j for j in jobs if j.request == i]) for i in range(len(requests))]
+        return self.results(len(requests), jobs)
+
+    def jobs_for(self, requests: Sequence[ChatRequest]) -> list[_Job]:
+        """One call's requests as jobs for ``step`` (request i's samples have ``request == i``)."""
+        self._calls += 1
+        return [job for i, r in enumerate(requests) for job in self._jobs(i, r)]
+
+    def results(self, count: int, jobs: list[_Job]) -> list[ChatResult]:
+        """The answers of one call's ``count`` requests, from its finished jobs."""
+        return [self._result(i, [j for j in jobs if j.request == i]) for i in range(count)]
 
     def _jobs(self, index: int, request: ChatRequest) -> list[_Job]:
         return self.new_jobs(
@@ -179,8 +187,13 @@ class LocalChat(ChatModel):
             while waiting or running:
                 running = self.step(waiting, running)
         finally:
-            for job in jobs:
-                self._retire(job, force=True)
+            self.abandon(jobs)
+
+    def abandon(self, jobs: Sequence[_Job]) -> None:
+        """Release the caches ``jobs`` still hold (after a failure, or for good measure at
+        the end: a finished job has already given its cache up)."""
+        for job in jobs:
+            self._retire(job, force=True)
 
     def step(self, waiting: deque[_Job], running: list[_Job]) -> list[_Job]:
         """One step of continuous batching: admit what fits from ``waiting``, choose each

@@ -197,7 +197,8 @@ class PartsFromArgs:
         args = self.args
         url = args.remote_base_url
         if url is None:
-            server = self._opened(ServerProcess(args.remote, ctx=args.remote_ctx, max_batch=1).start(),
+            batch = args.max_batch if self.serving else 1  # a server's questions call it at once
+            server = self._opened(ServerProcess(args.remote, ctx=args.remote_ctx, max_batch=batch).start(),
                                   lambda: server.stop())  # fmt: skip
             url = server.url
         return OpenAIChat(args.remote, base_url=url, api_key=args.remote_api_key)

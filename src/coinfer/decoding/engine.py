@@ -119,6 +119,11 @@ class Session(ABC):
             )
         return request.question
 
+    def concurrent(self) -> int:
+        """How many requests ``stream`` may answer at once, each on its own thread (a
+        session whose parts share one batch across threads: MinionS's); 1: one at a time."""
+        return 1
+
     def billed(self, last: Response) -> dict[str, Any] | None:
         """What the request cost where someone bills for it (a remote's usage:
         ``prompt_tokens``, ``completion_tokens``); None: the model's own tokens."""

@@ -13,7 +13,8 @@ Three kinds:
 * ``PlainServed``: a local model, continuous batching (``LocalChat.step``): a request
   joins the running batch at the next step and leaves it when done;
 * ``SessionServed``: any engine's ``Session`` (``decoding.engine``), one request at a
-  time, stopped between rounds when cancelled (``serve.batched.BatchServed``: a session
+  time (or ``session.concurrent()`` at once, each on its own thread), stopped between
+  rounds when cancelled (``serve.batched.BatchServed``: a session
   that batches, requests joining its running batch);
 * ``ChatServed``: any ``ChatModel`` (a remote API, a scripted fake): queued requests go
   to ``chat_batch`` together, each answered in one piece.
@@ -29,6 +30,7 @@ import time
 from abc import ABC, abstractmethod
 from collections import deque
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -397,8 +399,9 @@ def engine_request(session: Session, r: ServeRequest) -> Request:
 
 
 class SessionServed(Served):
-    """Any engine's ``Session``, one request at a time (``n`` = 1), stopped between its
-    steps when cancelled. What the engine declares decides what it serves: an engine that
+    """Any engine's ``Session``, one request at a time (``n`` = 1), or as many at once as
+    ``session.concurrent()`` says, each on its own thread; stopped between its steps when
+    cancelled. What the engine declares decides what it serves: an engine that
     ``answers`` takes chats (their last user message); one that ``needs_documents`` takes
     requests that bring them. The usage is what the session says it billed (a remote's),
     else the model's prompt and output tokens. ``on_release``: what to close when the
@@ -412,7 +415,7 @@ class SessionServed(Served):
         max_queue: int = 64,
         on_release: Callable[[], None] | None = None,
     ) -> None:
-        super().__init__(name, max_queue=max_queue)
+        super().__init__(name, max_queue=max_queue, concurrency=max(1, session.concurrent()))
         self.session, self.model, self.engine = session, session.model, session.engine.name
         self.draft, self.on_release = session.draft_label, on_release
 
@@ -434,6 +437,9 @@ class SessionServed(Served):
             self.on_release()
 
     def serve(self) -> None:
+        if self.concurrency > 1:
+            self._serve_concurrently()
+            return
         while True:
             arrived = self.take(block=True)
             if arrived is None:
@@ -442,6 +448,18 @@ class SessionServed(Served):
                 self._one(ticket)
                 if self._closed:
                     return
+
+    def _serve_concurrently(self) -> None:
+        """Up to ``concurrency`` requests at once, each on a thread of its own (a session
+        whose ``concurrent`` says its parts share their batch across threads)."""
+        with ThreadPoolExecutor(self.concurrency, thread_name_prefix=f"serve-{self.name}") as pool:
+            while True:
+                arrived = self.take(block=True)
+                if arrived is None:
+                    pool.shutdown(wait=True, cancel_futures=True)
+                    return
+                for ticket in arrived:
+                    pool.submit(self._one, ticket)
 
     def _one(self, ticket: Ticket) -> None:
         r = ticket.request

@@ -98,3 +98,18 @@ def test_bad_input_is_refused_before_any_model_is_asked() -> None:
     with pytest.raises(ConfigError):
         m.DirectConfig(side="both")  # type: ignore[arg-type]
     assert remote.requests == []
+
+
+def test_a_session_over_a_local_batch_and_an_api_answers_several_questions_at_once() -> None:
+    from coinfer.chat import LocalChat, OpenAIChat, SharedChat
+    from coinfer.decoding.registry import get
+    from coinfer.testing import ScriptedModel
+
+    model = ScriptedModel(lambda prefix: 97, n_ctx=256)
+    local, api = LocalChat(model, max_concurrent=4), OpenAIChat("cloud", base_url="http://127.0.0.1:9/v1")
+    with get("minions").open({"local": local, "remote": api}) as session:
+        assert isinstance(session.local, SharedChat) and session.local.local is local
+        assert session.concurrent() == 4  # as many questions as the local batch holds
+    assert not session.local._thread.is_alive()  # its worker stopped with the session
+    with get("minions").open({"local": ScriptedChat(local_reader), "remote": api}) as session:
+        assert session.concurrent() == 1  # a chat model not known to be thread-safe: one at a time

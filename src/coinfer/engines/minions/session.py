@@ -2,7 +2,12 @@
 ``local`` (the chat model that reads the documents) and ``remote`` (the one that plans and
 answers, and never sees them); the config picks the protocol (``MinionsConfig``: MinionS,
 ``MinionConfig``, ``RagConfig``, ``DirectConfig``). A request brings its question and its
-documents; what it is billed is the remote's usage."""
+documents; what it is billed is the remote's usage.
+
+Several questions at once: each runs on its own thread (``concurrent``), and a local
+model's ``LocalChat`` is shared by them through one batch (``SharedChat``), so the local
+jobs of every question in flight are decoded together and one question's remote call
+overlaps the others' local work. An OpenAI-compatible client is shared as it is."""
 
 from __future__ import annotations
 
@@ -10,6 +15,7 @@ import dataclasses
 from collections.abc import Generator, Mapping
 from typing import Any
 
+from coinfer.chat import LocalChat, OpenAIChat, SharedChat
 from coinfer.decoding.engine import Engine, Request, Session
 from coinfer.decoding.learned import Learned
 from coinfer.decoding.response import Response
@@ -26,7 +32,7 @@ __all__ = ["ENGINE", "MinionsEngine"]
 class _MinionsSession(Session):
     def __init__(self, engine: Engine, parts: Mapping[str, Any], config: Any, learned: Learned) -> None:
         super().__init__(engine, parts, config, learned)
-        self.local, self.remote = parts.get("local"), parts.get("remote")
+        self.local, self.remote = _shared(parts.get("local")), _shared(parts.get("remote"))
 
     @property
     def draft_label(self) -> str | None:
@@ -36,9 +42,28 @@ class _MinionsSession(Session):
         return stream(self.question_of(request), list(request.documents), local=self.local,
                       remote=self.remote, config=self.config)  # fmt: skip
 
+    def concurrent(self) -> int:
+        """As many questions as the local batch holds, where every part may be called from
+        several threads (a shared batch, an API client); else one at a time."""
+        sides = [p for p in (self.local, self.remote) if p is not None]
+        if not sides or not all(isinstance(p, (SharedChat, OpenAIChat)) for p in sides):
+            return 1
+        return min(p.max_concurrent if isinstance(p, SharedChat) else p.concurrency for p in sides)
+
     def billed(self, last: Response) -> dict[str, Any] | None:
         usage = last.extras.get("usage", {}).get("remote")
         return dict(usage) if usage else None
+
+    def close(self) -> None:
+        for side in (self.local, self.remote):
+            if isinstance(side, SharedChat):
+                side.close()  # its worker; the chat itself is the parts' owner's
+        super().close()
+
+
+def _shared(part: Any) -> Any:
+    """A ``LocalChat`` behind one batch that several threads share; anything else as it is."""
+    return SharedChat(part) if isinstance(part, LocalChat) else part
 
 
 class MinionsEngine(Engine):

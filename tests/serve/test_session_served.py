@@ -1,0 +1,68 @@
+"""A session served as it declares: one request at a time, or ``concurrent()`` at once,
+each on its own thread."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Generator
+from typing import Any
+
+from coinfer.decoding.engine import Engine, Request, Session
+from coinfer.decoding.learned import Learned
+from coinfer.decoding.response import DecodeStats, Response
+from coinfer.serve.schemas import read_body
+from coinfer.serve.served import Event, SessionServed
+
+
+class _Meeting(Session):
+    """Each request waits until ``width`` requests are inside ``stream`` together."""
+
+    def __init__(self, width: int, declared: int, timeout: float = 10) -> None:
+        super().__init__(_MeetingEngine(), {}, None, Learned())
+        self.width, self.declared = width, declared
+        self.inside = threading.Barrier(width, timeout=timeout)
+
+    def concurrent(self) -> int:
+        return self.declared
+
+    def stream(self, request: Request) -> Generator[Response, None, None]:
+        self.inside.wait()  # BrokenBarrierError where fewer run at once
+        yield Response(request.question or "", [], DecodeStats(1), "stop")
+
+
+class _MeetingEngine(Engine):
+    name = "meeting"
+    answers = True
+    parts = ()
+
+
+def _serve(session: _Meeting, count: int) -> list[list[Event]]:
+    served = SessionServed(session, name="m").start()
+    events: list[list[Event]] = [[] for _ in range(count)]
+    done = [threading.Event() for _ in range(count)]
+
+    def sink(i: int) -> Any:
+        def put(event: Event) -> None:
+            events[i].append(event)
+            if event.kind in ("done", "error"):
+                done[i].set()
+
+        return put
+
+    for i in range(count):
+        body = {"model": "m", "messages": [{"role": "user", "content": f"q{i}"}]}
+        served.submit(read_body("chat", body), sink(i))
+    assert all(d.wait(20) for d in done)
+    served.close()
+    return events
+
+
+def test_a_session_that_declares_four_serves_four_requests_at_once() -> None:
+    events = _serve(_Meeting(4, declared=4), 4)
+    assert all([e.kind for e in ev] == ["start", "delta", "end", "done"] for ev in events)
+    assert sorted(ev[1].text for ev in events) == ["q0", "q1", "q2", "q3"]
+
+
+def test_a_session_that_declares_one_serves_one_at_a_time() -> None:
+    events = _serve(_Meeting(2, declared=1, timeout=1), 2)
+    assert all(ev[-1].kind == "error" for ev in events)  # never two inside at once: the meeting broke
