@@ -67,8 +67,9 @@ def test_minions_served_reads_the_requests_documents_locally_and_bills_the_remot
             client.chat.completions.create(model="smollm2-135m", messages=ask)
 
         def asked(_: int) -> str | None:  # several questions at once: their local jobs share a batch
+            documents = [{"name": "service.md", "text": DOC}]
             reply = client.chat.completions.create(
-                model="smollm2-135m", messages=ask, extra_body={"documents": [{"name": "service.md", "text": DOC}]}
+                model="smollm2-135m", messages=ask, extra_body={"documents": documents}
             )
             return reply.choices[0].message.content
 

@@ -121,11 +121,12 @@ def _rss_mb(pid: int) -> float:
 
 async def stream_chat(
     client: Any, model: str, messages: list[dict[str, str]], max_tokens: int, index: int, deadline: float,
-    *, leave_after: int | None = None,
+    *, leave_after: int | None = None, extra_body: dict[str, Any] | None = None,
 ) -> Stream:  # fmt: skip
     """One greedy streaming request by ``client`` (an ``openai.AsyncOpenAI``), timed at the
     client; after a 429 it waits ``Retry-After`` and sends again. ``leave_after``: the
-    client goes away after that many chunks of text (its ``finish``: ``left``)."""
+    client goes away after that many chunks of text (its ``finish``: ``left``); ``extra_body``:
+    coinfer's own fields (a MinionS request's ``documents``)."""
     import openai
 
     s = Stream(index)
@@ -134,7 +135,7 @@ async def stream_chat(
         try:
             chunks = await client.chat.completions.create(
                 model=model, messages=messages, temperature=0, max_tokens=max_tokens, stream=True,
-                stream_options={"include_usage": True},
+                stream_options={"include_usage": True}, extra_body=extra_body,
             )  # fmt: skip
             seen = 0
             async for c in chunks:

@@ -1,6 +1,7 @@
 """``coinfer bench serve``: the server under a storm of streaming clients (``bench.serve_load``),
-its speed against llama.cpp's own server as a client sees it (``bench.serve_speed``), and
-both under 1 to 32 concurrent clients (``bench.serve_concurrency``)."""
+its speed against llama.cpp's own server as a client sees it (``bench.serve_speed``),
+both under 1 to 32 concurrent clients (``bench.serve_concurrency``), and every engine at 1
+and 4 clients (``bench.serve_engines``)."""
 
 from __future__ import annotations
 
@@ -20,7 +21,30 @@ def cmd_bench_serve(args: argparse.Namespace) -> int:
         _speed(args)
     if args.part in ("concurrency", "all"):
         _concurrency(args)
+    if args.part in ("engines", "all"):
+        _engines(args)
     return 0 if passed else 1
+
+
+def _engines(args: argparse.Namespace) -> None:
+    from coinfer.bench.report import write_json, write_markdown
+    from coinfer.bench.serve_engines import EnginesConfig, markdown_table, run_engines
+
+    config = EnginesConfig(
+        model=args.concurrency_model, levels=_numbers(args.engine_levels), max_tokens=args.concurrency_tokens,
+        engines=tuple(args.engines.split(",")) if args.engines else EnginesConfig().engines,
+        requests=3 if args.quick else 8, questions=1 if args.quick else 4,
+    )  # fmt: skip
+    report = run_engines(config, log=err)
+    out = Path(args.out)
+    write_json(out / "engines.json", report)
+    table = markdown_table(report)
+    write_markdown(out / "engines.md", table)
+    if args.json:
+        print(json.dumps(report["engines"]))
+        return
+    err(table)
+    err(f"wrote {out}/engines.json, engines.md")
 
 
 def _concurrency(args: argparse.Namespace) -> None:
@@ -123,7 +147,7 @@ def add_serve_bench(bench: Any) -> None:
     p.add_argument(
         "--part",
         default="all",
-        choices=["load", "speed", "concurrency", "all"],
+        choices=["load", "speed", "concurrency", "engines", "all"],
         help="what to run (default: all)",
     )
     p.add_argument("--concurrency-model", default="qwen2.5-coder-1.5b", help="the concurrency part's model")
@@ -140,6 +164,12 @@ def add_serve_bench(bench: Any) -> None:
         help="the concurrency part's servers, comma-separated (default: coinfer-plain, coinfer-speculative, "
         "llama-server-plain, llama-server-ngram-mod)",
     )  # fmt: skip
+    p.add_argument(
+        "--engines", default=None,
+        help="the engines part's engines, comma-separated (default: plain, speculative, collective, "
+        "llmcad, minions)",
+    )  # fmt: skip
+    p.add_argument("--engine-levels", default="1,4", help="the engines part's client counts (default: 1,4)")
     p.add_argument("--speed-model", default="qwen2.5-coder-1.5b", help="the speed part's model")
     p.add_argument("--speed-tokens", type=int, default=192, help="the speed part's tokens per answer")
     p.add_argument(

@@ -1,0 +1,158 @@
+"""Does every served engine answer several clients at once? ``coinfer bench serve --part
+engines``: each engine behind its own ``coinfer serve``, started fresh, sent the same
+requests by 1 and then by 4 concurrent streaming clients of the official ``openai``
+client; its aggregate throughput at each level, and their ratio.
+
+Engines that continue a prompt take the speculative suite's code prompts and are
+measured in completion tokens per second. MinionS answers questions about the documents
+each request brings (the MinionS bench's CPython modules, the shortest first) and is
+measured in questions per minute: its completion tokens are the remote's answer. An
+engine that serves one request at a time shows about 1x; one that batches or overlaps its
+requests, more. Nothing here is tuned, so there is no held-out half.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from coinfer.bench.serve_load import Stream, stream_chat
+from coinfer.errors import ConfigError
+
+__all__ = ["ENGINES", "EnginesConfig", "markdown_table", "run_engines"]
+
+# name -> (the --engine flags beyond the model, whether it answers questions on documents)
+ENGINES: dict[str, tuple[list[str], bool]] = {
+    "plain": (["--engine", "plain"], False),
+    "speculative": (["--engine", "speculative", "--draft", "ngram"], False),
+    "collective": (["--engine", "collective", "--drafts", "ngram,qwen2.5-coder-0.5b"], False),
+    "llmcad": (["--engine", "llmcad", "--draft", "qwen2.5-coder-0.5b"], False),
+    "minions": (["--engine", "minions", "--remote", "qwen2.5-coder-1.5b", "--remote-ctx", "8192"], True),
+}
+
+
+@dataclass(frozen=True, kw_only=True)
+class EnginesConfig:
+    """``model``: the target (MinionS: its local model is ``local``); ``requests``: per
+    level (MinionS: ``questions``)."""
+
+    model: str = "qwen2.5-coder-1.5b"
+    local: str = "qwen2.5-coder-0.5b"
+    engines: tuple[str, ...] = tuple(ENGINES)
+    levels: tuple[int, ...] = (1, 4)
+    requests: int = 8
+    questions: int = 4
+    max_tokens: int = 96
+    max_batch: int = 4
+    ctx: int = 8192
+    deadline_s: float = 3600.0
+
+    def __post_init__(self) -> None:
+        unknown = set(self.engines) - set(ENGINES)
+        if unknown:
+            raise ConfigError(f"unknown engines {sorted(unknown)}", hint=f"choose among {', '.join(ENGINES)}")
+        if min(self.levels, default=0) < 1 or min(self.requests, self.questions, self.max_batch) < 1:
+            raise ConfigError("levels, requests, questions and max_batch must be >= 1")
+
+
+Work = list[tuple[list[dict[str, str]], dict[str, Any] | None]]  # (messages, extra body) per request
+
+
+def _work(answers: bool, config: EnginesConfig) -> Work:
+    """The requests an engine is sent: code prompts, or questions with their document."""
+    if answers:
+        from coinfer.bench.minions import load_questions
+
+        rows = sorted(load_questions(), key=lambda q: (len(q["text"]), q["id"]))[: config.questions]
+        brought = [{"documents": [{"name": q["doc"], "text": q["text"]}]} for q in rows]
+        return [([{"role": "user", "content": q["question"]}], b) for q, b in zip(rows, brought, strict=True)]
+    from coinfer.bench.workloads import build_suite
+
+    prompts = build_suite(per_category=max(1, -(-config.requests // 3)))
+    return [(p["messages"], None) for p in prompts[: config.requests]]
+
+
+async def _level(
+    url: str, model: str, work: Work, clients: int, config: EnginesConfig
+) -> tuple[list[Stream], float]:
+    import openai
+
+    deadline = time.monotonic() + config.deadline_s
+    client = openai.AsyncOpenAI(base_url=url, api_key="bench", max_retries=0, timeout=config.deadline_s)
+    todo, out = list(range(len(work))), list[Stream]()
+
+    async def one_client() -> None:
+        while todo and time.monotonic() < deadline:
+            i = todo.pop(0)
+            messages, extra = work[i]
+            sent = stream_chat(client, model, messages, config.max_tokens, i, deadline, extra_body=extra)
+            out.append(await sent)
+
+    t0 = time.perf_counter()
+    try:
+        await asyncio.gather(*[one_client() for _ in range(clients)])
+    finally:
+        await client.close()
+    return out, time.perf_counter() - t0
+
+
+def _row(clients: int, streams: list[Stream], wall_s: float) -> dict[str, Any]:
+    done = [s for s in streams if s.error is None]
+    tokens = sum(s.tokens for s in done)
+    return {
+        "clients": clients,
+        "requests": len(streams),
+        "answered": len(done),
+        "errors": [f"request {s.prompt}: {s.error}" for s in streams if s.error is not None],
+        "wall_s": round(wall_s, 2),
+        "tok_s": round(tokens / wall_s, 3) if wall_s > 0 else 0.0,
+        "per_min": round(60 * len(done) / wall_s, 3) if wall_s > 0 else 0.0,
+    }
+
+
+def _engine(name: str, config: EnginesConfig, log: Callable[[str], None]) -> dict[str, Any]:
+    from coinfer.serve.process import ServerProcess
+
+    flags, answers = ENGINES[name]
+    model = config.local if answers else config.model
+    work = _work(answers, config)
+    rows = []
+    for clients in config.levels:  # a fresh server per level: no level reads another's caches
+        with ServerProcess(model, ctx=config.ctx, max_batch=config.max_batch, extra_args=flags) as server:
+            rows.append(_row(clients, *asyncio.run(_level(server.url, model, work, clients, config))))
+        r = rows[-1]
+        log(f"{name:12} {clients:2} clients: {r['tok_s']:7.2f} tok/s, {r['per_min']:6.2f}/min, "
+            f"{len(r['errors'])} errors")  # fmt: skip
+    unit = "per_min" if answers else "tok_s"
+    first = rows[0][unit]
+    scaling = {r["clients"]: round(r[unit] / first, 3) if first else None for r in rows}
+    return {"engine": name, "model": model, "unit": unit, "flags": flags, "rows": rows, "scaling": scaling}
+
+
+def run_engines(config: EnginesConfig, *, log: Callable[[str], None]) -> dict[str, Any]:
+    """Every engine at every level; its rows and its throughput against one client's."""
+    from coinfer.bench.report import environment
+
+    engines = [_engine(name, config, log) for name in config.engines]
+    return {"config": asdict(config), "environment": environment(), "engines": engines}
+
+
+def markdown_table(report: dict[str, Any]) -> str:
+    levels = report["config"]["levels"]
+    head = "| engine | model | unit | " + " | ".join(f"{n} clients" for n in levels) + " | "
+    head += " | ".join(f"{n} / {levels[0]}" for n in levels[1:]) + " | errors |"
+    lines = [head, "|" + "---|" * (head.count("|") - 1)]
+    for e in report["engines"]:
+        values = " | ".join(f"{r[e['unit']]:.2f}" for r in e["rows"])
+        ratios = " | ".join(_ratio(e["scaling"].get(r["clients"])) for r in e["rows"][1:])
+        errors = sum(len(r["errors"]) for r in e["rows"])
+        unit = "questions/min" if e["unit"] == "per_min" else "tok/s"
+        lines.append(f"| {e['engine']} | {e['model']} | {unit} | {values} | {ratios} | {errors} |")
+    return "\n".join(lines)
+
+
+def _ratio(value: float | None) -> str:
+    return "-" if value is None else f"{value:.2f}x"

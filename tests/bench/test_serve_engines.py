@@ -1,0 +1,35 @@
+"""The engines bench: each served engine at 1 and more clients, its throughput and its
+ratio to one client's."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from coinfer.bench.serve_engines import EnginesConfig, markdown_table, run_engines
+from coinfer.errors import ConfigError
+from tests.conftest import needs_llama
+
+
+def test_an_unknown_engine_or_level_is_refused() -> None:
+    with pytest.raises(ConfigError, match="unknown engines"):
+        EnginesConfig(engines=("warp",))
+    with pytest.raises(ConfigError, match=">= 1"):
+        EnginesConfig(levels=(0, 4))
+
+
+@needs_llama
+def test_plain_serving_at_one_and_two_clients_answers_every_request(smollm_path: Path) -> None:
+    config = EnginesConfig(model="smollm2-135m", engines=("plain",), levels=(1, 2), requests=2, max_tokens=8)
+    report = run_engines(config, log=lambda _: None)
+    (plain,) = report["engines"]
+    assert plain["unit"] == "tok_s" and [r["clients"] for r in plain["rows"]] == [1, 2]
+    for row in plain["rows"]:
+        assert row["answered"] == row["requests"] == 2 and not row["errors"] and row["tok_s"] > 0
+    assert plain["scaling"][1] == 1.0 and plain["scaling"][2] == round(
+        plain["rows"][1]["tok_s"] / plain["rows"][0]["tok_s"], 3
+    )
+    table = markdown_table(report)
+    assert table.splitlines()[0] == "| engine | model | unit | 1 clients | 2 clients | 2 / 1 | errors |"
+    assert "| plain | smollm2-135m | tok/s |" in table
