@@ -71,3 +71,14 @@ def test_each_server_alone_at_two_levels_answers_every_request_as_alone(smollm_p
         # gap): a near-tie may flip one greedy text, and the bench counts it
         assert four["identical"] >= 3
     assert [p["held_out"] for p in report["prompts"]] == [False, False, False]
+
+
+def test_a_shared_opening_is_one_system_message_of_about_the_tokens_asked() -> None:
+    from coinfer.bench.serve_concurrency import shared_opening
+
+    assert shared_opening(0) == []
+    (message,) = shared_opening(500)
+    assert message["role"] == "system" and 2000 < len(message["content"]) < 2100
+    assert shared_opening(500) == [message]  # the same for every request and every run
+    with pytest.raises(ConfigError, match="at most"):
+        shared_opening(10**6)

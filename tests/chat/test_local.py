@@ -227,3 +227,24 @@ def test_requests_that_share_a_prefix_copy_one_kept_cache_and_count_the_hit() ->
     ]
     chat.close()
     assert model.live_sequences == 0
+
+
+def test_requests_that_arrive_together_with_one_document_read_it_once() -> None:
+    from collections import deque
+
+    from coinfer.decoding.sampling import SamplingParams
+    from coinfer.testing import ScriptedModel
+
+    model = ScriptedModel(lambda prefix: 40 + len(prefix) % 7, n_ctx=1024)
+    chat = LocalChat(model, max_concurrent=3, keep=0, min_reuse=64, prefill_chunk=64)
+    document = [5 + i % 200 for i in range(200)]  # a system prompt all three open with
+    prompts = [[*document, 1], [*document, 2, 2], [*document, 3, 3, 3]]
+    jobs = [chat.new_jobs(i, p, n=1, max_tokens=4, params=SamplingParams())[0] for i, p in enumerate(prompts)]
+    waiting, running = deque(jobs), []
+    while waiting or running:
+        running = chat.step(waiting, running)
+    assert [j.cached for j in jobs] == [0, 200, 200]  # the first read it; the others copied it
+    assert sum(model.forwards) == 201 + 2 + 3 + 3 * 3  # the document once, each tail, each token
+    assert [j.tokens for j in jobs] == [[40 + (len(p) + i) % 7 for i in range(4)] for p in prompts]
+    chat.close()
+    assert model.live_sequences == 0

@@ -33,6 +33,7 @@ from typing import Any
 from coinfer import catalog
 from coinfer.decoding import DecodeStats
 from coinfer.errors import ConfigError, ModelError
+from coinfer.serve.process import stop_process
 from coinfer.transport.ports import free_loopback_port
 
 __all__ = [
@@ -214,16 +215,6 @@ def launch_llama_server(
             raise ModelError(f"llama-server did not start: {log.read().decode(errors='replace')[-400:]}")
         time.sleep(0.3)
     return proc, base
-
-
-def stop_process(proc: subprocess.Popen[bytes], timeout: float = 10.0) -> None:
-    """End a server: asked to stop, killed if it has not within ``timeout`` seconds."""
-    proc.terminate()
-    try:
-        proc.wait(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.wait()
 
 
 def _llama_server(

@@ -17,19 +17,22 @@ request sent to the last token), time to first token and inter-token latency (a
 request's seconds per token after its first) at p50 and p95, errors, honest 429s, and how
 many greedy texts equal the same request served alone. Every fourth prompt is held out
 of any tuning; both halves are reported.
+
+``shared_tokens``: every request opens with one system message of about that many
+tokens (a team assistant's long instructions, a shared document: the start of CPython's
+``shlex`` module, four characters a token): the case a prefix cache is for.
 """
 
 from __future__ import annotations
 
 import asyncio
-import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from typing import Any
 
 import numpy as np
 
-from coinfer.bench.serve_load import Stream, stream_chat
+from coinfer.bench.serve_load import Stream, Work, clients_at_once
 from coinfer.errors import ConfigError
 
 __all__ = ["SYSTEMS", "ConcurrencyConfig", "level_requests", "level_row", "markdown_table", "run_concurrency"]
@@ -57,6 +60,7 @@ class ConcurrencyConfig:
     ctx: int = 4096
     systems: tuple[str, ...] = tuple(SYSTEMS)
     deadline_s: float = 3600.0
+    shared_tokens: int = 0
 
     def __post_init__(self) -> None:
         if (
@@ -112,35 +116,6 @@ def level_row(
     }
 
 
-async def _clients(
-    url: str,
-    model: str,
-    prompts: list[list[dict[str, str]]],
-    clients: int,
-    requests: int,
-    config: ConcurrencyConfig,
-) -> tuple[list[Stream], float]:
-    """``requests`` requests (prompt ``i % len(prompts)``) from ``clients`` clients at once."""
-    import openai
-
-    deadline = time.monotonic() + config.deadline_s
-    client = openai.AsyncOpenAI(base_url=url, api_key="bench", max_retries=0, timeout=config.deadline_s)
-    queue = list(range(requests))
-    out: list[Stream] = []
-
-    async def one_client() -> None:
-        while queue and time.monotonic() < deadline:
-            i = queue.pop(0) % len(prompts)
-            out.append(await stream_chat(client, model, prompts[i], config.max_tokens, i, deadline))
-
-    t0 = time.perf_counter()
-    try:
-        await asyncio.gather(*[one_client() for _ in range(clients)])
-    finally:
-        await client.close()
-    return out, time.perf_counter() - t0
-
-
 def _start(name: str, config: ConcurrencyConfig) -> tuple[str, Callable[[], None]] | None:
     """``name``'s server, alone: its OpenAI base URL and how to stop it (None: not built)."""
     from coinfer import catalog
@@ -177,7 +152,11 @@ def _level(
     url, stop = started
     try:
         requests = len(prompts) if clients == 1 else level_requests(clients, len(prompts))
-        return asyncio.run(_clients(url, config.model, prompts, clients, requests, config))
+        work: Work = [(p, None) for p in prompts]
+        order = [i % len(prompts) for i in range(requests)]
+        run = clients_at_once(url, config.model, work, order, clients, max_tokens=config.max_tokens,
+                              deadline_s=config.deadline_s)  # fmt: skip
+        return asyncio.run(run)
     finally:
         stop()
 
@@ -210,7 +189,8 @@ def run_concurrency(config: ConcurrencyConfig, *, log: Callable[[str], None]) ->
     from coinfer.bench.workloads import build_suite
 
     suite = build_suite(config.per_category)
-    prompts = [list(p["messages"]) for p in suite]
+    opening = shared_opening(config.shared_tokens)
+    prompts = [[*opening, *p["messages"]] for p in suite]
     systems: dict[str, list[dict[str, Any]]] = {}
     for name in config.systems:
         rows = _system(name, config, prompts, log)
@@ -222,6 +202,18 @@ def run_concurrency(config: ConcurrencyConfig, *, log: Callable[[str], None]) ->
         "prompts": [{"id": p["id"], "held_out": i % 4 == 3} for i, p in enumerate(suite)],
         "systems": systems,
     }
+
+
+def shared_opening(tokens: int) -> list[dict[str, str]]:
+    """The system message every request opens with (none for 0 tokens; see the module)."""
+    if tokens <= 0:
+        return []
+    from coinfer.bench.minions import DATA
+
+    text = (DATA / "docs" / "shlex.py.txt").read_text()
+    if len(text) < 4 * tokens:
+        raise ConfigError(f"the shared opening holds at most {len(text) // 4} tokens, asked {tokens}")
+    return [{"role": "system", "content": "Answer with this module in mind:\n\n" + text[: 4 * tokens]}]
 
 
 def _cell(value: float | None, unit: str = "") -> str:

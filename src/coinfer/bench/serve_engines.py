@@ -14,12 +14,11 @@ requests, more. Nothing here is tuned, so there is no held-out half.
 from __future__ import annotations
 
 import asyncio
-import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from coinfer.bench.serve_load import Stream, stream_chat
+from coinfer.bench.serve_load import Stream, Work, clients_at_once
 from coinfer.errors import ConfigError
 
 __all__ = ["ENGINES", "EnginesConfig", "markdown_table", "run_engines"]
@@ -58,9 +57,6 @@ class EnginesConfig:
             raise ConfigError("levels, requests, questions and max_batch must be >= 1")
 
 
-Work = list[tuple[list[dict[str, str]], dict[str, Any] | None]]  # (messages, extra body) per request
-
-
 def _work(answers: bool, config: EnginesConfig) -> Work:
     """The requests an engine is sent: code prompts, or questions with their document."""
     if answers:
@@ -73,30 +69,6 @@ def _work(answers: bool, config: EnginesConfig) -> Work:
 
     prompts = build_suite(per_category=max(1, -(-config.requests // 3)))
     return [(p["messages"], None) for p in prompts[: config.requests]]
-
-
-async def _level(
-    url: str, model: str, work: Work, clients: int, config: EnginesConfig
-) -> tuple[list[Stream], float]:
-    import openai
-
-    deadline = time.monotonic() + config.deadline_s
-    client = openai.AsyncOpenAI(base_url=url, api_key="bench", max_retries=0, timeout=config.deadline_s)
-    todo, out = list(range(len(work))), list[Stream]()
-
-    async def one_client() -> None:
-        while todo and time.monotonic() < deadline:
-            i = todo.pop(0)
-            messages, extra = work[i]
-            sent = stream_chat(client, model, messages, config.max_tokens, i, deadline, extra_body=extra)
-            out.append(await sent)
-
-    t0 = time.perf_counter()
-    try:
-        await asyncio.gather(*[one_client() for _ in range(clients)])
-    finally:
-        await client.close()
-    return out, time.perf_counter() - t0
 
 
 def _row(clients: int, streams: list[Stream], wall_s: float) -> dict[str, Any]:
@@ -122,7 +94,9 @@ def _engine(name: str, config: EnginesConfig, log: Callable[[str], None]) -> dic
     rows = []
     for clients in config.levels:  # a fresh server per level: no level reads another's caches
         with ServerProcess(model, ctx=config.ctx, max_batch=config.max_batch, extra_args=flags) as server:
-            rows.append(_row(clients, *asyncio.run(_level(server.url, model, work, clients, config))))
+            run = clients_at_once(server.url, model, work, list(range(len(work))), clients,
+                                  max_tokens=config.max_tokens, deadline_s=config.deadline_s)  # fmt: skip
+            rows.append(_row(clients, *asyncio.run(run)))
         r = rows[-1]
         log(f"{name:12} {clients:2} clients: {r['tok_s']:7.2f} tok/s, {r['per_min']:6.2f}/min, "
             f"{len(r['errors'])} errors")  # fmt: skip

@@ -24,7 +24,18 @@ from typing import Any
 
 from coinfer.errors import ConfigError
 
-__all__ = ["LoadConfig", "LoadResult", "Stream", "load_prompts", "run_load", "stream_chat"]
+__all__ = [
+    "LoadConfig",
+    "LoadResult",
+    "Stream",
+    "Work",
+    "clients_at_once",
+    "load_prompts",
+    "run_load",
+    "stream_chat",
+]
+
+Work = list[tuple[list[dict[str, str]], dict[str, Any] | None]]  # (messages, extra body) per request
 
 
 @dataclass(frozen=True)
@@ -164,6 +175,32 @@ async def stream_chat(
             s.error = f"{type(exc).__name__}: {exc}"
             break
     return s
+
+
+async def clients_at_once(
+    url: str, model: str, work: Work, order: list[int], clients: int, *, max_tokens: int, deadline_s: float
+) -> tuple[list[Stream], float]:
+    """The requests ``work[i]`` for each ``i`` of ``order``, sent by ``clients`` streaming
+    clients at once, each its next as soon as its last ends; the streams (``prompt`` is
+    ``i``) and the seconds from the first sent to the last done."""
+    import openai
+
+    deadline = time.monotonic() + deadline_s
+    client = openai.AsyncOpenAI(base_url=url, api_key="bench", max_retries=0, timeout=deadline_s)
+    todo, out = list(order), list[Stream]()
+
+    async def one_client() -> None:
+        while todo and time.monotonic() < deadline:
+            i = todo.pop(0)
+            messages, extra = work[i]
+            out.append(await stream_chat(client, model, messages, max_tokens, i, deadline, extra_body=extra))
+
+    t0 = time.perf_counter()
+    try:
+        await asyncio.gather(*[one_client() for _ in range(clients)])
+    finally:
+        await client.close()
+    return out, time.perf_counter() - t0
 
 
 def leaving(config: LoadConfig) -> dict[int, int]:

@@ -19,7 +19,10 @@ shares at least ``min_reuse`` leading tokens with one of them continues from a c
 it (``fork``; the kept cache stays for the next one sharing it, where a sequence slot is
 free), so a chat that grows turn by turn over a long document (Minion's local side), or
 requests that share a system prompt or a document, read it once. Kept caches give way,
-oldest first, whenever slots or cells are needed.
+oldest first, whenever slots or cells are needed. Requests in flight share too: a new
+request copies the prefix a running one has read, and one that arrives while a running
+request is still reading the prefix they share waits for that read (a few chunks) and
+copies it, so a crowd that opens with one system prompt reads it once, not once each.
 
 Given a ``speculator`` (``decoding.batch_speculation``), the jobs that decode greedily
 draft: in a step that reads no prompt, every drafting job's proposal rides in the one
@@ -300,13 +303,15 @@ class LocalChat(ChatModel):
 
     def _admit(self, waiting: deque[_Job], running: list[_Job]) -> None:
         """Start waiting jobs while slots and (on a shared cache) cells allow: each gets a
-        sequence (a copy of a kept one holding part of its prompt, if any), its prompt
-        read from there."""
+        sequence (a copy of a kept or running one holding part of its prompt, if any), its
+        prompt read from there."""
         shared = self.model.kv_cells_shared
         used = sum(j.reserve for j in running)
         while waiting and len(running) < self.max_concurrent:
             job = waiting[0]
-            source, common = self._reusable(job.prompt)
+            if self._reading_shared(job.prompt, running):
+                break  # a running job is reading this prompt's prefix: copy it once it is read
+            source, common = self._reusable(job.prompt, running)
             self._make_room(len(running), used + job.reserve, source)
             if shared and running and used + job.reserve > self.model.n_ctx:
                 break
@@ -334,11 +339,16 @@ class LocalChat(ChatModel):
         return True
 
     def _cache_for(self, source: Seq | None, common: int, running: int) -> Seq:
-        """A job's sequence: a new one; or a copy of the kept ``source`` cut to the
-        ``common`` prefix, where a slot is free for it, ``source`` staying kept for the next
-        request that shares it (a system prompt, a document); else ``source`` itself."""
+        """A job's sequence: a new one; or a copy of ``source`` cut to the ``common``
+        prefix: a running job's, or a kept one's where a slot is free for it, ``source``
+        staying kept for the next request that shares it (a system prompt, a document);
+        else the kept ``source`` itself."""
         if source is None:
             return self.model.new_sequence()
+        if source not in self._kept:  # a running job's: it goes on, the copy shares its cells
+            seq = self.model.fork(source)
+            self.model.truncate(seq, common)
+            return seq
         self._kept.remove(source)
         slots = self.model.max_sequences
         if slots is None or running + len(self._kept) + 2 <= slots:
@@ -349,11 +359,23 @@ class LocalChat(ChatModel):
         self.model.truncate(seq, common)
         return seq
 
-    def _reusable(self, prompt: list[int]) -> tuple[Seq | None, int]:
-        """The kept cache sharing the longest prefix with ``prompt`` and how many tokens of
-        it to keep, when that is at least ``min_reuse``."""
+    def _reading_shared(self, prompt: list[int], running: list[_Job]) -> bool:
+        """Whether a running job is still reading a prefix (``min_reuse`` tokens or more)
+        that ``prompt`` shares: requests that arrive together with one system prompt or
+        document read it once, the first for all."""
+        for job in running:
+            if job.reading and job.seq is not None:
+                shared = min(common_prefix(job.prompt, prompt), len(prompt) - 1)
+                if shared >= self.min_reuse and job.read < shared:
+                    return True
+        return False
+
+    def _reusable(self, prompt: list[int], running: Sequence[_Job] = ()) -> tuple[Seq | None, int]:
+        """The cache sharing the longest prefix with ``prompt`` (a kept one, or a running
+        job's) and how many tokens of it to keep, when that is at least ``min_reuse``."""
         best, common = None, 0
-        for seq in self._kept:
+        live = [j.seq for j in running if j.seq is not None and j.seq.pending is None]
+        for seq in [*self._kept, *live]:
             n = common_prefix(seq.tokens, prompt)
             if n > common:
                 best, common = seq, n

@@ -55,6 +55,7 @@ def _concurrency(args: argparse.Namespace) -> None:
         model=args.concurrency_model, levels=_numbers(args.levels), max_tokens=args.concurrency_tokens,
         slots=args.max_batch, per_category=1 if args.quick else args.per_category,
         systems=tuple(args.systems.split(",")) if args.systems else ConcurrencyConfig().systems,
+        shared_tokens=args.shared_tokens,
     )  # fmt: skip
     report = run_concurrency(config, log=err)
     out = Path(args.out)
@@ -155,6 +156,10 @@ def add_serve_bench(bench: Any) -> None:
         "--concurrency-tokens", type=int, default=128, help="the concurrency part's tokens per answer"
     )
     p.add_argument("--levels", default="1,4,16,32", help="the concurrency part's client counts")
+    p.add_argument(
+        "--shared-tokens", type=int, default=0,
+        help="the concurrency part: a system message of about N tokens that every request opens with",
+    )  # fmt: skip
     p.add_argument(
         "--per-category", type=int, default=4,
         help="the concurrency part's prompts of each kind (code, edit, grounded; every fourth held out)",

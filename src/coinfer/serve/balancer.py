@@ -33,6 +33,8 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from coinfer.errors import ConfigError, TransportError
+from coinfer.serve.process import stop_process
+from coinfer.transport.ports import free_loopback_port
 
 __all__ = ["AFFINITY_HEADER", "REPLICA_HEADER", "Balancer", "haproxy_config", "parse_replica"]
 
@@ -144,7 +146,7 @@ class Balancer:
     def __init__(self, replicas: Sequence[tuple[str, int]], *, host: str = "127.0.0.1", port: int = 0,
                  check_ms: int = 500, startup_s: float = 20.0) -> None:  # fmt: skip
         self.replicas, self.host, self.check_ms, self.startup_s = list(replicas), host, check_ms, startup_s
-        self.port = port or _free_port(host)
+        self.port = port or free_loopback_port()
         self.config = haproxy_config(self.replicas, host=host, port=self.port, check_ms=check_ms)
         self._dir = tempfile.TemporaryDirectory(prefix="coinfer-haproxy-")
         self._proc: subprocess.Popen[str] | None = None
@@ -186,12 +188,7 @@ class Balancer:
 
     def stop(self) -> None:
         if self._proc is not None and self._proc.poll() is None:
-            self._proc.terminate()
-            try:
-                self._proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                self._proc.kill()
-                self._proc.wait()
+            stop_process(self._proc)
         self._dir.cleanup()
 
     def __enter__(self) -> Balancer:
@@ -199,9 +196,3 @@ class Balancer:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
-
-
-def _free_port(host: str) -> int:
-    with socket.socket() as s:
-        s.bind((host, 0))
-        return int(s.getsockname()[1])

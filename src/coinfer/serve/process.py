@@ -12,10 +12,11 @@ import subprocess
 import sys
 import threading
 from collections.abc import Sequence
+from typing import Any
 
 from coinfer.errors import ModelError
 
-__all__ = ["READY_PREFIX", "ServerProcess"]
+__all__ = ["READY_PREFIX", "ServerProcess", "stop_process"]
 
 READY_PREFIX = "coinfer serve: "
 
@@ -92,17 +93,21 @@ class ServerProcess:
             del self._stderr[:-50]
 
     def stop(self) -> None:
-        if self._proc is None or self._proc.poll() is not None:
-            return
-        self._proc.terminate()
-        try:
-            self._proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            self._proc.kill()
-            self._proc.wait()
+        if self._proc is not None and self._proc.poll() is None:
+            stop_process(self._proc)
 
     def __enter__(self) -> ServerProcess:
         return self.start()
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+
+
+def stop_process(proc: subprocess.Popen[Any], timeout: float = 10.0) -> None:
+    """End a child server: asked to stop, killed if it has not within ``timeout`` seconds."""
+    proc.terminate()
+    try:
+        proc.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
