@@ -90,3 +90,18 @@ def test_an_adaptive_speculator_measures_plain_forwards_before_it_drafts() -> No
     jobs = _serve(chat)
     assert 4 in costs  # a plain forward of the four requests, measured
     assert all(len(j.tokens) == 40 for j in jobs)
+
+
+def test_the_speculative_engines_batch_floor_is_its_configs() -> None:
+    import pytest
+
+    from coinfer.decoding.registry import get
+    from coinfer.decoding.speculative import SpecConfig
+    from coinfer.errors import ConfigError
+
+    model = ScriptedModel(lambda prefix: 97, n_ctx=256)
+    with get("speculative").open({"target": model}, SpecConfig(batch_floor=0.5)) as session:
+        speculator = session.speculator()
+        assert speculator is not None and speculator.sizer.policy.batch_floor == 0.5
+    with pytest.raises(ConfigError, match="batch_floor"):
+        SpecConfig(batch_floor=1.5)

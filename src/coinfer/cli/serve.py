@@ -172,8 +172,8 @@ def _add_engine_flags(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument(
         "--batch-floor", type=float, default=0.97,
-        help="collective: in a batch, drafts are cut so that every request keeps this share of its "
-        "plain decoding rate (0: the batch's best throughput; default: %(default)s)",
+        help="collective, speculative: in a batch, drafts are cut so that every request keeps this share "
+        "of its plain decoding rate (0: the batch's best throughput; default: %(default)s)",
     )  # fmt: skip
     p.add_argument(
         "--protocol", default="minions", choices=["minions", "minion"],

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from coinfer.decoding.draft_length import AdaptiveDraftLength, CostCurve, DraftSizer
 from coinfer.decoding.drafters import Draft, Drafter
 
-__all__ = ["BatchSpeculator", "accepted_length"]
+__all__ = ["BATCH_FLOOR", "BatchSpeculator", "accepted_length"]
 
 BATCH_FLOOR = 0.97  # each request keeps at least this share of its plain rate in a drafting forward
 

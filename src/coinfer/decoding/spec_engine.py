@@ -43,7 +43,8 @@ class _SpecSession(Session):
             drafter = NgramDrafter() if self.draft == "auto" else self.draft
             k = self.config.draft_tokens
             if k == "auto":
-                self._speculator = BatchSpeculator.over(drafter, target_costs(self.model, self.learned))
+                costs = target_costs(self.model, self.learned)
+                self._speculator = BatchSpeculator.over(drafter, costs, batch_floor=self.config.batch_floor)
             else:
                 self._speculator = BatchSpeculator(drafter, DraftSizer(FixedDraftLength(int(k))))
         return self._speculator

@@ -22,6 +22,7 @@ from typing import Literal
 
 import numpy as np
 
+from coinfer.decoding.batch_speculation import BATCH_FLOOR
 from coinfer.decoding.draft_length import (
     AdaptiveDraftLength,
     CostCurve,
@@ -59,15 +60,20 @@ DraftSpec = Drafter | Literal["auto"] | None
 @dataclass(frozen=True, kw_only=True)
 class SpecConfig:
     """``draft_tokens``: a fixed k, or ``"auto"`` to choose k each round from measured costs
-    and acceptance (0, plain decoding, when drafts do not pay)."""
+    and acceptance (0, plain decoding, when drafts do not pay); ``batch_floor``: served in
+    a batch, the drafts are cut so that every request keeps this share of its plain rate
+    (``decoding.batch_speculation``)."""
 
     max_tokens: int = 256
     sampling: SamplingParams = field(default_factory=SamplingParams)
     draft_tokens: int | Literal["auto"] = "auto"
+    batch_floor: float = BATCH_FLOOR
 
     def __post_init__(self) -> None:
         check_budget(self.max_tokens)
         check_draft_tokens(self.draft_tokens)
+        if not 0.0 <= self.batch_floor <= 1.0:
+            raise ConfigError(f"batch_floor must be within 0 and 1, got {self.batch_floor}")
 
 
 def check_budget(max_tokens: int) -> None:
