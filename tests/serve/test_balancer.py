@@ -6,7 +6,6 @@ its own clients."""
 from __future__ import annotations
 
 import os
-import shutil
 import signal
 import threading
 from pathlib import Path
@@ -15,11 +14,26 @@ from typing import Any
 import pytest
 
 from coinfer.errors import ConfigError
-from coinfer.serve.balancer import REPLICA_HEADER, Balancer, check_config, haproxy_config, parse_replica
+from coinfer.serve.balancer import (
+    REPLICA_HEADER,
+    Balancer,
+    check_config,
+    haproxy_binary,
+    haproxy_config,
+    parse_replica,
+)
 from tests.cli.run import assert_user_error, coinfer
 from tests.conftest import needs_llama
 
-HAS_HAPROXY = shutil.which("haproxy") is not None or Path("/usr/sbin/haproxy").exists()
+
+def _has_haproxy() -> bool:
+    try:
+        return bool(haproxy_binary())
+    except ConfigError:
+        return False
+
+
+HAS_HAPROXY = _has_haproxy()
 needs_haproxy = pytest.mark.skipif(
     not HAS_HAPROXY, reason="needs Debian's haproxy (scripts/install-debian-packages.sh installs it)"
 )

@@ -45,7 +45,6 @@ __all__ = [
     "draft_for",
     "llama_server_binary",
     "start_peer",
-    "stop_process",
     "transformers_assisted",
 ]
 

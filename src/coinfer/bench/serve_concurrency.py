@@ -119,8 +119,8 @@ def level_row(
 def _start(name: str, config: ConcurrencyConfig) -> tuple[str, Callable[[], None]] | None:
     """``name``'s server, alone: its OpenAI base URL and how to stop it (None: not built)."""
     from coinfer import catalog
-    from coinfer.bench.peers import launch_llama_server, llama_server_binary, stop_process
-    from coinfer.serve.process import ServerProcess
+    from coinfer.bench.peers import launch_llama_server, llama_server_binary
+    from coinfer.serve.process import ServerProcess, stop_process
 
     kind, flags = SYSTEMS[name]
     if kind == "coinfer":

@@ -23,13 +23,13 @@ from coinfer.errors import ConfigError
 
 __all__ = ["ENGINES", "EnginesConfig", "markdown_table", "run_engines"]
 
-# name -> (the --engine flags beyond the model, whether it answers questions on documents)
-ENGINES: dict[str, tuple[list[str], bool]] = {
-    "plain": (["--engine", "plain"], False),
-    "speculative": (["--engine", "speculative", "--draft", "ngram"], False),
-    "collective": (["--engine", "collective", "--drafts", "ngram,qwen2.5-coder-0.5b"], False),
-    "llmcad": (["--engine", "llmcad", "--draft", "qwen2.5-coder-0.5b"], False),
-    "minions": (["--engine", "minions", "--remote", "qwen2.5-coder-1.5b", "--remote-ctx", "8192"], True),
+# engine -> its flags beyond --engine and the model (what it needs is the registry's word)
+ENGINES: dict[str, list[str]] = {
+    "plain": [],
+    "speculative": ["--draft", "ngram"],
+    "collective": ["--drafts", "ngram,qwen2.5-coder-0.5b"],
+    "llmcad": ["--draft", "qwen2.5-coder-0.5b"],
+    "minions": ["--remote", "qwen2.5-coder-1.5b", "--remote-ctx", "8192"],
 }
 
 
@@ -57,9 +57,9 @@ class EnginesConfig:
             raise ConfigError("levels, requests, questions and max_batch must be >= 1")
 
 
-def _work(answers: bool, config: EnginesConfig) -> Work:
+def _work(documents: bool, config: EnginesConfig) -> Work:
     """The requests an engine is sent: code prompts, or questions with their document."""
-    if answers:
+    if documents:
         from coinfer.bench.minions import load_questions
 
         rows = sorted(load_questions(), key=lambda q: (len(q["text"]), q["id"]))[: config.questions]
@@ -86,11 +86,13 @@ def _row(clients: int, streams: list[Stream], wall_s: float) -> dict[str, Any]:
 
 
 def _engine(name: str, config: EnginesConfig, log: Callable[[str], None]) -> dict[str, Any]:
+    from coinfer.decoding.registry import get
     from coinfer.serve.process import ServerProcess
 
-    flags, answers = ENGINES[name]
-    model = config.local if answers else config.model
-    work = _work(answers, config)
+    documents = get(name).needs_documents  # MinionS: questions on the documents each brings
+    flags = ["--engine", name, *ENGINES[name]]
+    model = config.local if documents else config.model
+    work = _work(documents, config)
     rows = []
     for clients in config.levels:  # a fresh server per level: no level reads another's caches
         with ServerProcess(model, ctx=config.ctx, max_batch=config.max_batch, extra_args=flags) as server:
@@ -100,7 +102,7 @@ def _engine(name: str, config: EnginesConfig, log: Callable[[str], None]) -> dic
         r = rows[-1]
         log(f"{name:12} {clients:2} clients: {r['tok_s']:7.2f} tok/s, {r['per_min']:6.2f}/min, "
             f"{len(r['errors'])} errors")  # fmt: skip
-    unit = "per_min" if answers else "tok_s"
+    unit = "per_min" if documents else "tok_s"
     first = rows[0][unit]
     scaling = {r["clients"]: round(r[unit] / first, 3) if first else None for r in rows}
     return {"engine": name, "model": model, "unit": unit, "flags": flags, "rows": rows, "scaling": scaling}

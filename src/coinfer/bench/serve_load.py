@@ -18,6 +18,7 @@ import random
 import re
 import time
 import urllib.request
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -178,11 +179,13 @@ async def stream_chat(
 
 
 async def clients_at_once(
-    url: str, model: str, work: Work, order: list[int], clients: int, *, max_tokens: int, deadline_s: float
-) -> tuple[list[Stream], float]:
+    url: str, model: str, work: Work, order: list[int], clients: int, *, max_tokens: int, deadline_s: float,
+    leave_after: Mapping[int, int] | None = None,
+) -> tuple[list[Stream], float]:  # fmt: skip
     """The requests ``work[i]`` for each ``i`` of ``order``, sent by ``clients`` streaming
     clients at once, each its next as soon as its last ends; the streams (``prompt`` is
-    ``i``) and the seconds from the first sent to the last done."""
+    ``i``) and the seconds from the first sent to the last done. ``leave_after``: request
+    ``i``'s client goes away after that many chunks (``stream_chat``)."""
     import openai
 
     deadline = time.monotonic() + deadline_s
@@ -193,7 +196,10 @@ async def clients_at_once(
         while todo and time.monotonic() < deadline:
             i = todo.pop(0)
             messages, extra = work[i]
-            out.append(await stream_chat(client, model, messages, max_tokens, i, deadline, extra_body=extra))
+            leave = (leave_after or {}).get(i)
+            sent = stream_chat(client, model, messages, max_tokens, i, deadline, leave_after=leave,
+                               extra_body=extra)  # fmt: skip
+            out.append(await sent)
 
     t0 = time.perf_counter()
     try:
@@ -208,32 +214,6 @@ def leaving(config: LoadConfig) -> dict[int, int]:
     rng = random.Random(config.seed)
     chosen = rng.sample(range(config.requests), int(config.requests * config.disconnect))
     return {i: rng.randint(1, max(1, config.max_tokens // 2)) for i in sorted(chosen)}
-
-
-async def _storm(url: str, config: LoadConfig, prompts: list[str]) -> list[Stream]:
-    import openai
-
-    deadline = time.monotonic() + config.deadline_s
-    client = openai.AsyncOpenAI(base_url=url, api_key="load", max_retries=0, timeout=config.deadline_s)
-    pending = list(range(config.requests))
-    leaves = leaving(config)
-    out: list[Stream] = []
-
-    async def worker() -> None:
-        while pending and time.monotonic() < deadline:
-            i = pending.pop(0)
-            ask = [{"role": "user", "content": prompts[i]}]
-            out.append(
-                await stream_chat(
-                    client, config.model, ask, config.max_tokens, i, deadline, leave_after=leaves.get(i)
-                )
-            )
-
-    try:
-        await asyncio.gather(*[worker() for _ in range(config.clients)])
-    finally:
-        await client.close()
-    return out
 
 
 def live_sequences(url: str) -> float:
@@ -272,9 +252,12 @@ def run_load(config: LoadConfig) -> LoadResult:
         _alone(client, config, prompts[0])  # warm: the first request's allocations are not a leak
         result.rss_start_mb = round(_rss_mb(server.pid), 1)
         result.live_start = live_sequences(server.url)
-        t0 = time.perf_counter()
-        streams = asyncio.run(_storm(server.url, config, prompts))
-        result.wall_s = round(time.perf_counter() - t0, 2)
+        work: Work = [([{"role": "user", "content": p}], None) for p in prompts]
+        storm = clients_at_once(server.url, config.model, work, list(range(config.requests)), config.clients,
+                                max_tokens=config.max_tokens, deadline_s=config.deadline_s,
+                                leave_after=leaving(config))  # fmt: skip
+        streams, wall_s = asyncio.run(storm)
+        result.wall_s = round(wall_s, 2)
         time.sleep(1.0)
         result.rss_end_mb = round(_rss_mb(server.pid), 1)
         result.live_end = live_sequences(server.url)

@@ -345,17 +345,14 @@ class LocalChat(ChatModel):
         else the kept ``source`` itself."""
         if source is None:
             return self.model.new_sequence()
-        if source not in self._kept:  # a running job's: it goes on, the copy shares its cells
-            seq = self.model.fork(source)
-            self.model.truncate(seq, common)
-            return seq
-        self._kept.remove(source)
-        slots = self.model.max_sequences
-        if slots is None or running + len(self._kept) + 2 <= slots:
-            seq = self.model.fork(source)
-            self._kept.append(source)  # the most recently used
-        else:
-            seq = source
+        if source in self._kept:
+            self._kept.remove(source)
+            slots = self.model.max_sequences
+            if slots is not None and running + len(self._kept) + 2 > slots:
+                self.model.truncate(source, common)  # no slot for a copy: the job takes it
+                return source
+            self._kept.append(source)  # it stays kept, now the most recently used
+        seq = self.model.fork(source)  # a running job's goes on beside its copy
         self.model.truncate(seq, common)
         return seq
 

@@ -15,13 +15,30 @@ import threading
 from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 from coinfer.chat.base import ChatModel, ChatRequest, ChatResult
 from coinfer.chat.local import LocalChat
 from coinfer.errors import CoinferError, ModelError
 
-__all__ = ["SharedChat"]
+__all__ = ["SharedChat", "drain"]
+
+T = TypeVar("T")
+
+
+def drain(inbox: queue.Queue[T | None], *, block: bool) -> list[T] | None:
+    """Everything waiting in ``inbox`` (waiting for one item first when ``block``); None
+    once a None, the sign to stop, is met."""
+    out: list[T] = []
+    try:
+        item = inbox.get(block=block)
+        while True:
+            if item is None:
+                return None
+            out.append(item)
+            item = inbox.get_nowait()
+    except queue.Empty:
+        return out
 
 
 @dataclass
@@ -71,7 +88,7 @@ class SharedChat(ChatModel):
         running: list[Any] = []
         calls: list[_Call] = []
         while True:
-            arrived = self._take(block=not (waiting or running))
+            arrived = drain(self._inbox, block=not (waiting or running))
             if arrived is None:
                 self._fail(calls, ModelError(f"{self.name} was closed while answering"))
                 return
@@ -85,18 +102,6 @@ class SharedChat(ChatModel):
                 running, calls = [], []
                 continue
             calls = self._answer(calls)
-
-    def _take(self, *, block: bool) -> list[_Call] | None:
-        out: list[_Call] = []
-        try:
-            item = self._inbox.get(block=block)
-            while True:
-                if item is None:
-                    return None
-                out.append(item)
-                item = self._inbox.get_nowait()
-        except queue.Empty:
-            return out
 
     def _join(self, call: _Call, waiting: deque[Any], calls: list[_Call]) -> None:
         try:

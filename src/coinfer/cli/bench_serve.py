@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import json
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -27,7 +28,6 @@ def cmd_bench_serve(args: argparse.Namespace) -> int:
 
 
 def _engines(args: argparse.Namespace) -> None:
-    from coinfer.bench.report import write_json, write_markdown
     from coinfer.bench.serve_engines import EnginesConfig, markdown_table, run_engines
 
     config = EnginesConfig(
@@ -36,19 +36,31 @@ def _engines(args: argparse.Namespace) -> None:
         requests=3 if args.quick else 8, questions=1 if args.quick else 4,
     )  # fmt: skip
     report = run_engines(config, log=err)
+    _publish(args, "engines", report, markdown_table(report), shown="engines")
+
+
+def _publish(
+    args: argparse.Namespace, stem: str, report: dict[str, Any], table: str, *, shown: str,
+    plot: Callable[[dict[str, Any], Path], bool] | None = None,
+) -> None:  # fmt: skip
+    """A part's report under ``--out`` as STEM.json, STEM.md (and STEM.png where it plots);
+    ``report[shown]`` on stdout with ``--json``, else the table and the files on stderr."""
+    from coinfer.bench.report import write_json, write_markdown
+
     out = Path(args.out)
-    write_json(out / "engines.json", report)
-    table = markdown_table(report)
-    write_markdown(out / "engines.md", table)
+    write_json(out / f"{stem}.json", report)
+    write_markdown(out / f"{stem}.md", table)
+    files = [f"{stem}.json", f"{stem}.md"]
+    if plot is not None and plot(report, out / f"{stem}.png"):
+        files.append(f"{stem}.png")
     if args.json:
-        print(json.dumps(report["engines"]))
+        print(json.dumps(report[shown]))
         return
     err(table)
-    err(f"wrote {out}/engines.json, engines.md")
+    err(f"wrote {out}/{', '.join(files)}")
 
 
 def _concurrency(args: argparse.Namespace) -> None:
-    from coinfer.bench.report import write_json, write_markdown
     from coinfer.bench.serve_concurrency import ConcurrencyConfig, markdown_table, plot, run_concurrency
 
     config = ConcurrencyConfig(
@@ -58,16 +70,7 @@ def _concurrency(args: argparse.Namespace) -> None:
         shared_tokens=args.shared_tokens,
     )  # fmt: skip
     report = run_concurrency(config, log=err)
-    out = Path(args.out)
-    write_json(out / "concurrency.json", report)
-    table = markdown_table(report)
-    write_markdown(out / "concurrency.md", table)
-    plotted = plot(report, out / "concurrency.png")
-    if args.json:
-        print(json.dumps(report["systems"]))
-        return
-    err(table)
-    err(f"wrote {out}/concurrency.json, concurrency.md" + (", concurrency.png" if plotted else ""))
+    _publish(args, "concurrency", report, markdown_table(report), shown="systems", plot=plot)
 
 
 def _numbers(text: str) -> tuple[int, ...]:

@@ -36,7 +36,15 @@ from coinfer.errors import ConfigError, TransportError
 from coinfer.serve.process import stop_process
 from coinfer.transport.ports import free_loopback_port
 
-__all__ = ["AFFINITY_HEADER", "REPLICA_HEADER", "Balancer", "haproxy_config", "parse_replica"]
+__all__ = [
+    "AFFINITY_HEADER",
+    "REPLICA_HEADER",
+    "Balancer",
+    "check_config",
+    "haproxy_binary",
+    "haproxy_config",
+    "parse_replica",
+]
 
 AFFINITY_HEADER = "X-Coinfer-Conversation"
 REPLICA_HEADER = "X-Coinfer-Replica"

@@ -35,6 +35,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from coinfer.chat.base import ChatModel, Usage
+from coinfer.chat.shared import drain
 from coinfer.decoding.detok import IncrementalDetokenizer
 from coinfer.decoding.engine import Request, Session
 from coinfer.decoding.response import DecodeStats, Response
@@ -182,16 +183,7 @@ class Served(ABC):
 
     def take(self, *, block: bool) -> list[Ticket] | None:
         """Requests that arrived (waiting for one when ``block``); None once closed."""
-        out: list[Ticket] = []
-        try:
-            item = self.inbox.get(block=block)
-            while True:
-                if item is None:
-                    return None
-                out.append(item)
-                item = self.inbox.get_nowait()
-        except queue.Empty:
-            return out
+        return drain(self.inbox, block=block)
 
     def _serve(self) -> None:
         try:
