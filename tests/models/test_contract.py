@@ -19,6 +19,7 @@ import pytest
 
 from coinfer.errors import ConfigError, ContextOverflowError, SequenceError
 from coinfer.models import SteerableModel, load_model
+from coinfer.models.base import Forward
 from tests.conftest import HAS_LLAMA, HAS_TORCH, NEAR_TIE
 
 
@@ -372,6 +373,50 @@ def test_extend_many_next_gives_every_choice_and_only_the_logits_asked_for(subje
         model.extend_many_next([(s1, [5])], [True, False])
     for seq in (s1, s2, s3):
         model.release(seq)
+
+
+def test_extend_batch_verifies_several_sequences_chains_and_trees_in_one_call(subject: Subject) -> None:
+    """Requests served together (LLMCad's trees, a chain, a greedy verification): each
+    result as its sequence alone would give, and each sequence goes on as if alone."""
+    model, prompt = subject.model, _prompt(subject.model)
+    s1, s2, s3 = model.new_sequence(), model.new_sequence(), model.new_sequence()
+    model.extend_many([(s1, prompt), (s2, prompt[:4]), (s3, prompt[:5])])
+    ids, parents = [40, 41, 42], [-1, 0, -1]
+    tree, chain, greedy = model.extend_batch(
+        [
+            Forward(s1, ids, parents=parents),
+            Forward(s2, [43, 44], last_only=True),
+            Forward(s3, [45, 46], greedy=True),
+        ]
+    )
+    ab, c = _fresh(model, [*prompt, 40, 41])[-2:], _fresh(model, [*prompt, 42])[-1:]
+    subject.assert_close(tree, np.stack([ab[0], ab[1], c[0]]))
+    subject.assert_close(chain, _fresh(model, [*prompt[:4], 43, 44])[-1:])
+    expected = _fresh(model, [*prompt[:5], 45, 46])[-2:]
+    assert greedy.shape == (2,) and greedy.dtype == np.int64
+    for row, choice in zip(expected, greedy, strict=True):
+        assert row[choice] >= row.max() - NEAR_TIE
+    assert s1.pending is not None and len(s2) == 6 and len(s3) == 7
+    model.commit_path(s1, [0, 1])
+    subject.assert_close(model.extend(s1, [47]), _fresh(model, [*prompt, 40, 41, 47])[-1:])
+    subject.assert_close(model.extend(s2, [47]), _fresh(model, [*prompt[:4], 43, 44, 47])[-1:])
+    for s in (s1, s2, s3):
+        model.release(s)
+
+
+def test_a_failed_extend_batch_leaves_every_sequence_as_it_was(subject: Subject) -> None:
+    model, prompt = subject.model, _prompt(subject.model)
+    s1, s2 = model.new_sequence(), model.new_sequence()
+    model.extend(s1, prompt)
+    model.extend(s2, prompt)
+    with pytest.raises(ContextOverflowError):
+        model.extend_batch([Forward(s1, [40]), Forward(s2, [41] * model.n_ctx)])
+    with pytest.raises(SequenceError, match="same sequence twice"):
+        model.extend_batch([Forward(s1, [40]), Forward(s1, [41])])
+    assert s1.tokens == prompt and s2.tokens == prompt and s1.pending is None
+    subject.assert_close(model.extend(s1, [42]), model.extend(s2, [42]))
+    model.release(s1)
+    model.release(s2)
 
 
 def test_misuse_is_refused_with_a_clear_error(subject: Subject) -> None:

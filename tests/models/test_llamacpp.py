@@ -9,6 +9,7 @@ import pytest
 
 from coinfer.errors import ModelError
 from coinfer.models import llamacpp
+from coinfer.models.base import Forward
 from tests.conftest import needs_llama
 
 pytestmark = needs_llama
@@ -79,6 +80,23 @@ def test_running_out_of_sequence_slots_says_what_to_do(smollm_path: Path) -> Non
         model.new_sequence()
         with pytest.raises(ModelError, match="sequence slots are in use"):
             model.new_sequence()
+    finally:
+        model.close()
+
+
+def test_a_merged_forward_that_runs_out_of_slots_gives_back_the_slots_it_took(smollm_path: Path) -> None:
+    """Two requests' trees in one batch: the second finds no slots left; the first's
+    are given back, so both sequences go on as if the batch had never been tried."""
+    model = llamacpp.LlamaCppModel(smollm_path, n_ctx=256, n_seq_max=6)
+    try:
+        a, b = model.new_sequence(), model.new_sequence()
+        model.extend_many([(a, [1, 2]), (b, [1, 2])])
+        three = Forward(a, [3, 4, 5], parents=[-1, -1, -1])
+        with pytest.raises(ModelError, match="free sequence slots"):
+            model.extend_batch([three, Forward(b, [3, 4], parents=[-1, -1])])  # 3 + 2 leaves, 4 slots
+        assert a.pending is None and b.pending is None and a.tokens == b.tokens == [1, 2]
+        tree, chain = model.extend_batch([three, Forward(b, [6])])  # the three slots are free again
+        assert tree.shape == (3, model.vocab_size) and chain.shape == (1, model.vocab_size)
     finally:
         model.close()
 

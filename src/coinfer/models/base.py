@@ -24,7 +24,16 @@ from coinfer.errors import ConfigError, ContextOverflowError, ModelError, Sequen
 from coinfer.models.chat_template import ChatTemplate, Message
 from coinfer.models.tree import TokenTree
 
-__all__ = ["ForwardClock", "Prompter", "Seq", "SteerableModel", "TokenConstraint", "backend_seq"]
+__all__ = [
+    "CheckedForward",
+    "Forward",
+    "ForwardClock",
+    "Prompter",
+    "Seq",
+    "SteerableModel",
+    "TokenConstraint",
+    "backend_seq",
+]
 
 S = TypeVar("S", bound="Seq")
 
@@ -50,6 +59,31 @@ class ForwardClock:
 
     compute_s: float = 0.0
     logits_s: float = 0.0
+
+
+@dataclass(frozen=True)
+class Forward:
+    """One sequence's part of a merged forward (``extend_batch``): a chain of ``ids``, or
+    a tree with ``parents``, appended to ``seq``. Its result is every row's logits, the
+    last row's alone (``last_only``, chains only), or with ``greedy`` each of those rows'
+    most likely next token (int64) instead of its logits."""
+
+    seq: Seq
+    ids: Sequence[int]
+    parents: Sequence[int] | None = None
+    last_only: bool = False
+    greedy: bool = False
+
+
+@dataclass(frozen=True)
+class CheckedForward:
+    """A ``Forward`` whose ids were checked, its tree built."""
+
+    seq: Seq
+    ids: list[int]
+    tree: TokenTree | None
+    last_only: bool
+    greedy: bool
 
 
 def backend_seq(seq: Seq, kind: type[S]) -> S:
@@ -241,6 +275,35 @@ class SteerableModel(Prompter):
             seq.tokens.extend(ids)
         return out
 
+    def extend_batch(self, forwards: Sequence[Forward]) -> list[np.ndarray]:
+        """Several sequences' chains and trees in one forward where the backend can (llama.cpp
+        decodes all their rows in one batch): what requests served together verify per
+        step. One result per ``Forward``, as its flags ask. Should the forward fail, every
+        sequence is left as it was before the call."""
+        checked = [self._checked(f) for f in forwards]
+        if len({c.seq.id for c in checked}) != len(checked):
+            raise SequenceError("extend_batch got the same sequence twice; merge its tokens")
+        try:
+            out = self._extend_batch(checked)
+        except BaseException:
+            for c in checked:  # drop whatever cells or tree slots the failed forward took
+                self._truncate(c.seq, len(c.seq.tokens))
+            raise
+        for c in checked:
+            if c.tree is None:
+                c.seq.tokens.extend(c.ids)
+            else:
+                c.seq.pending = c.tree
+        return out
+
+    def _checked(self, f: Forward) -> CheckedForward:
+        ids = self._check_extend(f.seq, f.ids)
+        if f.parents is None:
+            return CheckedForward(f.seq, ids, None, f.last_only, f.greedy)
+        if f.last_only:
+            raise ConfigError("last_only applies to a chain, not to a token tree")
+        return CheckedForward(f.seq, ids, TokenTree.of(ids, f.parents), False, f.greedy)
+
     def commit_path(self, seq: Seq, nodes: Sequence[int]) -> None:
         """Keep the pending tree's root-to-node path ``nodes`` (indexes into its ids)."""
         self._check_live(seq)
@@ -358,6 +421,22 @@ class SteerableModel(Prompter):
         lasts = [rows[-1] for rows in self._extend_many(items, True)]
         choices = np.array([int(np.argmax(row)) for row in lasts], dtype=np.int64)
         return choices, [row if w else None for row, w in zip(lasts, want, strict=True)]
+
+    def _extend_batch(self, forwards: list[CheckedForward]) -> list[np.ndarray]:
+        """One forward after another (a backend that can merges them into one)."""
+        out = []
+        for f in forwards:
+            if f.tree is not None and f.greedy:
+                rows = self._extend_greedy_tree(f.seq, f.ids, f.tree)
+            elif f.tree is not None:
+                rows = self._extend(f.seq, f.ids, f.tree, False)
+            elif f.greedy:
+                rows = self._extend_greedy(f.seq, f.ids)
+                rows = rows[-1:] if f.last_only else rows
+            else:
+                rows = self._extend(f.seq, f.ids, None, f.last_only)
+            out.append(rows)
+        return out
 
     @abstractmethod
     def _fork(self, source: Seq, new: Seq) -> None: ...

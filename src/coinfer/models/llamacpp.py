@@ -29,7 +29,7 @@ import numpy as np
 
 from coinfer import catalog
 from coinfer.errors import ConfigError, ContextOverflowError, MissingDependencyError, ModelError
-from coinfer.models.base import Seq, SteerableModel, TokenConstraint, backend_seq
+from coinfer.models.base import CheckedForward, Seq, SteerableModel, TokenConstraint, backend_seq
 from coinfer.models.chat_template import ChatTemplate
 from coinfer.models.gguf_layout import check_gguf
 from coinfer.models.tree import TokenTree
@@ -387,9 +387,18 @@ class LlamaCppModel(SteerableModel):
         return self._decode_tree(seq, ids, tree, greedy=True)
 
     def _decode_tree(self, seq: Seq, ids: list[int], tree: TokenTree, *, greedy: bool) -> np.ndarray:
-        """A token tree appended to ``seq``: each leaf's path in a sequence of its own (copies
-        of ``seq``'s cache), each node decoded once into every leaf's below it. Logits per
-        node, or with ``greedy`` each node's argmax, taken on llama.cpp's buffer."""
+        """A token tree appended to ``seq``: logits per node, or with ``greedy`` each node's
+        argmax, taken on llama.cpp's buffer."""
+        rows = self._tree_rows(seq, ids, tree)
+        try:
+            return self._decode(rows, greedy=greedy)
+        except BaseException:
+            self._drop_tree(backend_seq(seq, LlamaSeq))
+            raise
+
+    def _tree_rows(self, seq: Seq, ids: list[int], tree: TokenTree) -> list[tuple[int, int, tuple[int, ...]]]:
+        """A token tree's rows: each leaf's path in a sequence of its own (copies of
+        ``seq``'s cache, taken here), each node decoded once into every leaf's below it."""
         seq = backend_seq(seq, LlamaSeq)
         start = len(seq.tokens)
         if not self.kv_unified:
@@ -412,15 +421,33 @@ class LlamaCppModel(SteerableModel):
         for tid in tids:
             self._lc.llama_memory_seq_cp(self._mem, seq.llama_id, tid, -1, -1)
         seq.leaf_of = [slot[min(s)] for s in leaf_sets]
-        rows = [
+        return [
             (t, start + d, tuple(tids[slot[leaf]] for leaf in sorted(leaf_set)))
             for t, d, leaf_set in zip(ids, depths, leaf_sets, strict=True)
         ]
-        try:
-            return self._decode(rows, greedy=greedy)
-        except BaseException:
-            self._drop_tree(seq)
-            raise
+
+    def _extend_batch(self, forwards: list[CheckedForward]) -> list[np.ndarray]:
+        """Every forward's rows in one batch (decoded in chunks of n_batch): chains and
+        trees of several sequences verified in one pass. With hidden states kept, one
+        forward after another (``last_hidden`` is the last forward's)."""
+        if self.hidden_states or len(forwards) < 2:
+            return super()._extend_batch(forwards)
+        rows: list[tuple[int, int, tuple[int, ...]]] = []
+        outputs: list[int] = []
+        for f in forwards:
+            at = len(rows)
+            tree, seq = f.tree, f.seq
+            rows.extend(self._chain_rows(seq, f.ids) if tree is None else self._tree_rows(seq, f.ids, tree))
+            outputs.extend(range(len(rows) - 1, len(rows)) if f.last_only else range(at, len(rows)))
+        greedy = all(f.greedy for f in forwards)
+        out = self._decode(rows, outputs=outputs, greedy=greedy)
+        results, at = [], 0
+        for f in forwards:
+            n = 1 if f.last_only else len(f.ids)
+            part = out[at : at + n]
+            results.append(np.argmax(part, axis=-1) if f.greedy and not greedy else part)
+            at += n
+        return results
 
     def _extend_greedy(self, seq: Seq, ids: list[int]) -> np.ndarray:
         return self._decode(self._chain_rows(seq, ids), greedy=True)
