@@ -13,6 +13,7 @@ Two sessions are independent unless they are given the same ``Learned``.
 
 from __future__ import annotations
 
+import threading
 import weakref
 from collections.abc import Callable
 from typing import Any, Protocol, TypeVar, runtime_checkable
@@ -34,13 +35,15 @@ class Learned:
 
     def __init__(self) -> None:
         self._by_model: weakref.WeakKeyDictionary[Any, dict[str, Any]] = weakref.WeakKeyDictionary()
+        self._making = threading.RLock()  # requests served at once on threads make each state once
 
     def of(self, model: Any, kind: str, make: Callable[[], T]) -> T:
         """``model``'s state of ``kind``, made by ``make()`` the first time it is asked for."""
-        kinds = self._by_model.setdefault(model, {})
-        if kind not in kinds:
-            kinds[kind] = make()
-        value: T = kinds[kind]
+        with self._making:
+            kinds = self._by_model.setdefault(model, {})
+            if kind not in kinds:
+                kinds[kind] = make()
+            value: T = kinds[kind]
         return value
 
     def known(self, model: Any, kind: str) -> bool:

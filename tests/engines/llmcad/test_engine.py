@@ -3,17 +3,21 @@ speculation do; on scripted models, tiny transformers models and the real SmolLM
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Mapping
+from typing import Any
 
 import numpy as np
 import pytest
 
 from coinfer.decoding import SamplingParams
+from coinfer.decoding.engine import Request
 from coinfer.engines.llmcad import LLMCadConfig, generate, stream
+from coinfer.engines.llmcad.session import ENGINE as LLMCAD
 from coinfer.errors import BudgetError, ConfigError
 from coinfer.models import load_model
-from coinfer.models.base import Seq, SteerableModel
+from coinfer.models.base import CheckedForward, Seq, SteerableModel
 from coinfer.models.tree import TokenTree
 from coinfer.testing import EOS, ScriptedModel, script
 from tests.conftest import needs_llama, needs_torch, plain
@@ -245,3 +249,42 @@ def test_under_a_memory_budget_the_mapped_target_is_read_ahead_and_the_text_is_t
     finally:
         draft.close()
         target.close()
+
+
+class _HeldTarget(ScriptedModel):
+    """The scripted target, whose first forward waits until ``go`` is set (so requests
+    started together queue their forwards behind it)."""
+
+    def __init__(self) -> None:
+        super().__init__(script(len(PROMPT), [*TEXT, EOS]), n_ctx=512, name="target")
+        self.go = threading.Event()
+        self.batch_sizes: list[int] = []
+
+    def _extend_batch(self, forwards: list[CheckedForward]) -> list[np.ndarray]:
+        self.go.wait(10)
+        self.batch_sizes.append(len(forwards))
+        return super()._extend_batch(forwards)
+
+
+def test_a_session_answers_several_requests_at_once_their_trees_verified_together() -> None:
+    target, draft = _HeldTarget(), _draft()
+    config = LLMCadConfig(max_tokens=40, gate=False, max_batch=4)
+    with LLMCAD.open({"target": target, "draft_model": draft}, config) as session:
+        assert session.concurrent() == 4
+        outs: list[Any] = [None] * 4
+
+        def answer(i: int) -> None:
+            outs[i] = session.generate(Request(prompt=PROMPT))
+
+        threads = [threading.Thread(target=answer, args=(i,)) for i in range(4)]
+        threading.Timer(0.3, target.go.set).start()
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(60)
+    alone = plain(_target(), PROMPT, config.max_tokens)
+    assert [o.tokens for o in outs] == [alone.tokens] * 4
+    assert max(target.batch_sizes) > 1  # requests' forwards went to the target together
+    assert target.live_sequences == 0 and draft.live_sequences == 0
+    with LLMCAD.open({"target": _target(), "draft_model": draft}, LLMCadConfig(memory_budget=1 << 30)) as s:
+        assert s.concurrent() == 1  # reading ahead under a budget follows one forward at a time

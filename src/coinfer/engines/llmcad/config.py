@@ -29,7 +29,10 @@ class LLMCadConfig:
     prompt lookup and keep the faster (False: tree rounds only);
     ``memory_budget``: bytes the process may hold; the target (memory-mapped) has its
     weights read ahead within what the budget leaves, while the draft computes (§3.4's
-    compute-IO pipeline). None: no budget, no reading ahead.
+    compute-IO pipeline). None: no budget, no reading ahead;
+    ``max_batch``: how many requests a session (a server's) answers at once, each on its
+    own thread, both models' forwards of every request in flight merged into one batch
+    (one at a time under a memory budget, whose reading ahead follows one forward).
     """
 
     max_tokens: int = 256
@@ -42,6 +45,7 @@ class LLMCadConfig:
     speculative: bool = True
     gate: bool = True
     memory_budget: int | None = None
+    max_batch: int = 1
 
     def __post_init__(self) -> None:
         check_budget(self.max_tokens)
@@ -54,7 +58,7 @@ class LLMCadConfig:
             not isinstance(self.memory_budget, int) or self.memory_budget <= 0
         ):
             raise ConfigError(f"memory_budget must be a positive byte count, got {self.memory_budget!r}")
-        for name in ("max_tree_size", "max_branches"):
+        for name in ("max_tree_size", "max_branches", "max_batch"):
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
                 raise ConfigError(f"{name} must be a whole number >= 1, got {value!r}")

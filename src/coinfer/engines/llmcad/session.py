@@ -1,6 +1,10 @@
 """LLMCad on the engine contract (``coinfer.decoding.engine``): parts ``target`` and its
 memory-resident ``draft_model`` (of the target's vocabulary); a session keeps both
-models' measured forward costs across its requests."""
+models' measured forward costs across its requests.
+
+A session answers up to ``max_batch`` requests at once (``concurrent``), each on its own
+thread, both models shared as ``SharedModel``: the trees several requests verify in one
+step go to the target as one batch, as do the draft's forwards that grow their trees."""
 
 from __future__ import annotations
 
@@ -12,6 +16,7 @@ from coinfer.decoding.learned import Learned
 from coinfer.decoding.response import Response
 from coinfer.engines.llmcad.config import LLMCadConfig
 from coinfer.engines.llmcad.engine import stream
+from coinfer.models.shared import SharedModel
 
 __all__ = ["ENGINE", "LLMCadEngine"]
 
@@ -20,6 +25,12 @@ class _LLMCadSession(Session):
     def __init__(self, engine: Engine, parts: Mapping[str, Any], config: Any, learned: Learned) -> None:
         super().__init__(engine, parts, config, learned)
         self.model, self.draft = parts["target"], parts["draft_model"]
+        self.width = config.max_batch if config.memory_budget is None else 1
+        if self.width > 1:
+            self.model, self.draft = SharedModel(self.model), SharedModel(self.draft)
+
+    def concurrent(self) -> int:
+        return self.width
 
     @property
     def draft_label(self) -> str | None:
