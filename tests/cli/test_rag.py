@@ -59,6 +59,8 @@ def cloud(corpora: tuple[str, str], smollm_path: Path) -> Iterator[tuple[subproc
             "smollm2-135m",
             "--listen",
             "127.0.0.1:0",
+            "--max-batch",
+            "2",
         ],
         stdout=subprocess.PIPE,
         stderr=subprocess.DEVNULL,
@@ -96,6 +98,26 @@ def test_ask_answers_from_both_corpora(
         verdicts = [step["sides"][side] for step in trace["steps"]]
         assert verdicts.count(True) == report["accepted"][side]
         assert verdicts.count(False) == report["rejected"][side]
+
+
+def test_a_cloud_answers_two_devices_at_once(
+    corpora: tuple[str, str], cloud: tuple[subprocess.Popen[str], str]
+) -> None:
+    """Two devices ask at once; the cloud (--max-batch 2) answers both streams together
+    (neither waits for the other's answer to end, nor falls back to its own documents).
+    That the text is each one's alone is tests/engines/dragon/test_pipeline.py's: here
+    llama.cpp's rounding of a batch's shape may flip a near tie."""
+    import json
+    from concurrent.futures import ThreadPoolExecutor
+
+    flags = ("--cloud", cloud[1], "--max-tokens", "12", "--json")
+    with ThreadPoolExecutor(2) as pool:
+        procs = list(pool.map(lambda _: _ask(corpora[0], *flags), range(2)))
+    for proc in procs:
+        assert proc.returncode == 0, proc.stderr
+        report = json.loads(proc.stdout)
+        assert report["mode"] == "dragon" and "fallback" not in report and report["cloud_documents"] == 2
+        assert 0 < report["tokens"] <= 12
 
 
 def test_ask_without_a_cloud_is_device_only_rag(corpora: tuple[str, str], smollm_path: Path) -> None:

@@ -118,8 +118,9 @@ def cmd_cloud(args: argparse.Namespace) -> int:
     corpus = corpus_from_args(args)
     model = load_from_args(args, quiet=True)
     server = LinkServer(
-        CloudService(model, corpus).serve, token=token, host=host, port=int(port), tls=_tls(args)
-    )
+        CloudService(model, corpus, max_answers=args.max_batch).serve,
+        token=token, host=host, port=int(port), tls=_tls(args), max_streams=max(8, 2 * args.max_batch),
+    )  # fmt: skip
     try:
         server.start()
         print(f"{READY_PREFIX}{host}:{server.port} ({len(corpus.chunks)} chunks)", flush=True)
@@ -306,4 +307,9 @@ def add_parser(sub: Any) -> None:
     cloud.add_argument(
         "--listen", default="127.0.0.1:50071", help="HOST:PORT (default: loopback, %(default)s)"
     )
+    cloud.add_argument(
+        "--max-batch", type=int, default=1,
+        help="answers decoded at once, their forwards in one batch, each with its share of --ctx's "
+        "cells (default: %(default)s; more wait their turn)",
+    )  # fmt: skip
     cloud.set_defaults(func=cmd_cloud)

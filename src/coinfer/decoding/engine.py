@@ -121,7 +121,8 @@ class Session(ABC):
 
     def concurrent(self) -> int:
         """How many requests ``stream`` may answer at once, each on its own thread (a
-        session whose parts share one batch across threads: MinionS's); 1: one at a time."""
+        session whose parts share one batch across threads: MinionS's ``SharedChat``,
+        LLMCad's and DRAGON's ``SharedModel``); 1: one at a time."""
         return 1
 
     def billed(self, last: Response) -> dict[str, Any] | None:

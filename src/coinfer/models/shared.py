@@ -6,9 +6,10 @@ rounds, DRAGON's peers), and each thread calls the model as if it were alone. A
 take turns (a llama.cpp context is not safe to share between threads), and the forwards
 that threads ask for while another forward runs are decoded together in the next one
 (``extend_batch``: one batch of every request's rows, as a continuous batch's step is).
-Nothing waits for company: a forward that finds the model free runs at once. This is
-group commit, as a database's log does it: whoever takes the model runs everything
-queued by then.
+This is group commit, as a database's log does it: whoever takes the model runs
+everything queued by then. A forward waits for company only as long as a step's
+stragglers take: as many calls as the last batch merged (each request's Python between
+two forwards), at most ``WINDOW`` of the last batch's seconds; a request alone never waits.
 
 The results are what each thread would get alone (within the rounding a batch's shape
 brings); should a merged forward fail, each request's forward runs again alone, so the
@@ -18,7 +19,9 @@ error reaches only the request it belongs to.
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -28,17 +31,32 @@ from coinfer.models.base import CheckedForward, Forward, Seq, SteerableModel, To
 from coinfer.models.chat_template import Message
 from coinfer.models.tree import TokenTree
 
-__all__ = ["SharedModel"]
+__all__ = ["WINDOW", "Batch", "SharedModel"]
+
+WINDOW = 0.2  # the most a forward waits for the last batch's company, in its seconds
+
+
+@dataclass(frozen=True)
+class Batch:
+    """The forward a thread's call ran in: how many ``requests`` (threads' calls) it
+    merged, its ``tokens`` (every request's rows) and the ``seconds`` it took. What a
+    step of a batch costs, whatever its requests: a draft-length policy prices a draft
+    by it, not by its own rows alone."""
+
+    requests: int
+    tokens: int
+    seconds: float
 
 
 class _Job:
-    """One thread's forwards and, once run, their results or error."""
+    """One thread's forwards and, once run, their results or error and the batch."""
 
     def __init__(self, forwards: list[Forward]) -> None:
         self.forwards = forwards
         self.done = False
         self.result: list[np.ndarray] = []
         self.error: BaseException | None = None
+        self.batch = Batch(1, sum(len(f.ids) for f in forwards), 0.0)
 
     def outcome(self) -> list[np.ndarray]:
         if self.error is not None:
@@ -55,7 +73,10 @@ class SharedModel(SteerableModel):
         self.model = model
         self._lock = threading.Lock()  # the model's: whoever holds it may call it
         self._queue_lock = threading.Lock()
+        self._arrived = threading.Condition(self._queue_lock)
         self._queue: list[_Job] = []
+        self._company, self._step_s = 1, 0.0  # the last batch's calls and seconds
+        self._mine = threading.local()  # each thread's latest Batch
         self.batches = self.merged = 0
 
     # ---- what is the model's -----------------------------------------------------------
@@ -141,35 +162,50 @@ class SharedModel(SteerableModel):
     # ---- the forwards, merged -----------------------------------------------------------
     def extend_batch(self, forwards: Sequence[Forward]) -> list[np.ndarray]:
         job = _Job(list(forwards))
-        with self._queue_lock:
+        with self._arrived:
             self._queue.append(job)
+            self._arrived.notify_all()
+            company = self._company
+            self._arrived.wait_for(lambda: job.done or len(self._queue) >= company, WINDOW * self._step_s)
         with self._lock:
             if not job.done:  # nobody ran it yet: run it, and everything queued with it
-                with self._queue_lock:
+                with self._arrived:
                     jobs, self._queue = self._queue, []
                 self._run(jobs)
+                with self._arrived:
+                    self._company, self._step_s = len(jobs), jobs[0].batch.seconds
+                    self._arrived.notify_all()
+        self._mine.batch = job.batch
         return job.outcome()
+
+    def last_batch(self) -> Batch | None:
+        """The forward this thread's latest call ran in (None before its first)."""
+        return getattr(self._mine, "batch", None)
 
     def _run(self, jobs: list[_Job]) -> None:
         """Every job's forwards in one ``extend_batch``; if that fails, each job alone."""
         self.batches += 1
         if len(jobs) > 1:
             self.merged += len(jobs)
+            t0 = time.perf_counter()
             try:
                 out = self.model.extend_batch([f for job in jobs for f in job.forwards])
             except Exception:  # noqa: BLE001  (each job again alone: the error is one job's)
                 self.batches += len(jobs)
             else:
+                batch = Batch(len(jobs), sum(j.batch.tokens for j in jobs), time.perf_counter() - t0)
                 at = 0
                 for job in jobs:
-                    job.result, job.done = out[at : at + len(job.forwards)], True
+                    job.result, job.batch, job.done = out[at : at + len(job.forwards)], batch, True
                     at += len(job.forwards)
                 return
         for job in jobs:
+            t0 = time.perf_counter()
             try:
                 job.result = self.model.extend_batch(job.forwards)
             except BaseException as exc:  # noqa: BLE001  (handed to the job's own thread)
                 job.error = exc
+            job.batch = Batch(1, job.batch.tokens, time.perf_counter() - t0)
             job.done = True
 
     def extend(

@@ -3,7 +3,7 @@ from the registry becomes a ``Served``. A session that batches joins requests to
 running batch (``BatchServed``); plain decoding or the speculative engine given a
 ``LocalChat`` (the part ``chat``) batches through it, samples and schemas included, the
 speculative one drafting inside the batch (``PlainServed``); every other session
-answers one request at a time (``SessionServed``)."""
+answers as many requests at once as its ``concurrent`` says (``SessionServed``)."""
 
 from __future__ import annotations
 

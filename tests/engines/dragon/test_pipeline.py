@@ -9,14 +9,25 @@ import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import replace
+from typing import Any
 
 import numpy as np
 import pytest
 
 from coinfer.decoding import SamplingParams
-from coinfer.engines.dragon import CloudLink, CloudService, Document, DragonConfig, RagSide, generate
+from coinfer.engines.dragon import (
+    CloudLink,
+    CloudService,
+    Document,
+    DragonConfig,
+    RagSide,
+    generate,
+    open_channel,
+)
 from coinfer.engines.dragon.aggregation import Uniforms, greedy_aggregate, side_weight, speculative_aggregate
 from coinfer.engines.dragon.scheduler import LiveScheduler
+from coinfer.models.base import CheckedForward
+from coinfer.models.shared import SharedModel
 from coinfer.testing import EOS, ScriptedModel
 from coinfer.transport.link import LinkServer
 
@@ -362,3 +373,50 @@ def test_the_cloud_keeps_its_documents_read_across_questions(monkeypatch) -> Non
     assert first.tokens == second.tokens == _synchronous_reference()  # type: ignore[attr-defined]
     # the second prefill read one token (the prompt's last) instead of the whole prompt
     assert prefill_first == PROMPT and model.forwards[0] == 1
+
+
+class _Busy(ScriptedModel):
+    """The script, each forward taking 5 ms as a model's would (so answers in flight
+    queue their forwards behind the one running); ``batch_sizes``: the forwards each
+    batch merged."""
+
+    def __init__(self) -> None:
+        super().__init__(_dist, n_ctx=128)
+        self.batch_sizes: list[int] = []
+
+    def _extend_batch(self, forwards: list[CheckedForward]) -> list[np.ndarray]:
+        time.sleep(0.005)
+        self.batch_sizes.append(len(forwards))
+        return super()._extend_batch(forwards)
+
+
+def test_several_questions_in_flight_on_both_sides_give_each_the_synchronous_text() -> None:
+    """Three answers at once over one channel: the cloud answers the three streams at once
+    and the device decodes the three on one shared model; each text is the one it has
+    alone, and both sides merged the answers' forwards into shared batches."""
+    cloud_model, device_model = _Busy(), _Busy()
+    service = CloudService(cloud_model, _Corpus(), idle_s=5, max_answers=3)
+    server = LinkServer(service.serve, token=TOKEN).start()
+    link = CloudLink(address=f"127.0.0.1:{server.port}", token=TOKEN, idle_s=5)
+    channel, device = open_channel(link), SharedModel(device_model)
+    outs: list[Any] = [None] * 3
+
+    def answer(i: int) -> None:
+        config = DragonConfig(max_tokens=64, aggregator="both", max_batch=3)
+        outs[i] = generate(
+            device, QUESTION, documents=DEVICE_DOCS, config=config, cloud=link, channel=channel,
+            prompt_style="text",
+        )  # fmt: skip
+
+    threads = [threading.Thread(target=answer, args=(i,)) for i in range(3)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    channel.close()
+    server.stop(0)
+    expected = _synchronous_reference()
+    assert [o.tokens for o in outs] == [expected] * 3
+    assert all("fallback" not in o.extras for o in outs)
+    assert max(cloud_model.batch_sizes) > 1 and max(device_model.batch_sizes) > 1
+    assert device_model.live_sequences == 0

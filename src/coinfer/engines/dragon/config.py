@@ -37,7 +37,9 @@ class DragonConfig:
     (§5; "both": each side on its own copy, the fastest measured; "auto": the device
     first, then the side the live scheduler prefers; "device" or "cloud": fixed, the
     paper's baselines) and ``lookahead``: how far a side drafts ahead of the accepted text
-    (0: token-wise synchronous aggregation, DRDG/TW).
+    (0: token-wise synchronous aggregation, DRDG/TW); ``max_batch``: questions a session
+    (a server's) answers at once, each on its own thread, the device's forwards of all of
+    them merged into one batch (each answer's room is its share of the model's cells).
     """
 
     max_tokens: int = 256
@@ -53,6 +55,7 @@ class DragonConfig:
     seed: int | None = None
     aggregator: Aggregator = "both"
     lookahead: int = 8
+    max_batch: int = 1
 
     def __post_init__(self) -> None:
         check_budget(self.max_tokens)
@@ -75,5 +78,7 @@ class DragonConfig:
             raise ConfigError(
                 f"lookahead must be a whole number in 0..{MAX_LOOKAHEAD}, got {self.lookahead!r}"
             )
+        if not isinstance(self.max_batch, int) or isinstance(self.max_batch, bool) or self.max_batch < 1:
+            raise ConfigError(f"max_batch must be a whole number >= 1, got {self.max_batch!r}")
         if not isinstance(self.transfer_max_ids, int) or not 1 <= self.transfer_max_ids <= 4096:
             raise ConfigError(f"transfer_max_ids must be in 1..4096, got {self.transfer_max_ids!r}")

@@ -10,11 +10,13 @@ answer's sequences: for each prompt, the kept sequence sharing the longest start
 is forked and cut back to that common start, and only the rest (in the end the new
 question) is left to read. Kept sequences are released oldest first when more than
 ``capacity`` are kept, when they hold more than ``max_cells`` tokens together, or when
-an answer needs their sequence slots.
+an answer needs their sequence slots. Answers served at once on several threads may
+share one cache: each call takes its turn.
 """
 
 from __future__ import annotations
 
+import threading
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
 
@@ -35,17 +37,23 @@ class DocumentCache:
         self.max_cells = model.n_ctx // 4 if max_cells is None else max_cells
         self._kept: OrderedDict[tuple[int, ...], Seq] = OrderedDict()
         self.hits = 0  # tokens not read again, over every answer
+        self._turn = threading.RLock()
 
     @property
     def cells(self) -> int:
         """Tokens the kept sequences hold (what they take of a shared cache's cells)."""
-        return sum(len(k) for k in self._kept)
+        with self._turn:
+            return sum(len(k) for k in self._kept)
 
     def open(self, prompts: Sequence[list[int]]) -> list[tuple[Seq, list[int]]]:
         """A sequence per prompt and the tokens it has still to read: forked from the kept
         sequence sharing the longest start with the prompt (at least ``MIN_SHARED``
         tokens, never the whole prompt: its last token is read to give the next logits),
         else new."""
+        with self._turn:
+            return self._open(prompts)
+
+    def _open(self, prompts: Sequence[list[int]]) -> list[tuple[Seq, list[int]]]:
         self._make_room(len(prompts))
         out: list[tuple[Seq, list[int]]] = []
         for prompt in prompts:
@@ -63,6 +71,10 @@ class DocumentCache:
     def keep(self, prompts: Sequence[list[int]], seqs: Sequence[Seq]) -> None:
         """Keep a fork of each sequence as it stands at its prompt's end (call right after
         the prompts were read, before anything is generated)."""
+        with self._turn:
+            self._keep(prompts, seqs)
+
+    def _keep(self, prompts: Sequence[list[int]], seqs: Sequence[Seq]) -> None:
         for prompt, seq in zip(prompts, seqs, strict=True):
             key = tuple(prompt)
             if key in self._kept:
@@ -72,7 +84,8 @@ class DocumentCache:
         self._evict(lambda: len(self._kept) > self.capacity or self.cells > self.max_cells)
 
     def clear(self) -> None:
-        self._evict(lambda: bool(self._kept))
+        with self._turn:
+            self._evict(lambda: bool(self._kept))
 
     def close(self) -> None:
         """Release every kept sequence (its session ended)."""

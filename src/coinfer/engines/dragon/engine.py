@@ -151,6 +151,7 @@ def _device_side(
         rescore=rescore,
         rescore_every=config.rescore_every,
         cache=cache,
+        share=config.max_batch,
     )
     report["prompt_tokens"] = sum(len(p) for p in side.prefixes)  # every document's prompt, read
     return side

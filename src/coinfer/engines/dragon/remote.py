@@ -4,8 +4,10 @@ The device opens one stream per answer and sends ``Hello``: the question and how
 decode (never its documents). The cloud checks that both sides share one vocabulary,
 retrieves its own top-k documents for the question, reads them, and answers ``Ready``
 with how long the answer may be; then both run a ``Peer`` on the stream. The cloud
-serves one answer at a time on its model (a llama.cpp context is not safe to share
-between threads); further streams wait their turn within their deadlines.
+answers up to ``max_answers`` streams at once, each on its own thread, its model shared
+as a ``SharedModel`` (a llama.cpp context is not safe to share between threads; the
+answers' forwards are merged into one batch per step); further streams wait their turn
+within their deadlines.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from coinfer.engines.dragon.scheduler import LiveScheduler
 from coinfer.engines.dragon.side import CLOUD, Document, RagSide, Rescore, document_prompt
 from coinfer.errors import ConfigError, TransportError
 from coinfer.models.base import SteerableModel
+from coinfer.models.shared import SharedModel
 from coinfer.transport.link import Stream, Tls, envelope_type
 
 __all__ = ["CloudLink", "CloudService", "config_from_hello", "hello", "tokenizer_digest"]
@@ -134,7 +137,8 @@ class Retrieves(Protocol):
 
 
 class CloudService:
-    """The cloud's side of every stream: its model and its corpus."""
+    """The cloud's side of every stream: its model and its corpus; ``max_answers``
+    streams answered at once, each with its share of the model's cells."""
 
     def __init__(
         self,
@@ -144,11 +148,15 @@ class CloudService:
         hello_timeout_s: float = 30.0,
         idle_s: float = 30.0,
         keep_documents: bool = True,
+        max_answers: int = 1,
     ) -> None:
-        self.model, self.corpus = model, corpus
-        self.cache = DocumentCache(model) if keep_documents else None
+        if max_answers < 1:
+            raise ConfigError(f"max_answers must be at least 1, got {max_answers}")
+        self.model = SharedModel(model) if max_answers > 1 else model
+        self.corpus, self.max_answers = corpus, max_answers
+        self.cache = DocumentCache(self.model) if keep_documents else None
         self.hello_timeout_s, self.idle_s = hello_timeout_s, idle_s
-        self._busy = threading.Lock()
+        self._answering = threading.BoundedSemaphore(max_answers)
 
     def serve(self, stream: Stream) -> None:
         message = stream.recv(timeout=self.hello_timeout_s)
@@ -160,7 +168,7 @@ class CloudService:
             stream.send(envelope_type()(ready={"refused": config}))
             log.warning("refused a stream: %s", config)
             return
-        with self._busy:
+        with self._answering:
             self._answer(stream, h, config)
 
     def _accept(self, h: Any) -> DragonConfig | str:
@@ -190,6 +198,7 @@ class CloudService:
             rescore=self.corpus.rescorer(h.question, temperature=config.relevance_temperature),
             rescore_every=config.rescore_every,
             cache=self.cache,
+            share=self.max_answers,
         )
         try:
             t0 = time.perf_counter()

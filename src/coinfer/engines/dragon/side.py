@@ -88,7 +88,9 @@ class RagSide:
     """The documents of one side on ``model``; ``side`` (0 device, 1 cloud) picks its
     stream of draws. With ``rescore`` the weights are dynamic (§4): every
     ``rescore_every`` tokens the documents' relevance is re-scored against the text so
-    far (a function of the agreed text alone, so both sides' text stays deterministic)."""
+    far (a function of the agreed text alone, so both sides' text stays deterministic).
+    ``share``: how many answers decode on ``model`` at once (a server's), each given an
+    equal part of a shared cache's cells."""
 
     def __init__(
         self,
@@ -104,6 +106,7 @@ class RagSide:
         rescore: Rescore | None = None,
         rescore_every: int = 16,
         cache: DocumentCache | None = None,
+        share: int = 1,
     ) -> None:
         if not documents:
             raise ConfigError("a side needs at least one document", hint="retrieve with top_k >= 1")
@@ -120,7 +123,7 @@ class RagSide:
         self.transfer = (transfer_top_p, transfer_max_ids)
         self.relevance = np.array([d.relevance for d in documents], dtype=np.float64)
         self.rescore, self.rescore_every = rescore, rescore_every
-        self.cache = cache
+        self.cache, self.share = cache, max(1, share)
         self._rescored: tuple[tuple[int, ...], np.ndarray] | None = None
         self.prefixes = [prompt_for(d) for d in self.documents]
         self.generated: list[int] = []
@@ -148,11 +151,11 @@ class RagSide:
     def room(self) -> int:
         """How many tokens an answer may have before the documents' sequences fill the
         model's window: each sequence's own ``n_ctx``, or, where all sequences share the
-        cells (llama.cpp's unified cache), an equal share of what their prompts and the
-        document cache's kept cells leave."""
+        cells (llama.cpp's unified cache), an equal share of what their prompts leave of
+        this answer's part of the cells the document cache does not keep."""
         if self.model.kv_cells_shared:
             kept = self.cache.cells if self.cache is not None else 0
-            left = self.model.n_ctx - kept - sum(len(p) for p in self.prefixes)
+            left = (self.model.n_ctx - kept) // self.share - sum(len(p) for p in self.prefixes)
             return max(0, left // max(1, len(self.prefixes)))
         return max(0, self.model.n_ctx - max(len(p) for p in self.prefixes))
 

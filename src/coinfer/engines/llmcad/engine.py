@@ -14,6 +14,14 @@ memory budget, ``gate.ModeGate`` measures tree rounds against plain speculation 
 prompt lookup (what ``--draft auto`` does) and keeps the faster: on a target that fits in
 memory, drafting with a model need not pay.
 
+Served with other requests at once (a target shared as ``SharedModel``), a round whose
+last forward carried other requests' rows is priced as a step of that batch: prompt
+lookup's draft is cut by what a forward of every request's tokens costs
+(``DraftSizer.cut_together`` over the per-forward cost curve every request of the session
+shares), so speculation gives way to plain batched steps when the batch is big enough
+that it no longer pays, as the speculative engine's batched drafts do; a request alone
+rounds as above.
+
 Three layers, as every engine: ``generate_rounds`` yields a ``TreeRound`` per target
 forward, ``stream`` turns them into ``Response`` objects, ``generate`` blocks.
 """
@@ -26,6 +34,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from typing import Any
 
+from coinfer.decoding.batch_speculation import BATCH_FLOOR
 from coinfer.decoding.draft_length import AdaptiveDraftLength, DraftSizer
 from coinfer.decoding.drafters import check_same_vocabulary
 from coinfer.decoding.learned import Learned, learned_or_new
@@ -33,7 +42,7 @@ from coinfer.decoding.ngram import NgramDrafter
 from coinfer.decoding.prompting import as_prompt, check_prompt
 from coinfer.decoding.response import Responder, Response, collect
 from coinfer.decoding.sampling import PositionDraws, probs_from_logits, sample_at
-from coinfer.decoding.speculative import take_round, window_room
+from coinfer.decoding.speculative import take_round, target_costs, window_room
 from coinfer.decoding.verify import accept_tree
 from coinfer.engines.llmcad.config import LLMCadConfig
 from coinfer.engines.llmcad.fallback import AdaptiveThreshold, VerifyCost
@@ -43,6 +52,7 @@ from coinfer.engines.llmcad.tree_draft import TreeGrower, forward_cost
 from coinfer.errors import ConfigError
 from coinfer.models.base import Seq, SteerableModel
 from coinfer.models.prefetch import WeightPrefetcher, disk_bytes_read
+from coinfer.models.shared import SharedModel
 from coinfer.models.tree import TokenTree
 
 __all__ = ["TreeRound", "generate", "generate_rounds", "stream"]
@@ -99,7 +109,13 @@ class _Request:
         self.chain: Chain = []
         self.gate: ModeGate | None = None
         self.ngram = NgramDrafter()
-        self.sizer = DraftSizer(AdaptiveDraftLength())
+        self.shared = target if isinstance(target, SharedModel) else None
+        if self.shared is None:
+            self.sizer = DraftSizer(AdaptiveDraftLength())
+        else:  # a forward's cost is the batch's, whoever's rows: one curve for every request
+            self.sizer = DraftSizer(
+                AdaptiveDraftLength(costs=target_costs(target, learned), batch_floor=BATCH_FLOOR)
+            )
         if config.draft_tokens != 0:
             self.grower = TreeGrower(
                 draft,
@@ -131,6 +147,12 @@ class _Request:
         ("warm"), or as the target's forward gets on ("follow")."""
         if self.prefetcher is not None:
             getattr(self.prefetcher, phase)()
+
+    def others(self) -> int:
+        """Other requests' calls the target's last forward for this request carried (0:
+        alone, or not served with others)."""
+        batch = None if self.shared is None else self.shared.last_batch()
+        return 0 if batch is None else batch.requests - 1
 
     def prefetched(self) -> int:
         return 0 if self.prefetcher is None else self.prefetcher.bytes_read
@@ -199,6 +221,8 @@ def _round(req: _Request, context: list[int], room: int) -> TreeRound:
         t0 = time.perf_counter()
         _, nxt = _verify(req, context, None)
         return TreeRound([nxt], mode="plain", verify_s=time.perf_counter() - t0)
+    if req.others():  # a step of a batch: trees give way, drafts are priced by the batch
+        return _ngram_round(req, context, room)
     if req.gate is None:
         return _tree_round(req, context, room, _tree_limit(req.config))
     mode = req.gate.choose()
@@ -225,13 +249,19 @@ def _ngram_round(req: _Request, context: list[int], room: int) -> TreeRound:
     t0 = time.perf_counter()
     proposal = req.ngram.propose(context, k)
     draft_s = time.perf_counter() - t0
-    d = sizer.cut(0, len(context), proposal)
+    if req.shared is None:
+        d = sizer.cut(0, len(context), proposal)
+    else:
+        d = sizer.cut_together([(0, len(context), proposal)], others=req.others())[0]
     t1 = time.perf_counter()
     path, nxt = _verify(req, context, TokenTree.chain(d.tokens))
     new = [*d.tokens[: len(path)], nxt]
     req.ngram.feedback(0, context, new)
     verify_s = time.perf_counter() - t1
-    sizer.observe(drafted=len(d.tokens), draft_s=draft_s, verify_s=verify_s, proposed=len(proposal.tokens))
+    # priced as the forward it ran in: every request's tokens, and what they cost together
+    batch = None if req.shared is None else req.shared.last_batch()
+    tokens, seconds = (len(d.tokens) + 1, verify_s) if batch is None else (batch.tokens, batch.seconds)
+    sizer.observe(drafted=tokens - 1, draft_s=draft_s, verify_s=seconds, proposed=len(proposal.tokens))
     return TreeRound(
         new, drafted=len(d.tokens), accepted=len(path), draft_s=draft_s, verify_s=verify_s, mode="ngram"
     )
