@@ -20,10 +20,15 @@ def test_an_unknown_engine_or_level_is_refused() -> None:
 
 
 @needs_llama
-def test_plain_serving_at_one_and_two_clients_answers_every_request(smollm_path: Path) -> None:
-    config = EnginesConfig(model="smollm2-135m", engines=("plain",), levels=(1, 2), requests=2, max_tokens=8)
+def test_plain_and_dragon_serving_at_one_and_two_clients_answer_every_request(smollm_path: Path) -> None:
+    config = EnginesConfig(
+        model="smollm2-135m", engines=("plain", "dragon"), levels=(1, 2), requests=2, max_tokens=8
+    )
     report = run_engines(config, log=lambda _: None)
-    (plain,) = report["engines"]
+    plain, dragon = report["engines"]
+    assert dragon["unit"] == "tok_s" and dragon["flags"][:2] == ["--engine", "dragon"]
+    for row in dragon["rows"]:  # every DRAGON bench question, answered from the device's corpus
+        assert row["answered"] == row["requests"] == 6 and not row["errors"]
     assert plain["unit"] == "tok_s" and [r["clients"] for r in plain["rows"]] == [1, 2]
     for row in plain["rows"]:
         assert row["answered"] == row["requests"] == 2 and not row["errors"] and row["tok_s"] > 0

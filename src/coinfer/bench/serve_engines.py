@@ -6,7 +6,9 @@ client; its aggregate throughput at each level, and their ratio.
 Engines that continue a prompt take the speculative suite's code prompts and are
 measured in completion tokens per second. MinionS answers questions about the documents
 each request brings (the MinionS bench's CPython modules, the shortest first) and is
-measured in questions per minute: its completion tokens are the remote's answer. An
+measured in questions per minute: its completion tokens are the remote's answer. DRAGON
+answers the DRAGON bench's questions from one corpus of every question's device files
+(device-only: no cloud process shares the cores), in completion tokens per second. An
 engine that serves one request at a time shows about 1x; one that batches or overlaps its
 requests, more. Nothing here is tuned, so there is no held-out half.
 """
@@ -14,8 +16,10 @@ requests, more. Nothing here is tuned, so there is no held-out half.
 from __future__ import annotations
 
 import asyncio
+import tempfile
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
+from pathlib import Path
 from typing import Any
 
 from coinfer.bench.serve_load import Stream, Work, clients_at_once
@@ -29,6 +33,7 @@ ENGINES: dict[str, list[str]] = {
     "speculative": ["--draft", "ngram"],
     "collective": ["--drafts", "ngram,qwen2.5-coder-0.5b"],
     "llmcad": ["--draft", "qwen2.5-coder-0.5b"],
+    "dragon": [],  # and --corpus, written when it runs
     "minions": ["--remote", "qwen2.5-coder-1.5b", "--remote-ctx", "8192"],
 }
 
@@ -55,6 +60,18 @@ class EnginesConfig:
             raise ConfigError(f"unknown engines {sorted(unknown)}", hint=f"choose among {', '.join(ENGINES)}")
         if min(self.levels, default=0) < 1 or min(self.requests, self.questions, self.max_batch) < 1:
             raise ConfigError("levels, requests, questions and max_batch must be >= 1")
+
+
+def _dragon_corpus(folder: Path) -> tuple[list[str], Work]:
+    """The flags and the requests of DRAGON on the device: every question's device files
+    in one folder, and the questions."""
+    from coinfer.bench.dragon import load_questions
+
+    rows = load_questions(None, None)
+    for q in rows:
+        for name, text in q["device"].items():
+            (folder / f"{q['id']}-{name}").write_text(text)
+    return ["--corpus", str(folder)], [([{"role": "user", "content": q["question"]}], None) for q in rows]
 
 
 def _work(documents: bool, config: EnginesConfig) -> Work:
@@ -92,20 +109,28 @@ def _engine(name: str, config: EnginesConfig, log: Callable[[str], None]) -> dic
     documents = get(name).needs_documents  # MinionS: questions on the documents each brings
     flags = ["--engine", name, *ENGINES[name]]
     model = config.local if documents else config.model
-    work = _work(documents, config)
     rows = []
-    for clients in config.levels:  # a fresh server per level: no level reads another's caches
-        with ServerProcess(model, ctx=config.ctx, max_batch=config.max_batch, extra_args=flags) as server:
-            run = clients_at_once(server.url, model, work, list(range(len(work))), clients,
-                                  max_tokens=config.max_tokens, deadline_s=config.deadline_s)  # fmt: skip
-            rows.append(_row(clients, *asyncio.run(run)))
-        r = rows[-1]
-        log(f"{name:12} {clients:2} clients: {r['tok_s']:7.2f} tok/s, {r['per_min']:6.2f}/min, "
-            f"{len(r['errors'])} errors")  # fmt: skip
+    with tempfile.TemporaryDirectory(prefix="coinfer-engines-") as tmp:
+        work = _work(documents, config)
+        if name == "dragon":
+            corpus, work = _dragon_corpus(Path(tmp))
+            flags += corpus
+        for clients in config.levels:  # a fresh server per level: no level reads another's caches
+            with ServerProcess(model, ctx=config.ctx, max_batch=config.max_batch, extra_args=flags) as server:
+                run = clients_at_once(server.url, model, work, list(range(len(work))), clients,
+                                      max_tokens=config.max_tokens, deadline_s=config.deadline_s)  # fmt: skip
+                rows.append(_row(clients, *asyncio.run(run)))
+            _log_row(name, rows[-1], log)
     unit = "per_min" if documents else "tok_s"
+
     first = rows[0][unit]
     scaling = {r["clients"]: round(r[unit] / first, 3) if first else None for r in rows}
     return {"engine": name, "model": model, "unit": unit, "flags": flags, "rows": rows, "scaling": scaling}
+
+
+def _log_row(name: str, r: dict[str, Any], log: Callable[[str], None]) -> None:
+    log(f"{name:12} {r['clients']:2} clients: {r['tok_s']:7.2f} tok/s, {r['per_min']:6.2f}/min, "
+        f"{len(r['errors'])} errors")  # fmt: skip
 
 
 def run_engines(config: EnginesConfig, *, log: Callable[[str], None]) -> dict[str, Any]:

@@ -175,7 +175,7 @@ def add_serve_bench(bench: Any) -> None:
     p.add_argument(
         "--engines", default=None,
         help="the engines part's engines, comma-separated (default: plain, speculative, collective, "
-        "llmcad, minions)",
+        "llmcad, dragon, minions)",
     )  # fmt: skip
     p.add_argument("--engine-levels", default="1,4", help="the engines part's client counts (default: 1,4)")
     p.add_argument("--speed-model", default="qwen2.5-coder-1.5b", help="the speed part's model")
