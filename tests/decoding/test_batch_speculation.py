@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections import deque
 
 from coinfer.chat import LocalChat
-from coinfer.decoding.batch_speculation import BatchSpeculator, accepted_length
+from coinfer.decoding.batch_speculation import BatchSpeculator, DraftingGate, accepted_length
 from coinfer.decoding.draft_length import CostCurve, DraftSizer, FixedDraftLength
 from coinfer.decoding.ngram import NgramDrafter
 from coinfer.decoding.sampling import SamplingParams
@@ -105,3 +105,32 @@ def test_the_speculative_engines_batch_floor_is_its_configs() -> None:
         assert speculator is not None and speculator.sizer.policy.batch_floor == 0.5
     with pytest.raises(ConfigError, match="batch_floor"):
         SpecConfig(batch_floor=1.5)
+
+
+def test_the_gate_keeps_a_width_plain_once_drafting_measured_slower_there() -> None:
+    gate = DraftingGate(warmup=2, probe_every=4)
+    for _ in range(2):  # drafting is measured first, then plain
+        assert gate.drafting(4)
+        gate.observe(4, True, 6, 1.0)
+    for _ in range(2):
+        assert not gate.drafting(3)  # 3 and 4 requests share a bucket
+        gate.observe(3, False, 8, 1.0)
+    choices = [gate.drafting(4) for _ in range(8)]
+    assert choices.count(True) == 2 and choices[3] and choices[7]  # a probe every fourth step
+    assert gate.drafting(1)  # another width has its own measurements
+    gate.observe(4, True, 40, 1.0)  # a probe that paid lifts drafting's average above plain
+    gate.observe(4, True, 40, 1.0)
+    assert gate.drafting(4) and gate.rates()["4:plain"] == 8.0
+
+
+def test_steps_the_gate_keeps_plain_between_drafting_ones_keep_the_targets_text() -> None:
+    """The gate measures drafting steps, then plain ones, of the same speculating requests:
+    every request's text is still the target's greedy text."""
+    model = ScriptedModel(_cyclic, n_ctx=256)
+    chat = LocalChat(model, max_concurrent=4, keep=0)
+    chat.speculator = BatchSpeculator(NgramDrafter(), DraftSizer(FixedDraftLength(3)), DraftingGate(warmup=2))
+    alone = LocalChat(ScriptedModel(_cyclic, n_ctx=256), max_concurrent=4, keep=0)
+    expected = [j.tokens for j in _serve(alone, speculate=False)]
+    jobs = _serve(chat)
+    assert [j.tokens for j in jobs] == expected
+    assert set(chat.speculator.gate.rates()) >= {"4:draft", "4:plain"}  # type: ignore[union-attr]

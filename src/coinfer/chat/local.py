@@ -214,13 +214,19 @@ class LocalChat(ChatModel):
         feed = [(j, ids) for j, ids in feed if j.finish is None]
         if not feed:
             return running
-        if decoding_only and self.speculator is not None and all(j.greedy for j, _ in feed):
-            self._speculate(feed, self.speculator)
-            return running
+        gate = None if self.speculator is None else self.speculator.gate
+        greedy = decoding_only and all(j.greedy for j, _ in feed)
         t0 = time.perf_counter()
+        if greedy and self.speculator is not None and (gate is None or gate.drafting(len(feed))):
+            produced = self._speculate(feed, self.speculator)
+            if gate is not None:
+                gate.observe(len(feed), True, produced, time.perf_counter() - t0)
+            return running
         self._feed(feed)
         if decoding_only and self.speculator is not None:
             self.speculator.measured(len(feed), time.perf_counter() - t0)
+        if greedy and gate is not None:
+            gate.observe(len(feed), False, len(feed), time.perf_counter() - t0)
         for job, _ in feed:
             if job.reading:  # a chunk's last row is not the prompt's: its next token is not known yet
                 job.choice = job.logits = None
@@ -239,9 +245,10 @@ class LocalChat(ChatModel):
                 budget = max(0, budget - take)
         return feed
 
-    def _speculate(self, feed: list[tuple[_Job, list[int]]], speculator: BatchSpeculator) -> None:
+    def _speculate(self, feed: list[tuple[_Job, list[int]]], speculator: BatchSpeculator) -> int:
         """One forward of every greedy job's next token, the drafting ones' drafts after
-        it; each drafting job keeps what the target agrees with (rolled back past it)."""
+        it; each drafting job keeps what the target agrees with (rolled back past it).
+        Returns the tokens the step gave."""
         contexts = {j.key: j.prompt + j.tokens for j, _ in feed if j.speculate}
         rows = [(j.key, contexts[j.key], self._room(j)) for j, _ in feed if j.speculate]
         drafts, draft_s, proposed = speculator.drafts(rows, others=len(feed) - len(rows))
@@ -251,13 +258,17 @@ class LocalChat(ChatModel):
         choices = self.model.extend_many_choices(items)
         tokens = sum(len(ids) for _, ids in items)
         speculator.measured(tokens, time.perf_counter() - t0, draft_s=draft_s, proposed=proposed)
+        produced = 0
         for (job, ids), (_, fed), row in zip(feed, items, choices, strict=True):
+            produced += 1
             if not job.speculate:
                 job.choice = int(row[-1])
                 continue
             draft = fed[len(ids) :]
             kept = speculator.accepted(job.key, contexts[job.key], draft, row[len(ids) - 1 :].tolist())
             self._keep_draft(job, draft, kept)
+            produced += len(kept) - 1
+        return produced
 
     def _room(self, job: _Job) -> int:
         """Draft tokens ``job`` may verify: within its budget and its window, its next

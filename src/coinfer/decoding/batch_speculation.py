@@ -14,18 +14,25 @@ the floor. Greedy acceptance only: a request that samples decodes plainly in the
 The loop that owns the batch (``chat.LocalChat.step``) calls ``drafts`` before its
 forward, ``accepted`` per request after it, and ``measured`` with the forward's size and
 seconds; ``forget`` when a request leaves.
+
+The cut is a prediction; ``DraftingGate`` checks it against what happened. Per batch width
+it measures the tokens per second of the steps it let draft and of the steps it kept
+plain, and once drafting is measured slower at a width, steps of that width decode
+plainly (a drafting step every ``probe_every`` keeps the comparison fresh): a batch never
+stays below plain batched decoding because the cost curve or the acceptance was guessed
+wrong.
 """
 
 from __future__ import annotations
 
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from coinfer.decoding.draft_length import AdaptiveDraftLength, CostCurve, DraftSizer
 from coinfer.decoding.drafters import Draft, Drafter
 
-__all__ = ["BATCH_FLOOR", "BatchSpeculator", "accepted_length"]
+__all__ = ["BATCH_FLOOR", "BatchSpeculator", "DraftingGate", "accepted_length"]
 
 BATCH_FLOOR = 0.97  # each request keeps at least this share of its plain rate in a drafting forward
 
@@ -40,17 +47,65 @@ def accepted_length(draft: Sequence[int], choices: Sequence[int]) -> int:
     return n
 
 
+def width_bucket(width: int) -> int:
+    """Batch widths that share a gate's measurements: 1, 2, 3-4, 5-8, 9-16, ..."""
+    return 1 << max(0, width - 1).bit_length()
+
+
+@dataclass
+class DraftingGate:
+    """Whether a step of ``width`` requests may draft: per ``width_bucket``, the tokens
+    per second of steps allowed to draft against those kept plain (moving averages with
+    weight ``smoothing``). Each kind is measured ``warmup`` times first (drafting first);
+    then drafting is allowed where it measured at least as fast as plain, and elsewhere
+    every ``probe_every``-th step, while plain steps go on being measured as they run."""
+
+    warmup: int = 6
+    probe_every: int = 8
+    smoothing: float = 0.2
+    _rates: dict[tuple[int, bool], float] = field(default_factory=dict)
+    _counts: dict[tuple[int, bool], int] = field(default_factory=dict)
+    _skipped: dict[int, int] = field(default_factory=dict)
+
+    def drafting(self, width: int) -> bool:
+        b = width_bucket(width)
+        if self._counts.get((b, True), 0) < self.warmup:
+            return True
+        if self._counts.get((b, False), 0) < self.warmup:
+            return False
+        if self._rates[(b, True)] >= self._rates[(b, False)]:
+            return True
+        self._skipped[b] = self._skipped.get(b, 0) + 1
+        return self._skipped[b] % self.probe_every == 0
+
+    def observe(self, width: int, drafted: bool, tokens: int, seconds: float) -> None:
+        """A step of ``width`` requests (allowed to draft or not) gave ``tokens`` in ``seconds``."""
+        if seconds <= 0:
+            return
+        key = (width_bucket(width), drafted)
+        rate, old = tokens / seconds, self._rates.get(key)
+        self._rates[key] = rate if old is None else (1 - self.smoothing) * old + self.smoothing * rate
+        self._counts[key] = self._counts.get(key, 0) + 1
+
+    def rates(self) -> dict[str, float]:
+        """What it measured, for a report: ``"4:draft"`` -> tokens/s of width 3-4's drafting steps."""
+        return {f"{b}:{'draft' if d else 'plain'}": round(r, 3) for (b, d), r in sorted(self._rates.items())}
+
+
 @dataclass
 class BatchSpeculator:
     """One drafter for every request of a batch, sized by one policy over the target's
-    cost curve (``costs``: shared by every batch on that target, ``speculative.target_costs``)."""
+    cost curve (``costs``: shared by every batch on that target, ``speculative.target_costs``);
+    with a ``gate``, steps draft only at the widths where drafting measured no slower."""
 
     drafter: Drafter
     sizer: DraftSizer
+    gate: DraftingGate | None = None
 
     @classmethod
     def over(cls, drafter: Drafter, costs: CostCurve, *, batch_floor: float = BATCH_FLOOR) -> BatchSpeculator:
-        return cls(drafter, DraftSizer(AdaptiveDraftLength(costs=costs, batch_floor=batch_floor)))
+        policy = AdaptiveDraftLength(costs=costs, batch_floor=batch_floor)
+        return cls(drafter, DraftSizer(policy), DraftingGate())
 
     def drafts(
         self, rows: Sequence[tuple[int, list[int], int]], others: int
