@@ -8,29 +8,16 @@ import threading
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import pytest
 
 from coinfer.errors import ContextOverflowError, ModelError
-from coinfer.models.base import CheckedForward
 from coinfer.models.shared import SharedModel
 from coinfer.testing import ScriptedModel
 from tests.conftest import NEAR_TIE, needs_llama
 
 
-class _Gated(ScriptedModel):
-    """A scripted model whose first merged forward waits until ``expected`` threads have
-    queued behind it, and which counts the forwards of every batch."""
-
-    def __init__(self) -> None:
-        super().__init__(lambda prefix: 97 + (len(prefix) * 7 + sum(prefix[-3:])) % 26, n_ctx=64)
-        self.gate = threading.Event()
-        self.batch_sizes: list[int] = []
-
-    def _extend_batch(self, forwards: list[CheckedForward]) -> list[np.ndarray]:
-        self.gate.wait(10)
-        self.batch_sizes.append(len(forwards))
-        return super()._extend_batch(forwards)
+def _model() -> ScriptedModel:
+    return ScriptedModel(lambda prefix: 97 + (len(prefix) * 7 + sum(prefix[-3:])) % 26, n_ctx=64)
 
 
 def _decode(model: Any, prompt: list[int], n: int) -> list[int]:
@@ -60,10 +47,11 @@ PROMPTS = [[104, 105], [120, 121, 122], [65], [66, 67, 68, 69]]
 
 
 def test_threads_decoding_at_once_share_forwards_and_get_what_they_get_alone() -> None:
-    alone = [_decode(ScriptedModel(_Gated().next_token, n_ctx=64), p, 8) for p in PROMPTS]
-    inner = _Gated()
+    alone = [_decode(_model(), p, 8) for p in PROMPTS]
+    inner = _model()
     shared = SharedModel(inner)
-    threading.Timer(0.3, inner.gate.set).start()  # every thread queues behind the first forward
+    inner.go.clear()
+    threading.Timer(0.3, inner.go.set).start()  # every thread queues behind the first forward
     together = _on_threads([lambda p=p: _decode(shared, p, 8) for p in PROMPTS])
     assert together == alone
     assert max(inner.batch_sizes) > 1 and shared.merged > 1  # some forwards ran together
@@ -72,10 +60,11 @@ def test_threads_decoding_at_once_share_forwards_and_get_what_they_get_alone() -
 
 
 def test_a_merged_forward_that_fails_fails_only_its_own_request() -> None:
-    inner = _Gated()
+    inner = _model()
     shared = SharedModel(inner)
     fine, doomed = inner.new_sequence(), inner.new_sequence()
-    threading.Timer(0.3, inner.gate.set).start()
+    inner.go.clear()
+    threading.Timer(0.3, inner.go.set).start()
     out = _on_threads(
         [
             lambda: shared.extend_greedy(fine, [97, 98]),

@@ -5,11 +5,13 @@ tested without any weights."""
 
 from __future__ import annotations
 
+import threading
+import time
 from collections.abc import Callable, Mapping, Sequence
 
 import numpy as np
 
-from coinfer.models.base import Seq, SteerableModel
+from coinfer.models.base import CheckedForward, Seq, SteerableModel
 from coinfer.models.chat_template import ChatTemplate
 from coinfer.models.tree import TokenTree
 
@@ -25,6 +27,10 @@ class ScriptedModel(SteerableModel):
 
     ``released``: ids of released sequences; ``forwards``: the token count of every forward
     (``extend`` and each ``extend_many`` item); ``threads``: every ``set_threads`` count.
+    For requests served together (``SharedModel``): ``batch_sizes``, the forwards each
+    ``extend_batch`` merged; every ``extend_batch`` waits for the event ``go`` (set: no
+    wait; clear it so that requests started together queue behind the first) and then
+    takes ``forward_s`` seconds, as a real model's forward would.
     """
 
     name = "scripted"
@@ -48,6 +54,9 @@ class ScriptedModel(SteerableModel):
         self.forwards: list[int] = []
         self.threads: list[int] = []
         self._threads = 1
+        self.batch_sizes: list[int] = []
+        self.go, self.forward_s = threading.Event(), 0.0
+        self.go.set()
 
     def tokenize(self, text: str, *, special: bool = False, add_bos: bool = False) -> list[int]:
         return list(text.encode("utf-8"))
@@ -87,6 +96,12 @@ class ScriptedModel(SteerableModel):
             prefixes = [seq.tokens + [ids[n] for n in tree.path_to(j)] for j in range(len(ids))]
         rows = [self._row(p) for p in prefixes]
         return np.stack(rows[-1:] if last_only else rows)
+
+    def _extend_batch(self, forwards: list[CheckedForward]) -> list[np.ndarray]:
+        self.go.wait(10)
+        time.sleep(self.forward_s)
+        self.batch_sizes.append(len(forwards))
+        return super()._extend_batch(forwards)
 
     def _fork(self, source: Seq, new: Seq) -> None:
         return None  # the base class copies the tokens; nothing else is cached

@@ -26,7 +26,6 @@ from coinfer.engines.dragon import (
 )
 from coinfer.engines.dragon.aggregation import Uniforms, greedy_aggregate, side_weight, speculative_aggregate
 from coinfer.engines.dragon.scheduler import LiveScheduler
-from coinfer.models.base import CheckedForward
 from coinfer.models.shared import SharedModel
 from coinfer.testing import EOS, ScriptedModel
 from coinfer.transport.link import LinkServer
@@ -375,26 +374,12 @@ def test_the_cloud_keeps_its_documents_read_across_questions(monkeypatch) -> Non
     assert prefill_first == PROMPT and model.forwards[0] == 1
 
 
-class _Busy(ScriptedModel):
-    """The script, each forward taking 5 ms as a model's would (so answers in flight
-    queue their forwards behind the one running); ``batch_sizes``: the forwards each
-    batch merged."""
-
-    def __init__(self) -> None:
-        super().__init__(_dist, n_ctx=128)
-        self.batch_sizes: list[int] = []
-
-    def _extend_batch(self, forwards: list[CheckedForward]) -> list[np.ndarray]:
-        time.sleep(0.005)
-        self.batch_sizes.append(len(forwards))
-        return super()._extend_batch(forwards)
-
-
 def test_several_questions_in_flight_on_both_sides_give_each_the_synchronous_text() -> None:
     """Three answers at once over one channel: the cloud answers the three streams at once
     and the device decodes the three on one shared model; each text is the one it has
     alone, and both sides merged the answers' forwards into shared batches."""
-    cloud_model, device_model = _Busy(), _Busy()
+    cloud_model, device_model = _model(), _model()
+    cloud_model.forward_s = device_model.forward_s = 0.005  # answers in flight queue behind a forward
     service = CloudService(cloud_model, _Corpus(), idle_s=5, max_answers=3)
     server = LinkServer(service.serve, token=TOKEN).start()
     link = CloudLink(address=f"127.0.0.1:{server.port}", token=TOKEN, idle_s=5)

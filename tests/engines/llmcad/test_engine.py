@@ -17,7 +17,7 @@ from coinfer.engines.llmcad import LLMCadConfig, generate, stream
 from coinfer.engines.llmcad.session import ENGINE as LLMCAD
 from coinfer.errors import BudgetError, ConfigError
 from coinfer.models import load_model
-from coinfer.models.base import CheckedForward, Seq, SteerableModel
+from coinfer.models.base import Seq, SteerableModel
 from coinfer.models.tree import TokenTree
 from coinfer.testing import EOS, ScriptedModel, script
 from tests.conftest import needs_llama, needs_torch, plain
@@ -251,23 +251,9 @@ def test_under_a_memory_budget_the_mapped_target_is_read_ahead_and_the_text_is_t
         target.close()
 
 
-class _HeldTarget(ScriptedModel):
-    """The scripted target, whose first forward waits until ``go`` is set (so requests
-    started together queue their forwards behind it)."""
-
-    def __init__(self) -> None:
-        super().__init__(script(len(PROMPT), [*TEXT, EOS]), n_ctx=512, name="target")
-        self.go = threading.Event()
-        self.batch_sizes: list[int] = []
-
-    def _extend_batch(self, forwards: list[CheckedForward]) -> list[np.ndarray]:
-        self.go.wait(10)
-        self.batch_sizes.append(len(forwards))
-        return super()._extend_batch(forwards)
-
-
 def test_a_session_answers_several_requests_at_once_their_trees_verified_together() -> None:
-    target, draft = _HeldTarget(), _draft()
+    target, draft = _target(512), _draft()
+    target.forward_s = 0.005  # requests in flight queue their forwards behind the one running
     config = LLMCadConfig(max_tokens=40, gate=False, max_batch=4)
     with LLMCAD.open({"target": target, "draft_model": draft}, config) as session:
         assert session.concurrent() == 4
@@ -277,7 +263,6 @@ def test_a_session_answers_several_requests_at_once_their_trees_verified_togethe
             outs[i] = session.generate(Request(prompt=PROMPT))
 
         threads = [threading.Thread(target=answer, args=(i,)) for i in range(4)]
-        threading.Timer(0.3, target.go.set).start()
         for t in threads:
             t.start()
         for t in threads:
