@@ -122,7 +122,6 @@ def _engine(name: str, config: EnginesConfig, log: Callable[[str], None]) -> dic
                 rows.append(_row(clients, *asyncio.run(run)))
             _log_row(name, rows[-1], log)
     unit = "per_min" if documents else "tok_s"
-
     first = rows[0][unit]
     scaling = {r["clients"]: round(r[unit] / first, 3) if first else None for r in rows}
     return {"engine": name, "model": model, "unit": unit, "flags": flags, "rows": rows, "scaling": scaling}

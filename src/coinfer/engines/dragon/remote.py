@@ -151,7 +151,10 @@ class CloudService:
         max_answers: int = 1,
     ) -> None:
         if max_answers < 1:
-            raise ConfigError(f"max_answers must be at least 1, got {max_answers}")
+            raise ConfigError(
+                f"max_answers must be at least 1, got {max_answers}",
+                hint="coinfer rag cloud --max-batch N, with N >= 1",
+            )
         self.model = SharedModel(model) if max_answers > 1 else model
         self.corpus, self.max_answers = corpus, max_answers
         self.cache = DocumentCache(self.model) if keep_documents else None
