@@ -96,3 +96,31 @@ def test_a_call_that_does_not_fit_fails_alone_and_a_closed_batch_says_so() -> No
         shared.chat(_ask("Say hi."))
     local.close()
     assert model.live_sequences == 0
+
+
+def _ask_and_note(shared: SharedChat, outcomes: list[str]) -> None:
+    try:
+        shared.chat(_ask("Count to three.", max_tokens=8))
+        outcomes.append("answered")
+    except ModelError:
+        outcomes.append("closed")
+
+
+def test_calls_racing_a_close_each_get_an_answer_or_an_error_and_none_hangs() -> None:
+    """Calls made from threads while another thread closes the shared batch: each returns,
+    answered or told the batch closed; no call waits for ever (a call that went in just
+    before the sign to stop was once left in the inbox)."""
+    for _ in range(5):
+        model = _model()
+        local = LocalChat(model, max_concurrent=4, keep=0)
+        shared = SharedChat(local)
+        outcomes: list[str] = []
+        threads = [threading.Thread(target=_ask_and_note, args=(shared, outcomes)) for _ in range(8)]
+        for t in threads:
+            t.start()
+        shared.close()
+        for t in threads:
+            t.join(10)
+        assert not any(t.is_alive() for t in threads) and len(outcomes) == 8
+        local.close()
+        assert model.live_sequences == 0

@@ -28,12 +28,15 @@ T = TypeVar("T")
 
 def drain(inbox: queue.Queue[T | None], *, block: bool) -> list[T] | None:
     """Everything waiting in ``inbox`` (waiting for one item first when ``block``); None
-    once a None, the sign to stop, is met."""
+    once a None, the sign to stop, is met (what came before it goes back into ``inbox``,
+    for whoever stops to answer)."""
     out: list[T] = []
     try:
         item = inbox.get(block=block)
         while True:
             if item is None:
+                for taken in out:
+                    inbox.put(taken)
                 return None
             out.append(item)
             item = inbox.get_nowait()
@@ -54,12 +57,15 @@ class _Call:
 
 class SharedChat(ChatModel):
     """``chat``'s batch, taken from any thread (``close`` stops the worker; the wrapped
-    chat is the caller's to close)."""
+    chat is the caller's to close). A call in flight when it closes, or made after, gets
+    a ``ModelError``; none waits for ever."""
 
     def __init__(self, chat: LocalChat) -> None:
         self.local, self.model, self.name = chat, chat.model, chat.name  # the batch every caller joins
         self.max_concurrent = chat.max_concurrent
         self._inbox: queue.Queue[_Call | None] = queue.Queue()
+        self._closing = threading.Lock()  # a call goes in before the sign to stop, or not at all
+        self._closed = False
         self._thread = threading.Thread(target=self._serve, name=f"shared-{chat.name}", daemon=True)
         self._thread.start()
 
@@ -67,10 +73,11 @@ class SharedChat(ChatModel):
         return self.chat_batch([request])[0]
 
     def chat_batch(self, requests: Sequence[ChatRequest]) -> list[ChatResult]:
-        if not self._thread.is_alive():
-            raise ModelError(f"{self.name}'s shared batch has stopped", hint="open the model again")
         call = _Call(list(requests))
-        self._inbox.put(call)
+        with self._closing:
+            if self._closed or not self._thread.is_alive():
+                raise ModelError(f"{self.name}'s shared batch has stopped", hint="open the model again")
+            self._inbox.put(call)
         call.done.wait()
         if call.error is not None:
             raise call.error
@@ -78,7 +85,9 @@ class SharedChat(ChatModel):
         return call.results
 
     def close(self) -> None:
-        self._inbox.put(None)
+        with self._closing:
+            self._closed = True
+            self._inbox.put(None)
         if self._thread.is_alive() and threading.current_thread() is not self._thread:
             self._thread.join(timeout=30)
 
@@ -90,7 +99,8 @@ class SharedChat(ChatModel):
         while True:
             arrived = drain(self._inbox, block=not (waiting or running))
             if arrived is None:
-                self._fail(calls, ModelError(f"{self.name} was closed while answering"))
+                closed = ModelError(f"{self.name} was closed while answering")
+                self._fail([*calls, *self._left()], closed)
                 return
             for call in arrived:
                 self._join(call, waiting, calls)
@@ -123,6 +133,17 @@ class SharedChat(ChatModel):
             else:
                 open_calls.append(call)
         return open_calls
+
+    def _left(self) -> list[_Call]:
+        """The calls still in the inbox once it is closed (each went in before the sign)."""
+        left: list[_Call] = []
+        while True:
+            try:
+                call = self._inbox.get_nowait()
+            except queue.Empty:
+                return left
+            if call is not None:
+                left.append(call)
 
     def _fail(self, calls: list[_Call], error: BaseException) -> None:
         for call in calls:
