@@ -106,15 +106,17 @@ def _engine(name: str, config: EnginesConfig, log: Callable[[str], None]) -> dic
     from coinfer.decoding.registry import get
     from coinfer.serve.process import ServerProcess
 
-    documents = get(name).needs_documents  # MinionS: questions on the documents each brings
+    engine = get(name)
+    documents = engine.needs_documents  # MinionS: questions on the documents each brings
     flags = ["--engine", name, *ENGINES[name]]
     model = config.local if documents else config.model
     rows = []
     with tempfile.TemporaryDirectory(prefix="coinfer-engines-") as tmp:
-        work = _work(documents, config)
-        if name == "dragon":
+        if "corpus" in engine.parts:  # DRAGON: questions on this device's own corpus
             corpus, work = _dragon_corpus(Path(tmp))
             flags += corpus
+        else:
+            work = _work(documents, config)
         for clients in config.levels:  # a fresh server per level: no level reads another's caches
             with ServerProcess(model, ctx=config.ctx, max_batch=config.max_batch, extra_args=flags) as server:
                 run = clients_at_once(server.url, model, work, list(range(len(work))), clients,
