@@ -8,7 +8,8 @@ measured in completion tokens per second. MinionS answers questions about the do
 each request brings (the MinionS bench's CPython modules, the shortest first) and is
 measured in questions per minute: its completion tokens are the remote's answer. DRAGON
 answers the DRAGON bench's questions from one corpus of every question's device files
-(device-only: no cloud process shares the cores), in completion tokens per second. An
+(device-only: no cloud process shares the cores), in completion tokens per second.
+Jupiter serves the smaller model as a pipeline of two device processes, one core each. An
 engine that serves one request at a time shows about 1x; one that batches or overlaps its
 requests, more. Nothing here is tuned, so there is no held-out half.
 """
@@ -35,12 +36,14 @@ ENGINES: dict[str, list[str]] = {
     "llmcad": ["--draft", "qwen2.5-coder-0.5b"],
     "dragon": [],  # and --corpus, written when it runs
     "minions": ["--remote", "qwen2.5-coder-1.5b", "--remote-ctx", "8192"],
+    "jupiter": ["--devices", "2"],  # two device processes of one core each, on transformers weights
 }
 
 
 @dataclass(frozen=True, kw_only=True)
 class EnginesConfig:
-    """``model``: the target (MinionS: its local model is ``local``); ``requests``: per
+    """``model``: the target (MinionS: its local model is ``local``; Jupiter's pipeline
+    serves ``local`` too, a transformers model split over its devices); ``requests``: per
     level (MinionS: ``questions``)."""
 
     model: str = "qwen2.5-coder-1.5b"
@@ -109,7 +112,7 @@ def _engine(name: str, config: EnginesConfig, log: Callable[[str], None]) -> dic
     engine = get(name)
     documents = engine.needs_documents  # MinionS: questions on the documents each brings
     flags = ["--engine", name, *ENGINES[name]]
-    model = config.local if documents else config.model
+    model = config.local if documents or "cluster" in engine.parts else config.model
     rows = []
     with tempfile.TemporaryDirectory(prefix="coinfer-engines-") as tmp:
         if "corpus" in engine.parts:  # DRAGON: questions on this device's own corpus

@@ -113,7 +113,8 @@ class BatchServed(Served):
         except CoinferError as exc:
             self.failed(ticket, exc)
             return None
-        room = self.model.n_ctx - len(prompt)
+        window = self.session.window  # the prompt is shorter than it (engine_request)
+        room = r.max_tokens if window is None else window - len(prompt)
         recorder = TraceRecorder(
             self.engine, model=self.name, draft=self.draft, detokenize=self.model.detokenize
         )

@@ -182,7 +182,7 @@ def pass_branches(
     0's own (the others read it from ``meta``). Returns (the answer or None, pending)."""
     import torch.distributed as dist
 
-    _, position, n, _ = (int(v) for v in header)
+    _, position, n, _, _ = (int(v) for v in header)
     drops, read = read_branch_meta(meta, n)
     call = call if call is not None else read
     stage.drop(drops)

@@ -375,6 +375,16 @@ class EdgeCluster:
             for d, r in zip(self.devices, reports, strict=True)
         ]
 
+    def layout(self) -> list[dict[str, Any]]:
+        """Each device's place in the pipeline (its layers) and its peak memory as last
+        reported: what a request of a run shares with the run's others (``finish`` adds
+        each device's traffic, which is the run's)."""
+        return [
+            {"rank": d.rank, "name": d.name, "threads": d.threads, "layers": list(d.layers),
+             "peak_rss": d.peak_rss}
+            for d in self.devices
+        ]  # fmt: skip
+
     def close(self) -> None:
         stage = self.__dict__.pop("stage", None)  # released once, however often close is called
         if stage is not None:

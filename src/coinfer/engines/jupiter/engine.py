@@ -11,11 +11,12 @@ text comes as one response whose ``extras["point"]`` is its index in the outline
 
 from __future__ import annotations
 
-from collections.abc import Generator, Sequence
+from collections.abc import Generator, Iterator, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 from coinfer.decoding.detok import IncrementalDetokenizer
+from coinfer.decoding.engine import Arrivals
 from coinfer.decoding.response import DecodeStats, Responder, Response, collect
 from coinfer.decoding.sampling import SamplingParams
 from coinfer.decoding.self_draft import widened_choices
@@ -23,13 +24,14 @@ from coinfer.decoding.tree_sizer import TreeSizer
 from coinfer.engines.jupiter.branch_driver import BranchDriver, BranchRound
 from coinfer.engines.jupiter.branches import BranchVerifier
 from coinfer.engines.jupiter.cluster import EdgeCluster
+from coinfer.engines.jupiter.interleave import drive_interleaved
 from coinfer.engines.jupiter.outline import Route, point_text, route
 from coinfer.engines.jupiter.outline_decode import OutlinePlan, decode_outline, outline_prompt
-from coinfer.engines.jupiter.pipeline import Picker, Traffic, drive
+from coinfer.engines.jupiter.pipeline import MAX_SLOTS, Picker, Traffic, drive
 from coinfer.engines.jupiter.tree_pipeline import TreeRound, TreeVerifier, drive_tree
 from coinfer.errors import ConfigError, ContextOverflowError, TransportError
 
-__all__ = ["DECODES", "JupiterConfig", "generate", "stream"]
+__all__ = ["DECODES", "JupiterConfig", "generate", "stream", "stream_batch"]
 
 DECODES = ("naive", "sd", "outline", "auto")
 
@@ -46,7 +48,9 @@ class JupiterConfig:
     ``decoding.tree_sizer``, down to none where the heads guess poorly),
     ``outline`` (an outline, then its points decoded together, §V-B) or ``auto`` (the
     router chooses the outline or sequential decoding per question); ``draft_heads``:
-    outline and auto decoding speculate with the cluster's heads when it has them."""
+    outline and auto decoding speculate with the cluster's heads when it has them;
+    ``max_batch``: how many requests a server puts in the pipeline at once in plain
+    decoding (``stream_batch``, on dynamic caches)."""
 
     max_tokens: int = 256
     sampling: SamplingParams = field(default_factory=SamplingParams)
@@ -58,6 +62,7 @@ class JupiterConfig:
     tree_width: int = 1
     adaptive_tree: bool = True
     draft_heads: bool = True
+    max_batch: int = 1
 
     def __post_init__(self) -> None:
         if self.decode not in DECODES:
@@ -72,6 +77,8 @@ class JupiterConfig:
             raise ConfigError(f"min_part must be >= 1, got {self.min_part}")
         if self.max_parts is not None and self.max_parts < 1:
             raise ConfigError(f"max_parts must be >= 1, got {self.max_parts}")
+        if not 1 <= self.max_batch <= MAX_SLOTS:
+            raise ConfigError(f"max_batch must be 1..{MAX_SLOTS}, got {self.max_batch}")
 
 
 def _parts(cluster: EdgeCluster, length: int, config: JupiterConfig) -> tuple[int, ...]:
@@ -189,6 +196,53 @@ def _sequential_stream(
         raise
     except RuntimeError as exc:  # gloo: a device's connection broke
         raise _lost_device(exc) from exc
+
+
+def stream_batch(cluster: EdgeCluster, arrivals: Arrivals, config: JupiterConfig) -> Iterator[Response]:
+    """Plain decoding of the requests that join ``arrivals``, up to ``config.max_batch`` in
+    the pipeline at once (``interleave``), all sampling as ``config.sampling`` says; a
+    ``Response`` per token, its ``request`` the key the request joined with."""
+    if config.decode != "naive" or cluster.kv != "dynamic":
+        raise ConfigError(
+            "several requests go through the pipeline at once in plain decoding on dynamic caches",
+            hint="serve with --decode naive --kv dynamic, or --max-batch 1",
+        )
+    eos = cluster.text.eos_ids
+    traffic, out = Traffic(), dict[int, Responder]()
+    cluster.begin(asdict(config.sampling))
+    pick = Picker(config.sampling) if cluster.world == 1 else None
+    steps = drive_interleaved(
+        cluster.stage, cluster.world, arrivals, slots=config.max_batch, eos=eos, pick=pick, traffic=traffic,
+        parts_of=lambda n: _parts(cluster, n, config),
+    )  # fmt: skip
+    try:
+        for step in steps:
+            responder = out.get(step.key) or Responder(
+                cluster.text.detokenize, prompt_tokens=step.prompt_tokens, eos_ids=eos
+            )
+            out[step.key] = responder
+            extras = {} if step.finish is None else _batch_extras(cluster, config, step.prompt_tokens)
+            response = responder.step([step.token], finish=step.finish, extras=extras)
+            response.request = step.key
+            if step.finish is not None:
+                del out[step.key]
+            yield response
+    except GeneratorExit:  # the server stops: STOP goes out once the steps on their way are in
+        steps.close()
+        cluster.finish(traffic)
+        raise
+    except RuntimeError as exc:  # gloo: a device's connection broke; nothing more comes back
+        raise _lost_device(exc) from exc
+    cluster.finish(traffic)
+
+
+def _batch_extras(cluster: EdgeCluster, config: JupiterConfig, prompt_tokens: int) -> dict[str, Any]:
+    """A request's last response's extras in a run of several: its prompt's parts, the
+    devices' layers (their traffic is the whole run's, reported when it ends)."""
+    return {
+        "parts": list(_parts(cluster, prompt_tokens, config)), "split": cluster.split, "decode": "naive",
+        "in_pipeline": config.max_batch, "devices": cluster.layout(),
+    }  # fmt: skip
 
 
 def _sizer(cluster: EdgeCluster, config: JupiterConfig) -> TreeSizer | None:

@@ -29,14 +29,18 @@ __all__ = [
     "Answerer",
     "Picker",
     "Traffic",
+    "HEADER_INTS",
+    "MAX_SLOTS",
     "check_parts",
     "drive",
+    "enter_slot",
     "make_header",
     "pass_on",
     "settle",
 ]
 
 PREFILL, DECODE, STOP = 1, 2, 3
+MAX_SLOTS = 64  # requests in the pipeline at once, at most: a device refuses a higher slot
 
 
 class Answerer(Protocol):
@@ -100,12 +104,23 @@ class Traffic:
         return {"bytes_sent": self.bytes_sent, "busy_s": round(self.busy_s, 4), "forwards": self.forwards}
 
 
-def make_header(op: int, position: int, n: int, last: int) -> Any:
-    """``(op, position, n, last)``: ``last`` flags a prompt's last part, or counts a
-    ``TREE``'s nodes to keep."""
+HEADER_INTS = 5  # a header's length: op, position, tokens, last, slot
+
+
+def make_header(op: int, position: int, n: int, last: int, slot: int = 0) -> Any:
+    """``(op, position, n, last, slot)``: ``last`` flags a prompt's last part, or counts a
+    ``TREE``'s nodes to keep; ``slot``: the request's cache in every stage, when several
+    requests are in the pipeline at once (``interleave``; 0 otherwise)."""
     import torch
 
-    return torch.tensor([op, position, n, int(last)], dtype=torch.int64)
+    return torch.tensor([op, position, n, int(last), slot], dtype=torch.int64)
+
+
+def enter_slot(stage: Any, header: Any) -> None:
+    """Point ``stage`` at the cache of the header's request slot: a fresh one when the
+    message is the first part of a prompt (a new request in that slot)."""
+    op, position, _, _, slot = (int(v) for v in header)
+    stage.use(slot, fresh=op == PREFILL and position == 0)
 
 
 def pass_on(
@@ -125,7 +140,7 @@ def pass_on(
     computes."""
     import torch.distributed as dist
 
-    _, position, n, last = (int(v) for v in header)
+    _, position, n, last, _ = (int(v) for v in header)
     wants = (pick.wants if pick is not None else "last") if last else "none"
     out = traffic.compute(lambda: stage.forward(x, position, logits=wants))
     settle(pending)
@@ -161,7 +176,7 @@ def _next_token(world: int, traffic: Traffic) -> int:
     import torch.distributed as dist
 
     if world == 1:
-        return int(traffic.kept.pop()[0])
+        return int(traffic.kept.pop(0)[0])
     token = torch.empty(1, dtype=torch.int64)
     dist.recv(token, world - 1)
     return int(token)

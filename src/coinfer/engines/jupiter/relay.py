@@ -11,7 +11,16 @@ from __future__ import annotations
 from typing import Any
 
 from coinfer.engines.jupiter.branches import BRANCH, MAX_NODES, pass_branches
-from coinfer.engines.jupiter.pipeline import STOP, Answerer, Traffic, pass_on, settle
+from coinfer.engines.jupiter.pipeline import (
+    HEADER_INTS,
+    MAX_SLOTS,
+    STOP,
+    Answerer,
+    Traffic,
+    enter_slot,
+    pass_on,
+    settle,
+)
 from coinfer.engines.jupiter.tree_pipeline import TREE, TreeStep, pass_tree
 from coinfer.errors import TransportError
 
@@ -28,16 +37,18 @@ def serve(stage: Any, rank: int, world: int, pick: Answerer | None) -> Traffic:
     traffic, step = Traffic(), TreeStep()
     hidden = int(stage.config.hidden_size)
     while True:
-        header = torch.empty(4, dtype=torch.int64)
+        header = torch.empty(HEADER_INTS, dtype=torch.int64)
         dist.recv(header, rank - 1)
-        op, _, n, m = (int(v) for v in header)
+        op, _, n, m, slot = (int(v) for v in header)
         if op == STOP:
             settle(pending)
             if rank + 1 < world:
                 dist.send(header, rank + 1)
             return traffic
-        if not 0 <= n <= MAX_NODES or not 0 <= m <= 8 * MAX_NODES + 64:
-            raise TransportError(f"the previous device sent a message of {n} tokens and {m} ints: too large")
+        if not 0 <= n <= MAX_NODES or not 0 <= m <= 8 * MAX_NODES + 64 or not 0 <= slot < MAX_SLOTS:
+            raise TransportError(
+                f"the previous device sent a message of {n} tokens and {m} ints for slot {slot}: out of range"
+            )
         meta = None
         if op == BRANCH:
             meta = torch.empty(m, dtype=torch.int64)
@@ -55,4 +66,5 @@ def serve(stage: Any, rank: int, world: int, pick: Answerer | None) -> Traffic:
         if meta is not None:
             pass_tree(stage, rank, world, header, meta, x, pick, step, traffic)  # type: ignore[arg-type]
         else:
+            enter_slot(stage, header)
             pending = pass_on(stage, rank, world, header, x, pick, traffic, pending)

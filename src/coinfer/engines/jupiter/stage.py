@@ -66,6 +66,8 @@ class Stage:
         self.config = model.config
         self.cache: Any = None
         self.labels: list[int] = []  # per cache entry: -1 shared, b: outline point b's own
+        self.slot = 0  # the request whose cache ``cache`` is (several in the pipeline at once)
+        self._parked: dict[int, tuple[Any, list[int]]] = {}  # the other requests' caches
         self.reset()
 
     @classmethod
@@ -80,6 +82,20 @@ class Stage:
 
         self.cache = DynamicCache()  # every layer keeps every entry, so that it can roll back
         self.labels = []
+        self.slot, self._parked = 0, {}
+
+    def use(self, slot: int, *, fresh: bool = False) -> None:
+        """Work on request ``slot``'s cache from now on (``fresh``: an empty one, the slot's
+        new request), the current one parked: several requests in the pipeline at once,
+        each with its own cache in every stage."""
+        from transformers import DynamicCache
+
+        if slot != self.slot:
+            self._parked[self.slot] = (self.cache, self.labels)
+            self.cache, self.labels = self._parked.pop(slot, (None, []))
+            self.slot = slot
+        if fresh or self.cache is None:
+            self.cache, self.labels = DynamicCache(), []
 
     @property
     def length(self) -> int:

@@ -178,6 +178,16 @@ class StaticStage:
     def reset(self) -> None:
         self.labels = []
 
+    def use(self, slot: int, *, fresh: bool = False) -> None:
+        """One request at a time: the static cache has room for one (``Stage.use``)."""
+        if slot != 0:
+            raise ConfigError(
+                "a stage on static caches holds one request's cache",
+                hint="serve several requests at once on --kv dynamic",
+            )
+        if fresh:
+            self.reset()
+
     # ---- the forwards (Stage's) ----------------------------------------------------------
     def forward(self, x: Any, position: int, *, logits: str = "all") -> Any:
         """As ``Stage.forward``: ids ``(1, n)`` on the first stage, hidden states after, for

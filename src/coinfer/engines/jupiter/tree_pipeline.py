@@ -117,7 +117,7 @@ def pass_tree(
     0 and a lone device know them; the last stage of several learns them from ``meta``)."""
     import torch.distributed as dist
 
-    _, position, n, m = (int(v) for v in header)
+    _, position, n, m, _ = (int(v) for v in header)
     parents, keep = [int(v) for v in meta[:n]], [int(v) for v in meta[n : n + m]]
     if step.start is not None:
         stage.commit(step.start, keep)
