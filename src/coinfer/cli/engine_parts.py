@@ -32,6 +32,8 @@ _SAME_NAME = ("max_tokens", "draft_tokens", "alpha", "memory_budget", "pipeline"
 def flag_knobs(args: argparse.Namespace, *, sampling: bool) -> dict[str, Any]:
     """Every engine knob the flags set (an engine takes those of its config's fields)."""
     knobs = {k: getattr(args, k) for k in _SAME_NAME if hasattr(args, k)}
+    if knobs.get("batch_floor", 0) is None:  # not given: each engine's own default
+        del knobs["batch_floor"]
     if sampling:
         knobs["sampling"] = sampling_from_args(args)
     if hasattr(args, "no_speculation"):

@@ -171,9 +171,10 @@ def _add_engine_flags(p: argparse.ArgumentParser) -> None:
         "--every-draft", action="store_true", help="collective: no gate; every draft drafts every round"
     )
     p.add_argument(
-        "--batch-floor", type=float, default=0.97,
-        help="collective, speculative: in a batch, drafts are cut so that every request keeps this share "
-        "of its plain decoding rate (0: the batch's best throughput; default: %(default)s)",
+        "--batch-floor", type=float, default=None,
+        help="collective, speculative: in a batch, drafts are cut so that every request keeps this "
+        "share of its plain decoding rate (0: the batch's best throughput; default: collective 0.97, "
+        "speculative 0)",
     )  # fmt: skip
     p.add_argument(
         "--protocol", default="minions", choices=["minions", "minion"],

@@ -55,15 +55,19 @@ def width_bucket(width: int) -> int:
 @dataclass
 class DraftingGate:
     """Whether a step of ``width`` requests may draft: per ``width_bucket``, the tokens
-    per second of steps allowed to draft against those kept plain (moving averages with
-    weight ``smoothing``). Each kind is measured ``warmup`` times first (drafting first);
-    then drafting is allowed where it measured at least as fast as plain, and elsewhere
-    every ``probe_every``-th step, while plain steps go on being measured as they run."""
+    per second of steps allowed to draft against those kept plain. Each rate is the
+    tokens over the seconds of the recent steps of its kind (sums decayed by ``decay`` a
+    step), not an average of each step's own rate: a step that kept a long draft and one
+    that kept nothing weigh by their seconds, as they do in the batch's throughput, and
+    one unlucky step does not swing the gate (an average of per-step rates moved with the
+    last few steps). Each kind is measured ``warmup`` times first (drafting first); then
+    drafting is allowed where it measured at least as fast as plain, and elsewhere every
+    ``probe_every``-th step, while plain steps go on being measured as they run."""
 
     warmup: int = 6
     probe_every: int = 8
-    smoothing: float = 0.2
-    _rates: dict[tuple[int, bool], float] = field(default_factory=dict)
+    decay: float = 0.95
+    _sums: dict[tuple[int, bool], tuple[float, float]] = field(default_factory=dict)
     _counts: dict[tuple[int, bool], int] = field(default_factory=dict)
     _skipped: dict[int, int] = field(default_factory=dict)
 
@@ -73,7 +77,7 @@ class DraftingGate:
             return True
         if self._counts.get((b, False), 0) < self.warmup:
             return False
-        if self._rates[(b, True)] >= self._rates[(b, False)]:
+        if self._rate((b, True)) >= self._rate((b, False)):
             return True
         self._skipped[b] = self._skipped.get(b, 0) + 1
         return self._skipped[b] % self.probe_every == 0
@@ -83,13 +87,19 @@ class DraftingGate:
         if seconds <= 0:
             return
         key = (width_bucket(width), drafted)
-        rate, old = tokens / seconds, self._rates.get(key)
-        self._rates[key] = rate if old is None else (1 - self.smoothing) * old + self.smoothing * rate
+        old_tokens, old_seconds = self._sums.get(key, (0.0, 0.0))
+        self._sums[key] = (self.decay * old_tokens + tokens, self.decay * old_seconds + seconds)
         self._counts[key] = self._counts.get(key, 0) + 1
+
+    def _rate(self, key: tuple[int, bool]) -> float:
+        tokens, seconds = self._sums[key]
+        return tokens / seconds
 
     def rates(self) -> dict[str, float]:
         """What it measured, for a report: ``"4:draft"`` -> tokens/s of width 3-4's drafting steps."""
-        return {f"{b}:{'draft' if d else 'plain'}": round(r, 3) for (b, d), r in sorted(self._rates.items())}
+        return {
+            f"{b}:{'draft' if d else 'plain'}": round(self._rate((b, d)), 3) for b, d in sorted(self._sums)
+        }
 
 
 @dataclass

@@ -49,7 +49,8 @@ def _interleaved(path: str, world: int, out: Any) -> None:
 
     master = f"127.0.0.1:{free_loopback_port()}"
     env = {**os.environ, "COINFER_EDGE_TOKEN": "t0ken"}
-    workers = [subprocess.Popen(worker_command(r, world, master, [0], f"d{r}"), env=env) for r in range(1, world)]
+    commands = [worker_command(r, world, master, [0], f"d{r}") for r in range(1, world)]
+    workers = [subprocess.Popen(command, env=env) for command in commands]
     try:
         cluster = EdgeCluster(path, world=world, master=master, threads=1, token="t0ken")
         config = JupiterConfig(max_tokens=16, min_part=4, max_batch=2)
@@ -66,7 +67,8 @@ def _interleaved(path: str, world: int, out: Any) -> None:
             finishes[r.request] = r.finish_reason
             if r.request == 13 and len(got[13]) == 2:
                 script.leaving.add(13)
-        after = generate(cluster, PROMPTS[10], config=JupiterConfig(max_tokens=BUDGETS[10], min_part=4)).tokens
+        again = JupiterConfig(max_tokens=BUDGETS[10], min_part=4)
+        after = generate(cluster, PROMPTS[10], config=again).tokens
         out.put((session.batching, alone, got, finishes, after))
         cluster.close()
     finally:
