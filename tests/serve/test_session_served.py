@@ -4,8 +4,11 @@ each on its own thread."""
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Generator
 from typing import Any
+
+import pytest
 
 from coinfer.decoding.engine import Engine, Request, Session
 from coinfer.decoding.learned import Learned
@@ -66,3 +69,51 @@ def test_a_session_that_declares_four_serves_four_requests_at_once() -> None:
 def test_a_session_that_declares_one_serves_one_at_a_time() -> None:
     events = _serve(_Meeting(2, declared=1, timeout=1), 2)
     assert all(ev[-1].kind == "error" for ev in events)  # never two inside at once: the meeting broke
+
+
+class _Held(Session):
+    """Each request waits for ``go`` before it answers."""
+
+    def __init__(self, declared: int) -> None:
+        super().__init__(_MeetingEngine(), {}, None, Learned())
+        self.declared, self.go, self.entered = declared, threading.Event(), threading.Event()
+
+    def concurrent(self) -> int:
+        return self.declared
+
+    def stream(self, request: Request) -> Generator[Response, None, None]:
+        self.entered.set()
+        assert self.go.wait(20)
+        yield Response(request.question or "", [], DecodeStats(1), "stop")
+
+
+@pytest.mark.parametrize("declared", [1, 2])
+def test_requests_still_waiting_when_the_server_stops_are_told_so(declared: int) -> None:
+    """Closed while one request runs and others wait: the running one finishes, and every
+    waiting one gets an error that says the server is shutting down, none is left hanging."""
+    session = _Held(declared)
+    served = SessionServed(session, name="m").start()
+    ends: list[Event | None] = [None] * 5
+
+    def sink(i: int) -> Any:
+        def put(event: Event) -> None:
+            if event.kind in ("done", "error"):
+                ends[i] = event
+
+        return put
+
+    for i in range(5):
+        body = {"model": "m", "messages": [{"role": "user", "content": f"q{i}"}]}
+        served.submit(read_body("chat", body), sink(i))
+    assert session.entered.wait(10)
+    closing = threading.Thread(target=served.close)
+    closing.start()
+    time.sleep(0.2)  # close has put its sign to stop behind the waiting requests
+    session.go.set()
+    closing.join(30)
+    assert not closing.is_alive()
+    assert all(e is not None for e in ends)
+    kinds = [e.kind for e in ends if e is not None]
+    assert kinds.count("done") >= 1 and "error" in kinds
+    errors = [e.error for e in ends if e is not None and e.kind == "error"]
+    assert all("shutting down" in str(err) for err in errors)

@@ -99,7 +99,7 @@ class BatchServed(Served):
         for ticket in [t for t in self._waiting if sampling_of(t.request) == self._sampling]:
             self._waiting.remove(ticket)
             if self._closing:
-                self.failed(ticket, CoinferError(f"{self.name} is shutting down"))
+                self.failed(ticket, self.shutting_down())
                 continue
             admitted = self._admit(ticket)
             if admitted is not None:

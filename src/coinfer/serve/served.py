@@ -30,7 +30,7 @@ import time
 from abc import ABC, abstractmethod
 from collections import deque
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -162,7 +162,13 @@ class Served(ABC):
         self.inbox.put(None)
         if self._thread.is_alive():
             self._thread.join(timeout=30)
+        if not self._thread.is_alive():  # what is still queued learns that it will not be served
+            self.fail_all(self.shutting_down())
         self.release()
+
+    def shutting_down(self) -> CoinferError:
+        """What a request that will not be served now is told."""
+        return CoinferError(f"{self.name} is shutting down", hint="send the request again once it is back")
 
     def release(self) -> None:  # noqa: B027 - a kind that holds nothing frees nothing
         """Free what the kind holds (after its worker stopped)."""
@@ -436,22 +442,29 @@ class SessionServed(Served):
             arrived = self.take(block=True)
             if arrived is None:
                 return
-            for ticket in arrived:
-                self._one(ticket)
-                if self._closed:
+            for i, ticket in enumerate(arrived):
+                if self._closed:  # the rest are told, not dropped
+                    for left in arrived[i:]:
+                        self.failed(left, self.shutting_down())
                     return
+                self._one(ticket)
 
     def _serve_concurrently(self) -> None:
         """Up to ``concurrency`` requests at once, each on a thread of its own (a session
         whose ``concurrent`` says its parts share their batch across threads)."""
+        started: dict[Future[None], Ticket] = {}
         with ThreadPoolExecutor(self.concurrency, thread_name_prefix=f"serve-{self.name}") as pool:
             while True:
                 arrived = self.take(block=True)
                 if arrived is None:
                     pool.shutdown(wait=True, cancel_futures=True)
+                    for future, ticket in started.items():
+                        if future.cancelled():  # never begun: told, not dropped
+                            self.failed(ticket, self.shutting_down())
                     return
+                started = {f: t for f, t in started.items() if not f.done()}
                 for ticket in arrived:
-                    pool.submit(self._one, ticket)
+                    started[pool.submit(self._one, ticket)] = ticket
 
     def _one(self, ticket: Ticket) -> None:
         r = ticket.request
