@@ -218,9 +218,9 @@ class LocalChat(ChatModel):
         greedy = decoding_only and all(j.greedy for j, _ in feed)
         t0 = time.perf_counter()
         if greedy and self.speculator is not None and (gate is None or gate.drafting(len(feed))):
-            produced = self._speculate(feed, self.speculator)
-            if gate is not None:
-                gate.observe(len(feed), True, produced, time.perf_counter() - t0)
+            produced, verified = self._speculate(feed, self.speculator)
+            if gate is not None:  # a step whose drafts were all cut away is a plain step
+                gate.observe(len(feed), verified > 0, produced, time.perf_counter() - t0)
             return running
         self._feed(feed)
         if decoding_only and self.speculator is not None:
@@ -245,10 +245,10 @@ class LocalChat(ChatModel):
                 budget = max(0, budget - take)
         return feed
 
-    def _speculate(self, feed: list[tuple[_Job, list[int]]], speculator: BatchSpeculator) -> int:
+    def _speculate(self, feed: list[tuple[_Job, list[int]]], speculator: BatchSpeculator) -> tuple[int, int]:
         """One forward of every greedy job's next token, the drafting ones' drafts after
         it; each drafting job keeps what the target agrees with (rolled back past it).
-        Returns the tokens the step gave."""
+        Returns the tokens the step gave and the draft tokens it verified."""
         contexts = {j.key: j.prompt + j.tokens for j, _ in feed if j.speculate}
         rows = [(j.key, contexts[j.key], self._room(j)) for j, _ in feed if j.speculate]
         drafts, draft_s, proposed = speculator.drafts(rows, others=len(feed) - len(rows))
@@ -268,7 +268,7 @@ class LocalChat(ChatModel):
             kept = speculator.accepted(job.key, contexts[job.key], draft, row[len(ids) - 1 :].tolist())
             self._keep_draft(job, draft, kept)
             produced += len(kept) - 1
-        return produced
+        return produced, sum(len(d) for d in drafts)
 
     def _room(self, job: _Job) -> int:
         """Draft tokens ``job`` may verify: within its budget and its window, its next

@@ -16,11 +16,14 @@ forward, ``accepted`` per request after it, and ``measured`` with the forward's 
 seconds; ``forget`` when a request leaves.
 
 The cut is a prediction; ``DraftingGate`` checks it against what happened. Per batch width
-it measures the tokens per second of the steps it let draft and of the steps it kept
-plain, and once drafting is measured slower at a width, steps of that width decode
-plainly (a drafting step every ``probe_every`` keeps the comparison fresh): a batch never
-stays below plain batched decoding because the cost curve or the acceptance was guessed
-wrong.
+it measures the tokens per second of the steps that verified drafts and of the steps
+that did not (kept plain by the gate, or whose drafts the cut took away), and once
+drafting is measured slower at a width, steps of that width decode plainly (a drafting
+step every ``probe_every`` keeps the comparison fresh): a batch never stays below plain
+batched decoding because the cost curve or the acceptance was guessed wrong. A step
+whose drafts were all cut away counts as plain: counted as drafting, a stretch of text
+with nothing to copy measured "drafting" at plain's rate less a little, and closed the
+gate before the next copy came.
 """
 
 from __future__ import annotations
@@ -55,7 +58,7 @@ def width_bucket(width: int) -> int:
 @dataclass
 class DraftingGate:
     """Whether a step of ``width`` requests may draft: per ``width_bucket``, the tokens
-    per second of steps allowed to draft against those kept plain. Each rate is the
+    per second of steps that verified drafts against those that did not. Each rate is the
     tokens over the seconds of the recent steps of its kind (sums decayed by ``decay`` a
     step), not an average of each step's own rate: a step that kept a long draft and one
     that kept nothing weigh by their seconds, as they do in the batch's throughput, and
@@ -83,7 +86,7 @@ class DraftingGate:
         return self._skipped[b] % self.probe_every == 0
 
     def observe(self, width: int, drafted: bool, tokens: int, seconds: float) -> None:
-        """A step of ``width`` requests (allowed to draft or not) gave ``tokens`` in ``seconds``."""
+        """A step of ``width`` requests (that verified drafts, or not) gave ``tokens`` in ``seconds``."""
         if seconds <= 0:
             return
         key = (width_bucket(width), drafted)
