@@ -123,7 +123,15 @@ class BatchServed(Served):
         return ticket.number, prompt, min(r.max_tokens, room)
 
     def left(self) -> set[int]:
-        return {k for k, run in self._running.items() if run.stopped or run.ticket.cancelled.is_set()}
+        """Requests to end: a stop string ended them (the engine's last response ends them
+        here), or their client went away (ended here now: an engine need not answer a
+        request it drops, such as one still waiting for its place in the batch)."""
+        gone = {k for k, run in self._running.items() if run.stopped or run.ticket.cancelled.is_set()}
+        for key in gone:
+            run = self._running[key]
+            if not run.stopped:
+                self._end(run, "cancelled")
+        return gone
 
     def _step(self, response: Response) -> None:
         run = self._running.get(response.request)

@@ -18,20 +18,21 @@ PROMPTS = {
     11: [40, 21, 99, 3, 12, 64, 7],
     12: [8, 90, 41, 7, 7, 64, 12, 3, 99],
     13: [3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13],
+    14: [9, 9, 9, 9],
 }
-BUDGETS = {10: 9, 11: 6, 12: 12, 13: 7}
+BUDGETS = {10: 9, 11: 6, 12: 12, 13: 7, 14: 5}
 
 
 class _Script:
-    """Arrivals that a test writes down: who joins at which poll; who leaves at the next
-    (``leaving``, which the test fills as it reads)."""
+    """Arrivals that a test writes down: who joins and who leaves at which poll, and who
+    leaves at the next (``leaving``, which the test fills as it reads)."""
 
-    def __init__(self, joins: dict[int, list[int]]) -> None:
-        self.joins, self.polls, self.leaving = joins, 0, set[int]()
+    def __init__(self, joins: dict[int, list[int]], leaves: dict[int, set[int]] | None = None) -> None:
+        self.joins, self.leaves, self.polls, self.leaving = joins, leaves or {}, 0, set[int]()
 
     def left(self) -> set[int]:
         self.polls += 1
-        gone, self.leaving = self.leaving, set()
+        gone, self.leaving = self.leaving | self.leaves.get(self.polls, set()), set()
         return gone
 
     def joined(self) -> list[tuple[int, list[int], int]]:
@@ -57,9 +58,9 @@ def _interleaved(path: str, world: int, out: Any) -> None:
         alone = {k: generate(cluster, p, config=JupiterConfig(max_tokens=BUDGETS[k], min_part=4)).tokens
                  for k, p in PROMPTS.items()}  # fmt: skip
         session = ENGINE.open({"cluster": cluster}, config)
-        # 10 and 11 fill both slots at once; 12 and 13 join later and wait for a slot;
-        # 13 leaves once it has two tokens
-        script = _Script({1: [10, 11], 3: [12], 4: [13]})
+        # 10 and 11 fill both slots at once; 12, 13 and 14 join later and wait for a slot;
+        # 13 leaves once it has two tokens, 14 before it has a slot
+        script = _Script({1: [10, 11], 3: [12], 4: [13], 5: [14]}, {6: {14}})
         got: dict[int, list[int]] = {}
         finishes: dict[int, str | None] = {}
         for r in session.run(script, config.sampling):
@@ -93,9 +94,10 @@ def test_requests_in_the_pipeline_at_once_get_what_each_gets_alone(tiny_dirs, wo
     for k in (10, 11, 12):
         assert got[k] == [t for t in alone[k]], k
         assert finishes[k] in ("stop", "length")
-    # 13 left after two tokens: the start of its answer alone, and no end
+    # 13 left after two tokens: the start of its answer alone, then its end says so
     assert got[13] == alone[13][:2]
-    assert finishes[13] is None
+    assert finishes[13] == "cancelled"
+    assert got[14] == [] and finishes[14] == "cancelled"
     assert after == alone[10]
 
 

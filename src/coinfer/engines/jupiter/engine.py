@@ -222,7 +222,8 @@ def stream_batch(cluster: EdgeCluster, arrivals: Arrivals, config: JupiterConfig
             )
             out[step.key] = responder
             extras = {} if step.finish is None else _batch_extras(cluster, config, step.prompt_tokens)
-            response = responder.step([step.token], finish=step.finish, extras=extras)
+            tokens = [] if step.token is None else [step.token]
+            response = responder.step(tokens, finish=step.finish, extras=extras)
             response.request = step.key
             if step.finish is not None:
                 del out[step.key]

@@ -12,7 +12,8 @@ rank 0 while rank 0 waits for its own send to the next device.
 
 Requests join between steps (``Arrivals``), up to ``slots`` at once (the rest wait for a
 slot), and leave when done, when their token budget is spent, or when their caller goes
-away (a request whose step is on its way is dropped when its reply comes). Every request
+away (a request whose step is on its way ends when its reply comes; each that leaves
+gets a last step that says ``cancelled``). Every request
 of a run samples alike (one ``Picker`` on the last device): greedy, or by position
 seeded draws, which are what each request would draw alone. Plain decoding only: trees
 and outline points go one request at a time.
@@ -63,10 +64,11 @@ class Flight:
 @dataclass(frozen=True)
 class Step:
     """A token for request ``key`` (whose prompt has ``prompt_tokens``); ``finish``:
-    ``stop`` (an end token) or ``length`` (its budget) on its last."""
+    ``stop`` (an end token) or ``length`` (its budget) on its last, ``cancelled`` (and
+    no token) when its caller went away."""
 
     key: int
-    token: int
+    token: int | None
     finish: str | None
     prompt_tokens: int
 
@@ -125,14 +127,12 @@ def drive_interleaved(
     broken = False
     try:
         while True:
-            run.admit(arrivals)
+            yield from run.admit(arrivals)
             run.send_ready()
             if not run.replies:  # every request in a slot has a step on its way: none is left
                 return
             key, token = run.replies.take()
-            step = run.came_back(key, token, eos)
-            if step is not None:
-                yield step
+            yield run.came_back(key, token, eos)
     except RuntimeError:  # gloo: a device's connection broke; nothing more will come back
         broken = True
         raise
@@ -161,22 +161,28 @@ class _Run:
         self.replies = Replies(world, traffic)
         self.pending: list[Any] = []
 
-    def admit(self, arrivals: Arrivals) -> None:
-        """Requests that left are marked (dropped now, or when their token comes back);
-        new ones take free slots, the rest wait for one."""
+    def admit(self, arrivals: Arrivals) -> list[Step]:
+        """Requests that left end (now, or when their token comes back: the ``cancelled``
+        steps of those that end now are returned); new ones take free slots, the rest
+        wait for one."""
+        ended = []
         for key in arrivals.left():
             flight = self.flights.get(key)
             if flight is not None:
                 flight.gone = True
                 if not flight.waiting:
                     self.retire(flight)
-            self.queued = deque(q for q in self.queued if q[0] != key)
+                    ended.append(Step(key, None, "cancelled", len(flight.prompt)))
+            for q in [q for q in self.queued if q[0] == key]:
+                self.queued.remove(q)
+                ended.append(Step(key, None, "cancelled", len(q[1])))
         self.queued.extend(arrivals.joined())
         while self.queued and self.free:
             key, prompt, budget = self.queued.popleft()
             parts = tuple(self.parts_of(len(prompt)))
             check_parts(prompt, parts)
             self.flights[key] = Flight(key, self.free.pop(), list(prompt), budget, parts)
+        return ended
 
     def send_ready(self) -> None:
         """Every request not waiting for a token sends its next forward."""
@@ -205,13 +211,14 @@ class _Run:
         x = torch.tensor([ids], dtype=torch.int64)
         self.pending = pass_on(self.stage, 0, self.world, header, x, self.pick, self.traffic, self.pending)
 
-    def came_back(self, key: int, token: int, eos: Collection[int]) -> Step | None:
-        """``key``'s token is back: its step (None for a request that left meanwhile)."""
+    def came_back(self, key: int, token: int, eos: Collection[int]) -> Step:
+        """``key``'s token is back: its step (a request that left meanwhile ends, its token
+        unused)."""
         flight = self.flights[key]
         flight.waiting = False
         if flight.gone:
             self.retire(flight)
-            return None
+            return Step(key, None, "cancelled", len(flight.prompt))
         flight.produced += 1
         finish = "stop" if token in eos else ("length" if flight.produced >= flight.budget else None)
         if finish is not None:
