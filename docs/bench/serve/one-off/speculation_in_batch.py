@@ -10,11 +10,15 @@ from coinfer.bench.workloads import build_suite
 
 width = int(sys.argv[1]); configs = sys.argv[2].split(",")
 n = int(sys.argv[3]) if len(sys.argv) > 3 else 12
-model = load_model("qwen2.5-coder-1.5b", n_ctx=4096 * max(width, 1))
+import os
+if os.environ.get("UNIFIED", "1") == "1":
+    model = load_model("qwen2.5-coder-1.5b", n_ctx=4096 * max(width, 1))
+else:  # as coinfer serve loads it (open_local_chat): a cache per conversation
+    model = load_model("qwen2.5-coder-1.5b", n_ctx=4096, n_seq_max=width + 2, kv_unified=False)
 suite = build_suite(per_category=int(__import__("os").environ.get("PER", "6")))
 held = [p for i, p in enumerate(suite) if i % 4 == 3]
 tune = [p for i, p in enumerate(suite) if i % 4 != 3]
-which = tune if (len(sys.argv) <= 4 or sys.argv[4] == "tune") else held
+which = {"tune": tune, "held": held, "all": suite}[sys.argv[4] if len(sys.argv) > 4 else "tune"]
 reqs = [ChatRequest(messages=p["messages"], max_tokens=128, temperature=0.0) for p in which[:n]]
 learned = Learned()
 chat = LocalChat(model, max_concurrent=width, keep=0)
