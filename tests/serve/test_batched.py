@@ -7,7 +7,6 @@ from __future__ import annotations
 import threading
 from collections import deque
 from collections.abc import Generator, Iterator
-from typing import Any
 
 from coinfer.decoding.engine import Arrivals, BatchSession, Engine, Request
 from coinfer.decoding.learned import Learned
@@ -15,8 +14,8 @@ from coinfer.decoding.response import DecodeStats, Response
 from coinfer.decoding.sampling import SamplingParams
 from coinfer.serve.batched import BatchServed
 from coinfer.serve.schemas import read_body
-from coinfer.serve.served import Event
 from coinfer.testing import ScriptedModel
+from tests.serve.events import Requests
 
 
 class _OneAtATime(BatchSession):
@@ -58,24 +57,15 @@ class _Engine(Engine):
 def test_a_client_that_leaves_while_waiting_frees_its_place_in_the_queue() -> None:
     session = _OneAtATime()
     served = BatchServed(session, name="m", max_queue=8).start()
-    ends: list[list[Event]] = [[], [], []]
-    done = [threading.Event() for _ in ends]
-
-    def sink(i: int) -> Any:
-        def put(event: Event) -> None:
-            ends[i].append(event)
-            if event.kind in ("done", "error"):
-                done[i].set()
-
-        return put
-
+    requests = Requests(3)
     tickets = []
     for i in range(3):
         body = {"model": "m", "prompt": f"q{i}", "max_tokens": 3}
-        tickets.append(served.submit(read_body("completion", body), sink(i)))
+        tickets.append(served.submit(read_body("completion", body), requests.sink(i)))
     tickets[1].cancelled.set()  # its client goes away while the first decodes
     session.go.set()
-    assert all(d.wait(10) for d in done)
+    assert requests.ended(10)
+    ends = requests.events
     assert [e.kind for e in ends[1]][-2:] == ["end", "done"] and ends[1][-2].finish == "cancelled"
     assert ends[0][-2].finish == "length" and ends[2][-2].finish == "length"
     assert served.depth == 0

@@ -6,7 +6,6 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Generator
-from typing import Any
 
 import pytest
 
@@ -15,6 +14,7 @@ from coinfer.decoding.learned import Learned
 from coinfer.decoding.response import DecodeStats, Response
 from coinfer.serve.schemas import read_body
 from coinfer.serve.served import Event, SessionServed
+from tests.serve.events import Requests
 
 
 class _Meeting(Session):
@@ -41,23 +41,13 @@ class _MeetingEngine(Engine):
 
 def _serve(session: _Meeting, count: int) -> list[list[Event]]:
     served = SessionServed(session, name="m").start()
-    events: list[list[Event]] = [[] for _ in range(count)]
-    done = [threading.Event() for _ in range(count)]
-
-    def sink(i: int) -> Any:
-        def put(event: Event) -> None:
-            events[i].append(event)
-            if event.kind in ("done", "error"):
-                done[i].set()
-
-        return put
-
+    requests = Requests(count)
     for i in range(count):
         body = {"model": "m", "messages": [{"role": "user", "content": f"q{i}"}]}
-        served.submit(read_body("chat", body), sink(i))
-    assert all(d.wait(20) for d in done)
+        served.submit(read_body("chat", body), requests.sink(i))
+    assert requests.ended(20)
     served.close()
-    return events
+    return requests.events
 
 
 def test_a_session_that_declares_four_serves_four_requests_at_once() -> None:
@@ -93,18 +83,10 @@ def test_requests_still_waiting_when_the_server_stops_are_told_so(declared: int)
     waiting one gets an error that says the server is shutting down, none is left hanging."""
     session = _Held(declared)
     served = SessionServed(session, name="m").start()
-    ends: list[Event | None] = [None] * 5
-
-    def sink(i: int) -> Any:
-        def put(event: Event) -> None:
-            if event.kind in ("done", "error"):
-                ends[i] = event
-
-        return put
-
+    requests = Requests(5)
     for i in range(5):
         body = {"model": "m", "messages": [{"role": "user", "content": f"q{i}"}]}
-        served.submit(read_body("chat", body), sink(i))
+        served.submit(read_body("chat", body), requests.sink(i))
     assert session.entered.wait(10)
     closing = threading.Thread(target=served.close)
     closing.start()
@@ -112,6 +94,7 @@ def test_requests_still_waiting_when_the_server_stops_are_told_so(declared: int)
     session.go.set()
     closing.join(30)
     assert not closing.is_alive()
+    ends = [requests.last(i) for i in range(5)]
     assert all(e is not None for e in ends)
     kinds = [e.kind for e in ends if e is not None]
     assert kinds.count("done") >= 1 and "error" in kinds

@@ -21,7 +21,7 @@ from coinfer.chat.base import ChatModel, ChatRequest, ChatResult
 from coinfer.chat.local import LocalChat
 from coinfer.errors import CoinferError, ModelError
 
-__all__ = ["SharedChat", "drain"]
+__all__ = ["SharedChat", "drain", "leftovers"]
 
 T = TypeVar("T")
 
@@ -42,6 +42,18 @@ def drain(inbox: queue.Queue[T | None], *, block: bool) -> list[T] | None:
             item = inbox.get_nowait()
     except queue.Empty:
         return out
+
+
+def leftovers(inbox: queue.Queue[T | None]) -> list[T]:
+    """What is still in ``inbox`` once its worker has stopped (signs to stop left out)."""
+    left: list[T] = []
+    while True:
+        try:
+            item = inbox.get_nowait()
+        except queue.Empty:
+            return left
+        if item is not None:
+            left.append(item)
 
 
 @dataclass
@@ -100,7 +112,7 @@ class SharedChat(ChatModel):
             arrived = drain(self._inbox, block=not (waiting or running))
             if arrived is None:
                 closed = ModelError(f"{self.name} was closed while answering")
-                self._fail([*calls, *self._left()], closed)
+                self._fail([*calls, *leftovers(self._inbox)], closed)
                 return
             for call in arrived:
                 self._join(call, waiting, calls)
@@ -133,17 +145,6 @@ class SharedChat(ChatModel):
             else:
                 open_calls.append(call)
         return open_calls
-
-    def _left(self) -> list[_Call]:
-        """The calls still in the inbox once it is closed (each went in before the sign)."""
-        left: list[_Call] = []
-        while True:
-            try:
-                call = self._inbox.get_nowait()
-            except queue.Empty:
-                return left
-            if call is not None:
-                left.append(call)
 
     def _fail(self, calls: list[_Call], error: BaseException) -> None:
         for call in calls:

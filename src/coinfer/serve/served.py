@@ -35,7 +35,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from coinfer.chat.base import ChatModel, Usage
-from coinfer.chat.shared import drain
+from coinfer.chat.shared import drain, leftovers
 from coinfer.decoding.detok import IncrementalDetokenizer
 from coinfer.decoding.engine import Request, Session
 from coinfer.decoding.response import DecodeStats, Response
@@ -202,13 +202,8 @@ class Served(ABC):
         """The worker's loop, until ``take`` returns None."""
 
     def fail_all(self, error: CoinferError) -> None:  # noqa: B027 - kinds with requests in hand add them
-        while True:
-            try:
-                item = self.inbox.get_nowait()
-            except queue.Empty:
-                return
-            if item is not None:
-                self.failed(item, error)
+        for ticket in leftovers(self.inbox):
+            self.failed(ticket, error)
 
 
 def as_coinfer_error(exc: BaseException) -> CoinferError:

@@ -217,13 +217,13 @@ def stream_batch(cluster: EdgeCluster, arrivals: Arrivals, config: JupiterConfig
     )  # fmt: skip
     try:
         for step in steps:
-            responder = out.get(step.key) or Responder(
-                cluster.text.detokenize, prompt_tokens=step.prompt_tokens, eos_ids=eos
-            )
-            out[step.key] = responder
+            if step.key not in out:
+                out[step.key] = Responder(
+                    cluster.text.detokenize, prompt_tokens=step.prompt_tokens, eos_ids=eos
+                )
             extras = {} if step.finish is None else _batch_extras(cluster, config, step.prompt_tokens)
             tokens = [] if step.token is None else [step.token]
-            response = responder.step(tokens, finish=step.finish, extras=extras)
+            response = out[step.key].step(tokens, finish=step.finish, extras=extras)
             response.request = step.key
             if step.finish is not None:
                 del out[step.key]

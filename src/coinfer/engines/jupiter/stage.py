@@ -78,24 +78,25 @@ class Stage:
         return cls(model, start, stop, n_layers=n_layers)
 
     def reset(self) -> None:
+        self.slot, self._parked = 0, {}
+        self._empty()
+
+    def _empty(self) -> None:
         from transformers import DynamicCache
 
         self.cache = DynamicCache()  # every layer keeps every entry, so that it can roll back
         self.labels = []
-        self.slot, self._parked = 0, {}
 
     def use(self, slot: int, *, fresh: bool = False) -> None:
         """Work on request ``slot``'s cache from now on (``fresh``: an empty one, the slot's
         new request), the current one parked: several requests in the pipeline at once,
         each with its own cache in every stage."""
-        from transformers import DynamicCache
-
         if slot != self.slot:
             self._parked[self.slot] = (self.cache, self.labels)
             self.cache, self.labels = self._parked.pop(slot, (None, []))
             self.slot = slot
         if fresh or self.cache is None:
-            self.cache, self.labels = DynamicCache(), []
+            self._empty()
 
     @property
     def length(self) -> int:
