@@ -248,3 +248,61 @@ def test_requests_that_arrive_together_with_one_document_read_it_once() -> None:
     assert [j.tokens for j in jobs] == [[40 + (len(p) + i) % 7 for i in range(4)] for p in prompts]
     chat.close()
     assert model.live_sequences == 0
+
+
+def _timed_chat(cost, monkeypatch):  # type: ignore[no-untyped-def]
+    """A chat over a scripted model whose forwards take ``cost(rows)`` seconds on a clock
+    of the test's own (no wall-clock in the assertions); the rows of every forward."""
+    from types import SimpleNamespace
+
+    import coinfer.chat.local as local
+    from coinfer.testing import ScriptedModel
+
+    clock = [0.0]
+    monkeypatch.setattr(local, "time", SimpleNamespace(perf_counter=lambda: clock[0]))
+    rows: list[int] = []
+
+    class Timed(ScriptedModel):
+        def extend_many_greedy(self, items):  # type: ignore[no-untyped-def]
+            rows.append(len(items))
+            clock[0] += cost(len(items))
+            return super().extend_many_greedy(items)
+
+    model = Timed(lambda prefix: 40 + len(prefix) % 7, n_ctx=1024)
+    return LocalChat(model, max_concurrent=8, keep=0), rows
+
+
+def _decode_eight(chat: LocalChat) -> list[list[int]]:
+    from collections import deque
+
+    from coinfer.decoding.sampling import SamplingParams
+
+    prompts = [[1 + i, 2, 3 + i] for i in range(8)]
+    greedy = SamplingParams()
+    jobs = [chat.new_jobs(i, p, n=1, max_tokens=80, params=greedy)[0] for i, p in enumerate(prompts)]
+    waiting, running = deque(jobs), []
+    while waiting or running:
+        running = chat.step(waiting, running)
+    return [j.tokens for j in jobs]
+
+
+def test_a_decoding_step_runs_as_two_forwards_where_paired_measurements_say_two_cost_less(
+    monkeypatch,  # type: ignore[no-untyped-def]
+) -> None:
+    """As llama.cpp's CPU kernels can make 8 rows dearer than two forwards of 4, the chat
+    measures a split against the whole, pair by pair, and splits once the pairs say it
+    pays; every conversation still gets its own greedy text."""
+    chat, rows = _timed_chat(lambda n: 1.0 if n >= 8 else 0.1 * n, monkeypatch)
+    texts = _decode_eight(chat)
+    assert texts == [[40 + (3 + t) % 7 for t in range(80)]] * 8
+    later = rows[len(rows) // 2 :]  # once the pairs are in
+    assert later.count(4) > 4 * later.count(8)  # mostly two forwards of 4
+    assert chat.split_judge.pays(8)
+
+
+def test_a_decoding_step_stays_one_forward_where_a_split_saves_nothing(monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    chat, rows = _timed_chat(lambda n: 0.05 + 0.1 * n, monkeypatch)
+    texts = _decode_eight(chat)
+    assert texts == [[40 + (3 + t) % 7 for t in range(80)]] * 8
+    assert not chat.split_judge.pays(8)
+    assert rows.count(4) < rows.count(8) // 3  # a probe now and then, paired with a whole

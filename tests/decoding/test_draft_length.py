@@ -467,8 +467,7 @@ def test_floors_within_the_latest_forwards_leave_out_a_point_measured_only_befor
     """The halves of a batch, measured once in a fast minute (2 tokens: 0.06 s), against
     the whole measured since in a slow one (4 tokens: 0.19 s): on all floors two halves
     look cheaper; within the latest forwards the halves are not measured, so no cut."""
-    from coinfer.engines.collective.rounds import FLOOR_WINDOW
-    from coinfer.engines.collective.split import split_forward
+    from coinfer.decoding.split import FLOOR_WINDOW, split_forward
 
     curve = CostCurve()
     curve.record(2, 0.06, smoothing=0.3, refresh=64)

@@ -51,14 +51,17 @@ import numpy as np
 
 from coinfer.chat.base import ChatModel, ChatRequest, ChatResult, Usage
 from coinfer.decoding.batch_speculation import BatchSpeculator
+from coinfer.decoding.cost_curve import CostCurve
 from coinfer.decoding.drafters import common_prefix
 from coinfer.decoding.sampling import SamplingParams, probs_from_logits, sample
+from coinfer.decoding.split import SplitJudge, planned_cut
 from coinfer.errors import ConfigError, ContextOverflowError
 from coinfer.models.base import Seq, SteerableModel, TokenConstraint
 
 __all__ = ["PREFILL_CHUNK", "LocalChat", "open_local_chat"]
 
 PREFILL_CHUNK = 512  # prompt tokens read per step, shared by the prompts being read
+SMOOTHING, REFRESH = 0.3, 64  # the decoding steps' cost curve: a new measurement's weight, a point's age
 
 
 @dataclass
@@ -128,6 +131,9 @@ class LocalChat(ChatModel):
         self._seed, self._calls = seed, 0
         self._keys = itertools.count()
         self.speculator: BatchSpeculator | None = None  # drafts for the jobs that speculate
+        # what a step that reads no prompt cost, by its rows (as run: whole or split), and
+        # whether its forward pays as two (``_forwards``): learned on this chat's model
+        self.step_costs, self.split_judge = CostCurve(), SplitJudge()
 
     def close(self) -> None:
         """Free the kept caches (the model itself belongs to the caller)."""
@@ -222,15 +228,37 @@ class LocalChat(ChatModel):
             if gate is not None:  # a step whose drafts were all cut away is a plain step
                 gate.observe(len(feed), verified > 0, produced, time.perf_counter() - t0)
             return running
-        self._feed(feed)
-        if decoding_only and self.speculator is not None:
-            self.speculator.measured(len(feed), time.perf_counter() - t0)
+        parts = self._forwards(feed) if decoding_only else [feed]
+        for part in parts:
+            self._feed(part)
+        elapsed = time.perf_counter() - t0
+        if decoding_only:
+            self._measured(len(feed), len(parts) > 1, elapsed)
+            if self.speculator is not None:
+                self.speculator.measured(len(feed), elapsed)
         if greedy and gate is not None:
-            gate.observe(len(feed), False, len(feed), time.perf_counter() - t0)
+            gate.observe(len(feed), False, len(feed), elapsed)
         for job, _ in feed:
             if job.reading:  # a chunk's last row is not the prompt's: its next token is not known yet
                 job.choice = job.logits = None
         return running
+
+    def _forwards(self, feed: list[tuple[_Job, list[int]]]) -> list[list[tuple[_Job, list[int]]]]:
+        """A decoding step's rows in one forward, or in two where paired measurements say
+        two cost less (``split.planned_cut``): on a CPU a forward's cost is not monotonic
+        in its rows, as llama.cpp changes kernels with a batch's size (on this project's
+        2-core machines 8 rows cost 1.3 times 7; ``docs/bench/serve``). The rows go in the
+        model's ``batch_order``: with a llama.cpp cache per sequence a forward attends over
+        every stream between its rows' lowest and highest, so two halves of scattered
+        streams cost each nearly the whole (4 + 4 rows measured 1.16x one forward of 8)."""
+        feed = sorted(feed, key=lambda item: self.model.batch_order(_seq(item[0])))
+        at = planned_cut([len(ids) for _, ids in feed], self.step_costs, self.split_judge)
+        return [feed[:at], feed[at:]] if at else [feed]
+
+    def _measured(self, rows: int, split: bool, seconds: float) -> None:
+        """A decoding step over ``rows`` tokens took ``seconds``, in one forward or two."""
+        self.step_costs.record(rows, seconds, SMOOTHING, REFRESH)
+        self.split_judge.measured(rows, split=split, seconds=seconds)
 
     def _prompt_chunks(self, running: list[_Job]) -> list[tuple[_Job, list[int]]]:
         """The next chunk of each prompt being read, oldest first, ``prefill_chunk`` tokens

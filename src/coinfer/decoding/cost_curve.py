@@ -28,12 +28,12 @@ class CostCurve(dict[int, float]):
     average for many forwards. Plain decoding at batch 4 split 86 of 127 rounds into two
     forwards, 1+3 or 2+2, that cost 19-27% more than one over all 4 tokens: a slow forward
     over 4 can raise that point's average above the halves', and the whole is measured
-    again only every 32 split rounds (``engines.collective.split.split_forward``).
+    again only every 32 split rounds (``decoding.split.split_forward``).
     Floors ``within`` the latest forwards compare like with like: with the floor fix plain
     decoding still split a third of its rounds in two categories (2 + 2, 41% dearer than
     one forward over 4 in the same run's prices), since the halves, measured seldom, kept
     floors from a fast minute while the whole's followed the machine's slow one. So the
-    floors now only propose a split, and paired measurements decide (``engines.collective.split``).
+    floors now only propose a split, and paired measurements decide (``decoding.split``).
     A batch's draft lengths are priced by the points measured within the latest forwards
     (``fresh``; ``AdaptiveDraftLength.trim_together``), so a size measured dear once is
     tried again.

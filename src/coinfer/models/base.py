@@ -334,6 +334,12 @@ class SteerableModel(Prompter):
         seq.released = True
         self._live.pop(seq.id, None)
 
+    def batch_order(self, seq: Seq) -> int:
+        """A key that sorts a batch's sequences so that neighbours are cheap to run in one
+        forward (llama.cpp with a cache per sequence: its stream, as a forward's attention
+        spans every stream from its lowest to its highest); creation order elsewhere."""
+        return seq.id
+
     @property
     def live_sequences(self) -> int:
         """How many sequences are live (made and not yet released)."""

@@ -335,7 +335,11 @@ class LlamaCppModel(SteerableModel):
                 f"all {self._n_seq_max} llama.cpp sequence slots are in use",
                 hint="release sequences you no longer need, or load the model with a larger n_seq_max",
             )
+        self._free_ids.sort(reverse=True)  # the lowest: live streams stay packed, and a forward spans few
         return self._free_ids.pop()
+
+    def batch_order(self, seq: Seq) -> int:
+        return backend_seq(seq, LlamaSeq).llama_id if not self.kv_unified else seq.id
 
     def _new_seq(self, seq_id: int) -> Seq:
         return LlamaSeq(seq_id, llama_id=self._take_id())

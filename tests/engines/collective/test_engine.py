@@ -13,10 +13,10 @@ from coinfer.decoding import ModelDrafter, NgramDrafter, Response, SamplingParam
 from coinfer.decoding.draft_length import AdaptiveDraftLength, CostCurve, DraftSizer
 from coinfer.decoding.learned import Learned
 from coinfer.decoding.speculative import target_costs
+from coinfer.decoding.split import SplitJudge, split_forward, split_judge
 from coinfer.engines.collective import CollectiveConfig, LengthSelectorConfig, generate, stream
 from coinfer.engines.collective.pipeline import CoreSplit
 from coinfer.engines.collective.rounds import Learner
-from coinfer.engines.collective.split import SplitJudge, split_forward, split_judge
 from coinfer.engines.collective.voting import VoteWeights
 from coinfer.errors import ConfigError
 from coinfer.models.base import SteerableModel

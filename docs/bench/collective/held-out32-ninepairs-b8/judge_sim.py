@@ -11,7 +11,7 @@ Run: ``python docs/bench/collective/held-out32-ninepairs-b8/judge_sim.py``.
 import random
 import statistics
 
-from coinfer.engines.collective.split import SplitJudge
+from coinfer.decoding.split import SplitJudge
 
 
 def run(ratio: float, seed: int, chunks: int = 40, noise: float = 0.07) -> tuple[list[float], float]:

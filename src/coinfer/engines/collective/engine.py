@@ -45,12 +45,12 @@ from coinfer.decoding.learned import Learned, learned_or_new
 from coinfer.decoding.prompting import as_prompt, check_prompt
 from coinfer.decoding.response import Responder, Response
 from coinfer.decoding.speculative import target_costs
+from coinfer.decoding.split import split_judge
 from coinfer.engines.collective.config import CollectiveConfig
 from coinfer.engines.collective.gate import SourceGate, gate_memory
 from coinfer.engines.collective.pipeline import run_pipelined
 from coinfer.engines.collective.rounds import Learner, Request, RunRecord, Session
 from coinfer.engines.collective.selector import SpeculationLengthSelector
-from coinfer.engines.collective.split import split_judge
 from coinfer.engines.collective.voting import VoteWeights
 from coinfer.errors import ConfigError
 from coinfer.models.base import SteerableModel

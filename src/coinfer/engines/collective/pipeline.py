@@ -44,9 +44,9 @@ from dataclasses import dataclass, field
 
 from coinfer.decoding.draft_length import CostCurve
 from coinfer.decoding.drafters import Drafter
+from coinfer.decoding.split import split_judge
 from coinfer.engines.collective.gate import SourceGate
 from coinfer.engines.collective.rounds import Feedback, Request, Session, Voted
-from coinfer.engines.collective.split import split_judge
 from coinfer.engines.collective.switch import PipelineSwitch
 from coinfer.errors import ConfigError
 from coinfer.models.base import SteerableModel

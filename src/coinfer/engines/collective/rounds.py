@@ -20,11 +20,11 @@ from coinfer.decoding.learned import Learned
 from coinfer.decoding.response import DecodeStats
 from coinfer.decoding.sampling import PositionDraws, SamplingParams, probs_from_logits, sample_at
 from coinfer.decoding.speculative import take_round, window_room
+from coinfer.decoding.split import SplitJudge, planned_cut
 from coinfer.decoding.verify import accept_choices, accept_deterministic
 from coinfer.engines.collective.config import CollectiveConfig
 from coinfer.engines.collective.gate import SourceGate
 from coinfer.engines.collective.selector import SpeculationLengthSelector
-from coinfer.engines.collective.split import SPLIT_PROBE, SplitJudge, even_cut, probe_cut, split_forward
 from coinfer.engines.collective.switch import PipelineSwitch
 from coinfer.engines.collective.voting import VoteWeights, held_prefix, majority_vote
 from coinfer.models.base import Seq, SteerableModel
@@ -41,7 +41,6 @@ __all__ = [
     "prefill",
 ]
 
-FLOOR_WINDOW = 4 * SPLIT_PROBE  # forwards whose measurements the split compares (CostCurve.floors)
 SMOOTHING = 0.3  # weight of a new measurement in the cost curve (``AdaptiveDraftLength``'s)
 REFRESH = 64  # forwards after which a point of the cost curve is stale (``CostCurve``)
 
@@ -377,7 +376,7 @@ class Learner:
         tokens = sum(len(ids) for _, ids in items)  # the verification's, however many forwards
         rows: list[Any] = []
         verify_s = 0.0
-        parts = self._forwards(items, tokens)
+        parts = self._forwards(items)
         greedy = self.sampling.greedy  # then each row's choice comes back, not its logits
         for part in parts:
             t0 = time.perf_counter()
@@ -414,21 +413,12 @@ class Learner:
             self.selector.observe(draft_s + verify_s, gained)
         return events
 
-    def _forwards(self, items: list[tuple[Seq, list[int]]], tokens: int) -> list[list[tuple[Seq, list[int]]]]:
-        """The verification's items (``tokens`` in all) in one forward, or in two
+    def _forwards(self, items: list[tuple[Seq, list[int]]]) -> list[list[tuple[Seq, list[int]]]]:
+        """The verification's items in one forward, or in two
         where a cut is proposed and forwards over as many tokens, split and whole a few
-        verifications apart, say it pays (``SplitJudge``). The measured curve's floors over
-        the latest ``FLOOR_WINDOW`` forwards propose a cut (``split_forward``; every
-        ``SPLIT_PROBE`` verifications one whose halves are not measured within them), a
-        forward of ``PROBE_FROM`` tokens or more its even cut otherwise (``probe_cut``), and
-        a size whose split pays its even cut (the curve then holds the split's cost)."""
-        explore = self.judge.verified % SPLIT_PROBE == SPLIT_PROBE - 1
-        floors = self.costs.floors(within=FLOOR_WINDOW)
-        sizes = [len(ids) for _, ids in items]
-        at = split_forward(sizes, floors, explore=explore) or probe_cut(sizes, floors)
-        if not at and self.judge.pays(tokens):  # the curve holds the split's own cost by then
-            at = even_cut(sizes)
-        if not self.judge.choose(tokens, proposed=bool(at)):
+        verifications apart, say it pays (``split.planned_cut``)."""
+        at = planned_cut([len(ids) for _, ids in items], self.costs, self.judge)
+        if not at:
             return [items]
         return [items[:at], items[at:]]
 

@@ -40,16 +40,18 @@ from dataclasses import dataclass, field
 from statistics import median
 from typing import Any
 
-from coinfer.decoding.cost_curve import within_measured
+from coinfer.decoding.cost_curve import CostCurve, within_measured
 from coinfer.decoding.learned import Learned
 
 __all__ = [
+    "FLOOR_WINDOW",
     "PAIR_GAP",
     "PROBE_AFTER",
     "PROBE_FROM",
     "SPLIT_PROBE",
     "SplitJudge",
     "even_cut",
+    "planned_cut",
     "probe_cut",
     "split_forward",
     "split_judge",
@@ -62,6 +64,7 @@ ENOUGH = 3  # pairs a size needs before its verdict holds: one odd pair is outvo
 PROBE_AFTER = 4  # proposals of a size without a verdict before each probe: it recurs
 PROBE_FROM = 8  # tokens from which a forward's even cut is probed, proposed by the curve or not
 DEARER = 1.25  # an even cut whose halves the curve measures this much dearer is not probed
+FLOOR_WINDOW = 4 * SPLIT_PROBE  # forwards whose measurements a cut compares (``CostCurve.floors``)
 
 
 @dataclass
@@ -143,6 +146,23 @@ class SplitJudge:
 
     def _fresh(self, at: tuple[int, float] | None) -> bool:
         return at is not None and self.verified - at[0] <= PAIR_GAP
+
+
+def planned_cut(sizes: Sequence[int], costs: CostCurve, judge: SplitJudge) -> int:
+    """Where to cut a forward over items of ``sizes`` tokens into two forwards, or 0 for
+    one, where ``judge`` says it pays (one call per forward; tell the judge what it cost,
+    ``SplitJudge.measured``). The curve's floors over the latest ``FLOOR_WINDOW`` forwards
+    propose a cut (``split_forward``; every ``SPLIT_PROBE`` forwards one whose halves are
+    not measured within them), a forward of ``PROBE_FROM`` tokens or more its even cut
+    otherwise (``probe_cut``), and a size whose split pays its even cut (the curve then
+    holds the split's cost)."""
+    tokens = sum(sizes)
+    explore = judge.verified % SPLIT_PROBE == SPLIT_PROBE - 1
+    floors = costs.floors(within=FLOOR_WINDOW)
+    at = split_forward(sizes, floors, explore=explore) or probe_cut(sizes, floors)
+    if not at and judge.pays(tokens):
+        at = even_cut(sizes)
+    return at if judge.choose(tokens, proposed=bool(at)) else 0
 
 
 def split_forward(

@@ -6,7 +6,7 @@ from __future__ import annotations
 from statistics import median
 
 from coinfer.decoding.learned import Learned
-from coinfer.engines.collective.split import (
+from coinfer.decoding.split import (
     PAIR_GAP,
     PAIRS,
     PROBE_AFTER,
