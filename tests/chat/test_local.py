@@ -193,7 +193,8 @@ def test_a_long_prompt_is_read_in_chunks_while_the_running_conversation_decodes(
     assert long.tokens == [40 + (300 + i) % 7 for i in range(5)]
     assert max(model.forwards) <= max(chunk, 30)  # no forward read more than a chunk of prompt
     assert all(g == 1 for g in gained)  # the running conversation never waited a step
-    assert len(gained) == (2 if chunk >= 300 else 6)  # the prompt (in chunks of 64: five), then its token
+    # the prompt (in chunks of 64: five), its first token out with the forward over the last chunk
+    assert len(gained) == (1 if chunk >= 300 else 5)
 
 
 def test_requests_that_share_a_prefix_copy_one_kept_cache_and_count_the_hit() -> None:
@@ -306,3 +307,25 @@ def test_a_decoding_step_stays_one_forward_where_a_split_saves_nothing(monkeypat
     assert texts == [[40 + (3 + t) % 7 for t in range(80)]] * 8
     assert not chat.split_judge.pays(8)
     assert rows.count(4) < rows.count(8) // 3  # a probe now and then, paired with a whole
+
+
+def test_a_token_is_output_with_the_forward_that_made_it() -> None:
+    """A client sees its first token when the prompt's read ends, and its answer's end
+    with the forward that chose the last token: a client that waits for one answer
+    before it asks again would otherwise lose a step (another prompt's read) per request."""
+    from collections import deque
+
+    from coinfer.decoding.sampling import SamplingParams
+    from coinfer.testing import ScriptedModel
+
+    model = ScriptedModel(lambda prefix: 40 + len(prefix) % 7, n_ctx=1024)
+    chat = LocalChat(model, max_concurrent=2, keep=0)
+    job = chat.new_jobs(0, [1, 2, 3], n=1, max_tokens=3, params=SamplingParams())[0]
+    waiting, running = deque([job]), []
+    running = chat.step(waiting, running)  # reads the prompt
+    assert job.tokens == [43] and job.finish is None and running == [job]
+    running = chat.step(waiting, running)
+    assert job.tokens == [43, 44]
+    running = chat.step(waiting, running)  # the third token ends it: retired with this step
+    assert job.tokens == [43, 44, 45] and job.finish == "length" and running == []
+    assert len(model.forwards) == 3 and model.live_sequences == 0

@@ -78,6 +78,7 @@ class _Job:
     seq: Seq | None = None
     logits: np.ndarray | None = None  # the next token's, once fed
     choice: int | None = None  # instead, where the step read greedy choices: the next token
+    unread: int | None = None  # its latest token, output but not yet read by the model
     constraint: TokenConstraint | None = None  # the JSON schema's grammar, where enforced
     key: int = 0  # unique among every job of its chat (a drafter's per-request state)
     speculate: bool = False  # drafts when a step allows (greedy, no grammar, a speculator)
@@ -205,17 +206,17 @@ class LocalChat(ChatModel):
             self._retire(job, force=True)
 
     def step(self, waiting: deque[_Job], running: list[_Job]) -> list[_Job]:
-        """One step of continuous batching: admit what fits from ``waiting``, choose each
-        running job's next token, retire the finished (and cancelled) ones, and feed the
-        model once. Returns the jobs still running."""
+        """One step of continuous batching: admit what fits from ``waiting``, retire the
+        cancelled jobs, feed the model once (the prompts' next chunks and each running
+        job's latest token), then output each job's next token and retire the finished
+        ones. Returns the jobs still running."""
         self._admit(waiting, running)
         feed = self._prompt_chunks(running)
         decoding_only = not feed  # a step that reads no prompt: its forward's cost is a curve point
         for job in running:
-            if job.fed and job.finish is None:
-                token = self._next_token(job)
-                if token is not None:
-                    feed.append((job, [token]))
+            if job.unread is not None and job.finish is None:
+                feed.append((job, [job.unread]))
+            job.unread = None
         running = [j for j in running if not self._retire(j)]
         feed = [(j, ids) for j, ids in feed if j.finish is None]
         if not feed:
@@ -227,7 +228,7 @@ class LocalChat(ChatModel):
             produced, verified = self._speculate(feed, self.speculator)
             if gate is not None:  # a step whose drafts were all cut away is a plain step
                 gate.observe(len(feed), verified > 0, produced, time.perf_counter() - t0)
-            return running
+            return self._take_next(running)
         parts = self._forwards(feed) if decoding_only else [feed]
         for part in parts:
             self._feed(part)
@@ -241,7 +242,18 @@ class LocalChat(ChatModel):
         for job, _ in feed:
             if job.reading:  # a chunk's last row is not the prompt's: its next token is not known yet
                 job.choice = job.logits = None
-        return running
+        return self._take_next(running)
+
+    def _take_next(self, running: list[_Job]) -> list[_Job]:
+        """Each job's next token, output as soon as the forward gives it (the next step
+        reads it), and the jobs that it ended retired: a stream's first token and its end
+        reach its client with the forward that made them, not a forward later (another
+        prompt's read, several seconds on a CPU; a client that waits for its answer before
+        it asks again lost that step per request). Returns the jobs still running."""
+        for job in running:
+            if job.fed and job.finish is None:
+                job.unread = self._next_token(job)
+        return [j for j in running if not self._retire(j)]
 
     def _forwards(self, feed: list[tuple[_Job, list[int]]]) -> list[list[tuple[_Job, list[int]]]]:
         """A decoding step's rows in one forward, or in two where paired measurements say
