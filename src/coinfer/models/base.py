@@ -336,8 +336,9 @@ class SteerableModel(Prompter):
 
     def batch_order(self, seq: Seq) -> int:
         """A key that sorts a batch's sequences so that neighbours are cheap to run in one
-        forward (llama.cpp with a cache per sequence: its stream, as a forward's attention
-        spans every stream from its lowest to its highest); creation order elsewhere."""
+        forward; creation order here. llama.cpp with a cache per sequence: its stream, as a
+        forward's attention spans every stream from its lowest to its highest, and a batch
+        runs as one pass only over streams in increasing, consecutive order."""
         return seq.id
 
     @property
