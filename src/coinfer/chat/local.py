@@ -261,7 +261,7 @@ class LocalChat(ChatModel):
         """A decoding step's rows in one forward, or in two where paired measurements say
         two cost less (``split.planned_cut``): on a CPU a forward's cost is not monotonic
         in its rows, as llama.cpp changes kernels with a batch's size (on this project's
-        2-core machines 8 rows cost 1.3 times 7; ``docs/bench/serve``). The rows go in the
+        2-core machines 8 rows cost 1.3-1.4 times 7; ``docs/bench/serve``). The rows go in the
         model's ``batch_order``: with a llama.cpp cache per sequence a forward attends over
         every stream between its rows' lowest and highest, so two halves of scattered
         streams cost each nearly the whole (4 + 4 rows measured 1.16x one forward of 8)
