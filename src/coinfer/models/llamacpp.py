@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import ctypes
 import hashlib
+import heapq
 import json
 import logging
 import os
@@ -233,7 +234,7 @@ class LlamaCppModel(SteerableModel):
         self._mem = self._ctx.memory
         self._batch = lc._internals.LlamaBatch(n_tokens=n_batch, embd=0, n_seq_max=n_seq_max)
         self.vocab_size = self._model.n_vocab()
-        self._free_ids = list(range(n_seq_max - 1, -1, -1))
+        self._free_ids = list(range(n_seq_max))  # a heap: the lowest is taken first
         self._tree_ids: dict[int, list[int]] = {}  # seq id -> temporary leaf seq ids
         self.metadata = self._model.metadata()
         self.eos_ids = frozenset(
@@ -335,8 +336,7 @@ class LlamaCppModel(SteerableModel):
                 f"all {self._n_seq_max} llama.cpp sequence slots are in use",
                 hint="release sequences you no longer need, or load the model with a larger n_seq_max",
             )
-        self._free_ids.sort(reverse=True)  # the lowest: live streams stay packed, and a forward spans few
-        return self._free_ids.pop()
+        return heapq.heappop(self._free_ids)  # the lowest: live streams stay packed, and a forward spans few
 
     def batch_order(self, seq: Seq) -> int:
         return backend_seq(seq, LlamaSeq).llama_id if not self.kv_unified else seq.id
@@ -349,7 +349,7 @@ class LlamaCppModel(SteerableModel):
         self._drop_tree(seq)
         lid = seq.llama_id
         self._lc.llama_memory_seq_rm(self._mem, lid, -1, -1)
-        self._free_ids.append(lid)
+        heapq.heappush(self._free_ids, lid)
 
     def _truncate(self, seq: Seq, length: int) -> None:
         seq = backend_seq(seq, LlamaSeq)
@@ -360,7 +360,7 @@ class LlamaCppModel(SteerableModel):
     def _drop_tree(self, seq: LlamaSeq) -> None:
         for tid in self._tree_ids.pop(seq.id, []):
             self._lc.llama_memory_seq_rm(self._mem, tid, -1, -1)
-            self._free_ids.append(tid)
+            heapq.heappush(self._free_ids, tid)
 
     def _fork(self, source: Seq, new: Seq) -> None:
         src, dst = backend_seq(source, LlamaSeq), backend_seq(new, LlamaSeq)
