@@ -251,6 +251,38 @@ def test_requests_that_arrive_together_with_one_document_read_it_once() -> None:
     assert model.live_sequences == 0
 
 
+def test_a_chat_templates_opening_is_read_once_but_never_waited_for() -> None:
+    """Requests that share only a short opening (a chat template's system turn, 24-33
+    tokens on Qwen2.5) continue from a kept cache holding it, as llama-server's per-slot
+    cache_prompt does; one that arrives while a running request is still reading it reads
+    it itself, in the same forward, rather than holding the queue."""
+    from collections import deque
+
+    from coinfer.decoding.sampling import SamplingParams
+    from coinfer.testing import ScriptedModel
+
+    model = ScriptedModel(lambda prefix: 40 + len(prefix) % 7, n_ctx=1024)
+    chat = LocalChat(model, max_concurrent=2, keep=1, prefill_chunk=1000)
+    opening = [7 + i for i in range(24)]
+
+    def serve(prompts: list[list[int]]) -> list:  # type: ignore[type-arg]
+        jobs = [
+            chat.new_jobs(i, p, n=1, max_tokens=3, params=SamplingParams())[0] for i, p in enumerate(prompts)
+        ]
+        waiting, running, steps = deque(jobs), [], 0
+        while waiting or running:
+            running, steps = chat.step(waiting, running), steps + 1
+        return [*jobs, steps]
+
+    *together, steps = serve([[*opening, 1, 1], [*opening, 2]])
+    assert [j.cached for j in together] == [0, 0] and steps == 3  # both read in the first forward
+    *alone, _ = serve([[*opening, 3, 3, 3]])
+    assert [j.cached for j in alone] == [24]  # the opening from a kept cache
+    assert [j.tokens for j in alone] == [[40 + (27 + i) % 7 for i in range(3)]]
+    chat.close()
+    assert model.live_sequences == 0
+
+
 def _timed_chat(cost, monkeypatch):  # type: ignore[no-untyped-def]
     """A chat over a scripted model whose forwards take ``cost(rows)`` seconds on a clock
     of the test's own (no wall-clock in the assertions); the rows of every forward."""
