@@ -9,6 +9,8 @@ import os
 import signal
 import subprocess
 import sys
+import time
+import urllib.error
 import urllib.request
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -139,3 +141,40 @@ def test_jupiter_served_keeps_its_devices_and_writes_what_generate_writes(tmp_pa
             assert r.choices[0].text == json.loads(alone.stdout)["text"]
             devices = r.model_extra["coinfer"]["extras"]["devices"]
             assert r.model_extra["coinfer"]["engine"] == "jupiter" and len(devices) == 2
+
+
+def _children(pid: int) -> list[int]:
+    """The processes ``pid`` started (Linux's /proc)."""
+    tasks = Path(f"/proc/{pid}/task")
+    return [int(c) for t in tasks.iterdir() for c in (t / "children").read_text().split()]
+
+
+@needs_torch
+def test_a_jupiter_device_that_dies_is_named_and_the_server_taken_out_of_service(tmp_path: Path) -> None:
+    """``coinfer serve --engine jupiter --memory``: the devices planned under their
+    budgets; a worker killed between requests is named in the next answer (503), its
+    peer is stopped, and ``/health`` answers 503 for a load balancer."""
+    from coinfer.testing import tiny_hf_model_dir
+
+    model = str(tiny_hf_model_dir(tmp_path / "m", arch="qwen2", layers=4, seed=3))
+    flags = ["--engine", "jupiter", "--devices", "3", "--memory", "4G"]
+    with ServerProcess(model, extra_args=flags) as server:
+        client = openai.OpenAI(base_url=server.url, api_key="unused", max_retries=0)
+        r = client.completions.create(model=model, prompt="the quick brown fox", max_tokens=8, temperature=0)
+        assert r.choices[0].text and len(r.model_extra["coinfer"]["extras"]["devices"]) == 3
+        workers = _children(server.pid)
+        assert len(workers) == 2
+        os.kill(workers[0], signal.SIGKILL)
+        named = rf"device 1 \(pid {workers[0]}\) was killed by signal 9"
+        with pytest.raises(openai.InternalServerError, match=named):
+            client.completions.create(model=model, prompt="the quick brown fox", max_tokens=8, temperature=0)
+        health = urllib.request.Request(server.url.removesuffix("/v1") + "/health")
+        with pytest.raises(urllib.error.HTTPError) as caught:
+            urllib.request.urlopen(health, timeout=20)
+        assert caught.value.code == 503
+        assert f"pid {workers[0]}" in json.loads(caught.value.read())["lost"][model]
+        for _ in range(200):  # the guard's next look stops the other worker (a bound, not a timing)
+            if not os.path.exists(f"/proc/{workers[1]}"):
+                break
+            time.sleep(0.1)
+        assert not os.path.exists(f"/proc/{workers[1]}")

@@ -143,3 +143,36 @@ def test_health_and_metrics_report_the_queue_requests_and_tokens() -> None:
         assert 'coinfer_completion_tokens_total{model="m1"} 5.0' in text
         assert 'coinfer_queue_depth{model="m1"} 0.0' in text
         assert "coinfer_request_seconds_bucket" in text
+
+
+def test_a_part_lost_for_good_is_named_answered_503_and_taken_out_by_health() -> None:
+    """A served model whose part is lost for good (a Jupiter device that died): the request
+    it failed learns which part and why, not the broken connection; every later one is
+    answered 503 with the same line; ``/health`` answers 503, so a load balancer's check
+    takes the replica out."""
+    from coinfer.errors import TransportError
+
+    lost: list[str] = []
+
+    def reply(r: ChatRequest) -> str:
+        if r.messages[-1]["content"] == "die":
+            lost.append("device 1 (pid 4242) ran out of its 1.50 GiB budget (the OS's OOM killer ended it)")
+            raise TransportError("a device stopped answering: Connection closed by peer")
+        return _reply(r)
+
+    with ChatServer(ScriptedChat(reply, name="m1")) as server:
+        server.served["m1"].lost_part = lambda: lost[0] if lost else None
+        base = server.url.removesuffix("/v1")
+        client = openai.OpenAI(base_url=server.url, api_key="unused", max_retries=0)
+        ask = [{"role": "user", "content": "hi"}]
+        answer = client.chat.completions.create(model="m1", messages=ask)
+        assert answer.choices[0].message.content == "you said hi"
+        assert _http(base + "/health")[0] == 200
+        for content in ("die", "hi"):  # the one it failed, then the next
+            with pytest.raises(openai.InternalServerError, match=r"device 1 \(pid 4242\) ran out") as caught:
+                client.chat.completions.create(model="m1", messages=[{"role": "user", "content": content}])
+            assert caught.value.status_code == 503 and "restart the server" in str(caught.value)
+        status, _, health = _http(base + "/health")
+        assert status == 503 and health["status"] == "unavailable" and "pid 4242" in health["lost"]["m1"]
+        text = _http(base + "/metrics")[2].decode()
+        assert 'coinfer_requests_total{model="m1",status="503"} 2.0' in text

@@ -29,6 +29,7 @@ __all__ = [
     "add_pair_flags",
     "add_sampling_flags",
     "check_trace_path",
+    "device_budgets",
     "draft_tokens",
     "err",
     "load_from_args",
@@ -269,3 +270,28 @@ def open_chat_from_args(
         device=args.device,
         dtype=getattr(args, "dtype", None),
     )
+
+
+def device_budgets(text: str | None, devices: int) -> list[float | None] | None:
+    """``--memory 1.5,1.5`` (GB) or sizes such as ``800M``: one per device, or one for all."""
+    if not text:
+        return None
+    from coinfer.models.prefetch import parse_size
+
+    items = [t.strip() for t in text.split(",") if t.strip()]
+    sizes = [float(parse_size(t + "G" if _is_number(t) else t)) for t in items]
+    if len(sizes) == 1:
+        sizes *= devices
+    if len(sizes) != devices:
+        raise ConfigError(
+            f"--memory names {len(sizes)} budgets for {devices} devices", hint="give one per device"
+        )
+    return list(sizes)
+
+
+def _is_number(text: str) -> bool:
+    try:
+        float(text)
+    except ValueError:
+        return False
+    return True

@@ -25,6 +25,7 @@ from coinfer.cli.common import (
     add_output_flags,
     add_sampling_flags,
     check_trace_path,
+    device_budgets,
     err,
     sampling_from_args,
 )
@@ -38,31 +39,6 @@ __all__ = [
 ]
 
 DEFAULT_EDGE_MODEL = "qwen2.5-coder-0.5b"
-
-
-def _budgets(text: str | None, devices: int) -> list[float | None] | None:
-    """``--memory 1.5,1.5`` (GB) or sizes such as ``800M``: one per device, or one for all."""
-    if not text:
-        return None
-    from coinfer.models.prefetch import parse_size
-
-    items = [t.strip() for t in text.split(",") if t.strip()]
-    sizes = [float(parse_size(t + "G" if _is_number(t) else t)) for t in items]
-    if len(sizes) == 1:
-        sizes *= devices
-    if len(sizes) != devices:
-        raise ConfigError(
-            f"--memory names {len(sizes)} budgets for {devices} devices", hint="give one per device"
-        )
-    return list(sizes)
-
-
-def _is_number(text: str) -> bool:
-    try:
-        float(text)
-    except ValueError:
-        return False
-    return True
 
 
 def _request(pipeline: Any, args: argparse.Namespace) -> Iterator[tuple[str, Any]]:
@@ -104,7 +80,7 @@ def _devices(args: argparse.Namespace) -> Any:
     started elsewhere; this process pinned to device 0's cores."""
     from coinfer.engines.jupiter.local import await_devices, launch_devices
 
-    budgets = _budgets(args.memory, args.devices)  # checked before anything starts
+    budgets = device_budgets(args.memory, args.devices)  # checked before anything starts
     device = stage_placement(args)[1]
     if args.listen:
         return await_devices(
@@ -211,7 +187,7 @@ def cmd_worker(args: argparse.Namespace) -> int:
 
     cores = [int(c) for c in args.cores.split(",")] if args.cores else sorted(os.sched_getaffinity(0))
     os.sched_setaffinity(0, cores)
-    budgets = _budgets(args.memory, 1)
+    budgets = device_budgets(args.memory, 1)
     groups, why = memory_fences(budgets)
     if why is not None:
         err(f"coinfer: note: the memory budget is planned for but not enforced ({why})")

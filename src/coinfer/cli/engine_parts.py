@@ -16,7 +16,14 @@ from collections.abc import Callable
 from contextlib import ExitStack
 from typing import Any
 
-from coinfer.cli.common import err, load_from_args, open_chat_from_args, prompt_ids, sampling_from_args
+from coinfer.cli.common import (
+    device_budgets,
+    err,
+    load_from_args,
+    open_chat_from_args,
+    prompt_ids,
+    sampling_from_args,
+)
 from coinfer.errors import ConfigError
 
 __all__ = ["CAPTURED_SPANS", "PartsFromArgs", "captured", "draft_model_name", "draft_specs", "engine_config",
@@ -75,6 +82,7 @@ class PartsFromArgs:
         self.args, self.serving, self.quiet = args, serving, quiet
         self.parts: dict[str, Any] = {}
         self._stack = ExitStack()
+        self._watches: list[Callable[[], str | None]] = []  # parts that may be lost while serving
 
     def build(self, engine: Any, *, skip: tuple[str, ...] = ()) -> dict[str, Any]:
         """The parts ``engine`` needs and its optional ones (but ``skip``), as the flags say."""
@@ -98,6 +106,10 @@ class PartsFromArgs:
 
     def close(self) -> None:
         self._stack.close()
+
+    def lost_part(self) -> str | None:
+        """A line naming a part lost for good (a pipeline's device that died), or None."""
+        return next((why for why in (watch() for watch in self._watches) if why is not None), None)
 
     def _opened(self, value: Any, close: Callable[[], object] | None = None) -> Any:
         self._stack.callback(close or value.close)
@@ -241,11 +253,18 @@ class PartsFromArgs:
             )
         from coinfer.engines.jupiter.local import start_local_pipeline
 
+        budgets = device_budgets(getattr(args, "memory", None), args.devices)  # checked before any start
         pipeline = start_local_pipeline(
             args.model, devices=args.devices, cores_per_device=args.cores_per_device, n_ctx=args.ctx,
-            kv=args.kv, device=args.device, dtype=args.dtype,
+            kv=args.kv, device=args.device, dtype=args.dtype, budgets=budgets,
         )  # fmt: skip
-        return self._opened(pipeline).cluster
+        self._opened(pipeline)
+        if pipeline.unenforced is not None:
+            err(f"coinfer: note: the memory budgets are planned for but not enforced ({pipeline.unenforced})")
+        if self.serving:  # a device that dies stops the others; the server then says which
+            pipeline.guard()
+            self._watches.append(pipeline.lost_device)
+        return pipeline.cluster
 
 
 def _prompt_for(model: Any, args: argparse.Namespace) -> list[int]:

@@ -91,7 +91,11 @@ def _served(args: argparse.Namespace) -> dict[str, Any]:
     except BaseException:
         parts.close()
         raise
-    return {name: served(session, name=name, max_queue=args.max_queue, on_release=parts.close)}
+    return {
+        name: served(
+            session, name=name, max_queue=args.max_queue, on_release=parts.close, lost_part=parts.lost_part
+        )
+    }
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
@@ -194,6 +198,11 @@ def _add_engine_flags(p: argparse.ArgumentParser) -> None:
     p.set_defaults(**RAG_DEFAULTS)
     p.add_argument("--devices", type=int, default=2, help="jupiter: devices (processes) in the pipeline")
     p.add_argument("--cores-per-device", type=int, default=1, help="jupiter: cores each device uses")
+    p.add_argument(
+        "--memory", default=None,
+        help="jupiter: memory budget per device, e.g. 1.5,1.5 (GB) or 800M: the layers are planned "
+        "under it and, where the OS allows (root, a memory cgroup), each device is held to it",
+    )  # fmt: skip
     p.add_argument(
         "--decode", default="naive", choices=["naive", "outline", "auto"],
         help="jupiter: naive continues the chat; outline and auto answer a list question point by point",

@@ -32,7 +32,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from coinfer.errors import CoinferError, ConfigError, ContextOverflowError
 from coinfer.serve.metrics import CONTENT_TYPE_LATEST, ServerMetrics
 from coinfer.serve.schemas import ServeRequest, read_body
-from coinfer.serve.served import Event, Served, ServerBusy, Ticket
+from coinfer.serve.served import Event, Served, ServerBusy, ServerUnavailable, Ticket
 from coinfer.serve.viewer import page
 
 __all__ = ["KEEP_TRACES", "MAX_BODY", "build_app"]
@@ -122,7 +122,13 @@ class _Api:
 
     # ---- routes ------------------------------------------------------------------------
     async def health(self, request: Request) -> Response:
-        return JSONResponse({"status": "ok", "models": {n: s.depth for n, s in self.served.items()}})
+        """200 while every served model can serve; 503 (and why) once one lost a part for
+        good, so a load balancer's health check takes this replica out."""
+        depths = {n: s.depth for n, s in self.served.items()}
+        lost = {n: why for n, s in self.served.items() if (why := s.lost_part()) is not None}
+        if lost:
+            return JSONResponse({"status": "unavailable", "models": depths, "lost": lost}, status_code=503)
+        return JSONResponse({"status": "ok", "models": depths})
 
     async def metrics_text(self, request: Request) -> Response:
         return Response(self.metrics.text(), media_type=CONTENT_TYPE_LATEST)
@@ -172,6 +178,8 @@ class _Api:
             )
         except ServerBusy as exc:
             return self._error(name, 429, str(exc), "rate_limit_error", {"Retry-After": str(exc.retry_after)})
+        except ServerUnavailable as exc:
+            return self._error(name, 503, _said(exc), "server_error")
         except (ConfigError, ContextOverflowError) as exc:
             return self._error(name, 400, _said(exc), "invalid_request_error")
         except (_ClientGone, ClientDisconnect):

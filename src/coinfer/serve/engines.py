@@ -18,12 +18,24 @@ __all__ = ["served"]
 
 
 def served(
-    session: Session, *, name: str, max_queue: int = 64, on_release: Callable[[], None] | None = None
+    session: Session,
+    *,
+    name: str,
+    max_queue: int = 64,
+    on_release: Callable[[], None] | None = None,
+    lost_part: Callable[[], str | None] | None = None,
 ) -> Served:
-    """``session`` served as ``name``; ``on_release``: what else to close when it stops."""
+    """``session`` served as ``name``; ``on_release``: what else to close when it stops;
+    ``lost_part``: a line naming a part of its lost for good (a pipeline's device that
+    died), or None: the server then answers 503 and ``/health`` says why."""
     chat: Any = session.parts.get("chat")
+    out: Served
     if chat is not None:
-        return PlainServed(chat, name=name, max_queue=max_queue, session=session, on_release=on_release)
-    if isinstance(session, BatchSession) and session.batching:
-        return BatchServed(session, name=name, max_queue=max_queue, on_release=on_release)
-    return SessionServed(session, name=name, max_queue=max_queue, on_release=on_release)
+        out = PlainServed(chat, name=name, max_queue=max_queue, session=session, on_release=on_release)
+    elif isinstance(session, BatchSession) and session.batching:
+        out = BatchServed(session, name=name, max_queue=max_queue, on_release=on_release)
+    else:
+        out = SessionServed(session, name=name, max_queue=max_queue, on_release=on_release)
+    if lost_part is not None:
+        out.lost_part = lost_part
+    return out

@@ -53,6 +53,7 @@ __all__ = [
     "PlainServed",
     "Served",
     "ServerBusy",
+    "ServerUnavailable",
     "SessionServed",
     "Ticket",
     "engine_request",
@@ -68,6 +69,15 @@ class ServerBusy(CoinferError):
     def __init__(self, message: str, retry_after: int) -> None:
         super().__init__(message, hint=f"retry in {retry_after} s")
         self.retry_after = retry_after
+
+
+class ServerUnavailable(CoinferError):
+    """A part the model cannot serve without is lost for good (a pipeline's device that
+    died): answered 503, and ``/health`` says so, so a load balancer sends elsewhere."""
+
+
+def _nothing_lost() -> str | None:
+    return None
 
 
 @dataclass
@@ -128,6 +138,8 @@ class Served(ABC):
         self._seconds = 5.0  # a request's time, a moving average (for Retry-After)
         self._thread = threading.Thread(target=self._serve, name=f"serve-{name}", daemon=True)
         self._closed = False
+        # a line naming a part lost for good (its parts' watch, set by ``engines.served``), or None
+        self.lost_part: Callable[[], str | None] = _nothing_lost
 
     # ---- the HTTP side -----------------------------------------------------------------
     def start(self) -> Served:
@@ -144,6 +156,9 @@ class Served(ABC):
 
     def submit(self, request: ServeRequest, sink: Sink) -> Ticket:
         self.check(request)
+        lost = self.unavailable()
+        if lost is not None:
+            raise lost
         if not self._thread.is_alive():
             raise CoinferError(f"{self.name} stopped serving", hint="see the server's log; restart it")
         with self._lock:
@@ -182,10 +197,22 @@ class Served(ABC):
             self._seconds = 0.8 * self._seconds + 0.2 * seconds
         ticket.sink(Event("done", usage=usage))
 
+    def unavailable(self) -> ServerUnavailable | None:
+        """Why no request can be served any more (a part lost for good), or None."""
+        why = self.lost_part()
+        if why is None:
+            return None
+        return ServerUnavailable(
+            f"{self.name} cannot serve: {why}",
+            hint="restart the server; behind a load balancer the other replicas go on serving",
+        )
+
     def failed(self, ticket: Ticket, error: CoinferError) -> None:
+        """``ticket`` ends with ``error``, or with why the model cannot serve any more
+        where a lost part is what failed it (a device named, not a broken connection)."""
         with self._lock:
             self._open -= 1
-        ticket.sink(Event("error", error=error))
+        ticket.sink(Event("error", error=self.unavailable() or error))
 
     def take(self, *, block: bool) -> list[Ticket] | None:
         """Requests that arrived (waiting for one when ``block``); None once closed."""

@@ -109,6 +109,30 @@ def test_a_device_that_dies_mid_request_is_named_and_every_worker_stopped() -> N
     assert all(p.poll() is not None for p in sleepers)  # the other worker was stopped too
 
 
+def test_a_guarded_pipeline_stops_every_worker_when_one_dies_and_goes_on_naming_that_one() -> None:
+    """A server's pipeline (``guard``): its requests run on threads of their own, so the
+    guard watches in the background; the first device to die is named, not the workers
+    it stopped after it."""
+    import subprocess
+    import sys
+    import time
+
+    from coinfer.engines.jupiter.local import LocalPipeline
+
+    sleepers = [subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"]) for _ in range(2)]
+    pipeline = LocalPipeline("127.0.0.1:1", "t", 3, workers=sleepers)
+    pipeline.guard(poll_s=0.05)
+    assert pipeline.lost_device() is None
+    sleepers[1].terminate()
+    for _ in range(400):  # the guard's next look (a test's own bound, not a timing assertion)
+        if sleepers[0].poll() is not None:
+            break
+        time.sleep(0.05)
+    assert sleepers[0].poll() is not None  # the other worker was stopped by the guard
+    assert pipeline.lost_device() == f"device 2 (pid {sleepers[1].pid}) was killed by signal 15"
+    pipeline.stop()
+
+
 def test_an_error_in_the_request_reaches_the_caller_and_a_pipeline_without_a_model_says_so() -> None:
     from coinfer.engines.jupiter.local import LocalPipeline
     from coinfer.errors import ConfigError

@@ -11,8 +11,9 @@ loopback port with a fresh token.
 (``launch_devices`` / ``await_devices``), then the model planned over them and loaded
 (``LocalPipeline.connect``). ``LocalPipeline.watched`` runs a request on a thread while
 this one watches the workers, so a device that dies ends the run with its name
-(``DeviceLostError``) instead of leaving it waiting; ``coinfer edge launch`` and
-``coinfer serve --engine jupiter`` are these calls, given flags.
+(``DeviceLostError``) instead of leaving it waiting; ``LocalPipeline.guard`` watches
+them in the background for a server, whose requests run on threads of their own.
+``coinfer edge launch`` and ``coinfer serve --engine jupiter`` are these calls, given flags.
 """
 
 from __future__ import annotations
@@ -135,6 +136,8 @@ class LocalPipeline:
     fences: list[MemoryCgroup] = field(default_factory=list)
     unenforced: str | None = None
     _cluster: EdgeCluster | None = None
+    _lost: str | None = None  # the first loss seen: workers stopped after it die of our signal
+    _stopped: threading.Event = field(default_factory=threading.Event)
 
     @property
     def cluster(self) -> EdgeCluster:
@@ -160,8 +163,10 @@ class LocalPipeline:
         return self._cluster
 
     def lost_device(self) -> str | None:
-        """A line naming the first worker that died (and how: an OOM kill under its
-        budget is said so), or None while every worker runs."""
+        """A line naming the first worker seen dead (and how: an OOM kill under its budget
+        is said so), or None while every worker runs."""
+        if self._lost is not None:
+            return self._lost
         for rank, p in enumerate(self.workers, start=1):
             code = p.poll()
             if code is not None and code != 0:
@@ -169,8 +174,23 @@ class LocalPipeline:
                 if rank < len(self.fences) and self.fences[rank].oom_kills():
                     budget = self.fences[rank].limit / 2**30
                     how = f"ran out of its {budget:.2f} GiB budget (the OS's OOM killer ended it)"
-                return f"device {rank} (pid {p.pid}) {how}"
+                self._lost = f"device {rank} (pid {p.pid}) {how}"
+                return self._lost
         return None
+
+    def guard(self, *, poll_s: float = POLL_S) -> None:
+        """Watch the workers in the background for as long as the pipeline runs (a
+        server's, whose requests come on threads of their own): the first to die stops
+        every other, so no request waits in a collective call of a broken group, and
+        ``lost_device`` goes on naming it, not the workers stopped after it."""
+
+        def watch() -> None:
+            while not self._stopped.wait(poll_s):
+                if self.lost_device() is not None:
+                    stop_workers(self.workers)
+                    return
+
+        threading.Thread(target=watch, daemon=True, name="jupiter-guard").start()
 
     def watched(self, work: Callable[[], Iterable[T]], *, poll_s: float = POLL_S) -> Iterator[T]:
         """``work()``'s items, produced on a thread while this one watches the workers: a
@@ -214,6 +234,7 @@ class LocalPipeline:
     def stop(self) -> None:
         """End the workers and remove the fences, leaving the cluster as it is (for a run
         whose request thread may be stuck in a broken group)."""
+        self._stopped.set()
         stop_workers(self.workers)
         remove_all(self.fences, member=os.getpid())
         self.fences = []
