@@ -122,3 +122,36 @@ def test_separate_caches_give_each_sequence_its_own_window(smollm_path: Path) ->
     finally:
         separate.close()
         unified.close()
+
+
+def test_a_prompt_chunk_beside_other_sequences_tokens_reads_as_it_does_alone(smollm_path: Path) -> None:
+    """With a cache per sequence, a server's step feeds one request's prompt chunk beside
+    the running requests' single tokens. The chunk's logits are those of the same chunk
+    read alone, bit for bit, whether it continues a copied prefix or not: a request's
+    answer does not depend on what else was running (llama.cpp's equal split once ran the
+    chunk's first row with the others' tokens, and moved them by up to 0.44)."""
+    model = llamacpp.LlamaCppModel(smollm_path, n_ctx=512, n_seq_max=4, kv_unified=False)
+    try:
+        from coinfer.bench.serve_load import load_prompts
+
+        shared, other = (model.chat_prompt([{"role": "user", "content": p}]) for p in load_prompts(16)[14:])
+        common = 0
+        while shared[common] == other[common]:
+            common += 1
+        alone = model.new_sequence()
+        expected = model.extend(alone, other, last_only=True)[-1]
+        model.release(alone)
+        running = model.new_sequence()
+        model.extend(running, shared)
+        fresh = model.new_sequence()
+        got = model.extend_many([(running, [5]), (fresh, other)], last_only=True)
+        assert np.array_equal(got[1][-1], expected)
+        model.release(fresh)
+        copy = model.fork(running)
+        model.truncate(copy, common)  # continues the prefix the two prompts share
+        got = model.extend_many([(running, [7]), (copy, other[common:])], last_only=True)
+        assert np.array_equal(got[1][-1], expected)
+        model.release(copy)
+        model.release(running)
+    finally:
+        model.close()
