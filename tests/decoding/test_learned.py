@@ -19,7 +19,7 @@ _FILLED_AT_RUN_TIME = {"WeakKeyDictionary", "WeakValueDictionary", "WeakSet", "d
                        "dict", "set", "list", "Counter", "deque"}  # fmt: skip
 # a reference that must outlive the call that made it, not learned state: llama.cpp's log
 # callback (ctypes frees a callback Python no longer holds)
-_ALLOWED_GLOBALS = {("models/llamacpp.py", "_LOG_CALLBACK")}
+_ALLOWED_GLOBALS = {("models/llamacpp_hooks.py", "_LOG_CALLBACK")}
 
 
 def _called(node: ast.expr) -> str | None:

@@ -444,7 +444,7 @@ class LocalChat(ChatModel):
             n = common_prefix(seq.tokens, prompt)
             if n > common:
                 best, common = seq, n
-        common = min(common, len(prompt) - 1)  # feed at least one token, for fresh logits
+        common = _cut(common, len(prompt), self.model)
         if best is None or common < self.min_reuse:
             return None, 0
         return best, common
@@ -516,6 +516,14 @@ def _seq(job: _Job) -> Seq:
     """A running job's sequence (admitted jobs always have one)."""
     assert job.seq is not None, "a job fed before it was admitted"
     return job.seq
+
+
+def _cut(common: int, length: int, model: SteerableModel) -> int:
+    """Where a prompt of ``length`` tokens sharing ``common`` with a cache continues it: it
+    reads at least one token (for fresh logits) and the model's ``min_tail``, from a
+    multiple of its ``prefix_block`` (its rows then run as in a read of the whole prompt)."""
+    common = min(common, length - max(1, model.min_tail))
+    return max(0, common - common % max(1, model.prefix_block))
 
 
 def open_local_chat(

@@ -153,6 +153,11 @@ class SteerableModel(Prompter):
     n_ctx: int
     kv_cells_shared: bool = False  # all sequences share the n_ctx cache cells (llama.cpp)
     max_sequences: int | None = None  # how many sequences may be live at once (None: no limit)
+    # A prompt continued from a cached prefix (``fork``) is cut at a multiple of
+    # ``prefix_block`` tokens and reads at least ``min_tail`` itself, so that its rows take
+    # the kernels they take when the whole prompt is read, and its answer is the same.
+    prefix_block: int = 1
+    min_tail: int = 1
     weights_file: Path | None = None  # the file the weights are memory-mapped from, paged on demand
     # called with a layer's index as soon as a forward has computed it (a backend that can
     # tell, when asked to: llama.cpp loaded with layer_progress=True); None: nobody listens

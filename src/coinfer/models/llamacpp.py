@@ -33,6 +33,7 @@ from coinfer.errors import ConfigError, ContextOverflowError, MissingDependencyE
 from coinfer.models.base import CheckedForward, Seq, SteerableModel, TokenConstraint, backend_seq
 from coinfer.models.chat_template import ChatTemplate
 from coinfer.models.gguf_layout import check_gguf
+from coinfer.models.llamacpp_hooks import layer_progress_callback, route_logs
 from coinfer.models.tree import TokenTree
 
 __all__ = ["LlamaCppModel"]
@@ -46,34 +47,8 @@ def _import_llama() -> Any:
         import llama_cpp._internals  # noqa: F401  (LlamaModel/LlamaContext wrappers)
     except ImportError as exc:
         raise MissingDependencyError("llama-cpp-python", "llama") from exc
-    _route_logs(llama_cpp)
+    route_logs(llama_cpp)
     return llama_cpp
-
-
-_LOG_CALLBACK: Any = None
-_LLAMA_LOG = logging.getLogger("coinfer.llama_cpp")
-# ggml's levels (debug 1, info 2, warn 3, error 4) in Python's: its warnings, mostly about
-# settings chosen on purpose (a context shorter than training), are INFO, shown on request
-_LEVELS = {4: logging.ERROR, 3: logging.INFO, 2: logging.DEBUG, 1: logging.DEBUG}
-
-
-def _route_logs(llama_cpp: Any) -> None:
-    """llama.cpp logs to stderr by default; send its lines to the ``coinfer.llama_cpp``
-    logger instead (llama.cpp's own printing with COINFER_LLAMA_LOG set)."""
-    global _LOG_CALLBACK
-    if _LOG_CALLBACK is not None or os.environ.get("COINFER_LLAMA_LOG"):
-        return
-
-    def forward(level: int, text: bytes, user_data: ctypes.c_void_p) -> None:
-        try:
-            python_level = _LEVELS.get(level, logging.DEBUG)
-            if _LLAMA_LOG.isEnabledFor(python_level):
-                _LLAMA_LOG.log(python_level, "%s", text.decode("utf-8", "replace").rstrip())
-        except Exception:  # noqa: BLE001, S110 - a log line must never raise into llama.cpp (C)
-            pass
-
-    _LOG_CALLBACK = llama_cpp.llama_log_callback(forward)
-    llama_cpp.llama_log_set(_LOG_CALLBACK, ctypes.c_void_p(0))
 
 
 _PROBE = """
@@ -87,35 +62,6 @@ b = I.LlamaBatch(n_tokens=8, embd=0, n_seq_max=1)
 b.set_batch([0, 1, 2, 3], 0, False); c.decode(b)  # a batch (matrix kernels)
 b.set_batch([4], 4, False); c.decode(b)  # one token (vector kernels)
 """
-
-
-def _layer_progress_callback(lc: Any, model: weakref.ref[LlamaCppModel]) -> Any:
-    """llama.cpp's eval callback, reporting each layer as the forward finishes it: asked
-    about every node of the graph before it runs, it wants to see only the layer outputs
-    (``l_out-N``), and only while the model has a ``layer_listener``; llama.cpp then
-    computes the graph up to each such node, and calls back after it."""
-    # ggml's own accessor, found through the llama library loaded (and so its ggml, also
-    # under LLAMA_CPP_LIB_PATH)
-    get_name = lc.llama_cpp._lib.ggml_get_name
-    get_name.restype = ctypes.c_char_p
-    get_name.argtypes = [ctypes.c_void_p]
-
-    @lc.ggml_backend_sched_eval_callback
-    def on_node(tensor: int, ask: bool, _user: int) -> bool:
-        m = model()
-        listener = None if m is None else m.layer_listener
-        if listener is None:
-            return not ask  # wants nothing; once computed, go on
-        name = get_name(tensor) or b""
-        if ask:
-            return name.startswith(b"l_out-")
-        try:  # an exception leaving a ctypes callback would stop the forward half done
-            listener(int(name[6:]))
-        except Exception:
-            log.exception("the layer listener of %s failed", m.name)  # type: ignore[union-attr]
-        return True
-
-    return on_node
 
 
 def cpu_extra_buffers_work(path: Path) -> bool:
@@ -184,6 +130,9 @@ class LlamaCppModel(SteerableModel):
 
     backend = "llama.cpp"
     kv_cells_shared = True
+    # its CPU kernels run a forward's rows in blocks of 4, and fewer than 8 rows on others:
+    # a tail of another length read otherwise than the whole prompt (Qwen2.5-Coder-0.5B)
+    prefix_block, min_tail = 4, 8
 
     def __init__(
         self,
@@ -225,7 +174,7 @@ class LlamaCppModel(SteerableModel):
         self._keep_hidden_states(hidden_states)
         cparams = self._context_params(self._threads, flash_attn, n_cells)
         if layer_progress:
-            self._layer_cb = _layer_progress_callback(lc, weakref.ref(self))
+            self._layer_cb = layer_progress_callback(lc, weakref.ref(self))
             cparams.cb_eval = self._layer_cb
         try:
             self._ctx = lc._internals.LlamaContext(model=self._model, params=cparams, verbose=False)

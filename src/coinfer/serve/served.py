@@ -41,7 +41,7 @@ from coinfer.decoding.engine import Request, Session
 from coinfer.decoding.response import DecodeStats, Response
 from coinfer.decoding.sampling import SamplingParams
 from coinfer.decoding.trace import TraceRecorder
-from coinfer.errors import CoinferError, ConfigError
+from coinfer.errors import CoinferError, ConfigError, ModelError, TransportError
 from coinfer.serve.schemas import ServeRequest
 from coinfer.serve.stops import StopScanner
 
@@ -69,6 +69,9 @@ class ServerBusy(CoinferError):
     def __init__(self, message: str, retry_after: int) -> None:
         super().__init__(message, hint=f"retry in {retry_after} s")
         self.retry_after = retry_after
+
+
+LOSS_GRACE_S = 2.0  # how long a failure waits for a watched part's loss to be reported
 
 
 class ServerUnavailable(CoinferError):
@@ -212,7 +215,23 @@ class Served(ABC):
         where a lost part is what failed it (a device named, not a broken connection)."""
         with self._lock:
             self._open -= 1
-        ticket.sink(Event("error", error=self.unavailable() or error))
+        ticket.sink(Event("error", error=self._attributed(error)))
+
+    def _attributed(self, error: CoinferError) -> CoinferError:
+        """``error``, or the lost part behind it. A peer's socket closes as its process
+        exits, a moment before the OS reports the exit: where parts are watched, a failure
+        of the model or its links waits up to ``LOSS_GRACE_S`` for the watch to name one."""
+        lost = self.unavailable()
+        if (
+            lost is None
+            and self.lost_part is not _nothing_lost
+            and isinstance(error, (ModelError, TransportError))
+        ):
+            deadline = time.monotonic() + LOSS_GRACE_S
+            while lost is None and time.monotonic() < deadline:
+                time.sleep(0.05)
+                lost = self.unavailable()
+        return lost or error
 
     def take(self, *, block: bool) -> list[Ticket] | None:
         """Requests that arrived (waiting for one when ``block``); None once closed."""
@@ -239,7 +258,7 @@ def as_coinfer_error(exc: BaseException) -> CoinferError:
     if isinstance(exc, CoinferError):
         return exc
     log.error("the engine failed", exc_info=exc)
-    return CoinferError(f"the model failed: {type(exc).__name__}: {exc}")
+    return ModelError(f"the model failed: {type(exc).__name__}: {exc}")
 
 
 def prompt_ids(model: Any, request: ServeRequest) -> list[int]:
