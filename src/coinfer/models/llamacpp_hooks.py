@@ -6,11 +6,8 @@ from __future__ import annotations
 import ctypes
 import logging
 import os
-import weakref
-from typing import TYPE_CHECKING, Any
-
-if TYPE_CHECKING:
-    from coinfer.models.llamacpp import LlamaCppModel
+from collections.abc import Callable
+from typing import Any
 
 __all__ = ["layer_progress_callback", "route_logs"]
 
@@ -42,11 +39,12 @@ def route_logs(llama_cpp: Any) -> None:
     llama_cpp.llama_log_set(_LOG_CALLBACK, ctypes.c_void_p(0))
 
 
-def layer_progress_callback(lc: Any, model: weakref.ref[LlamaCppModel]) -> Any:
+def layer_progress_callback(lc: Any, model: Callable[[], Any]) -> Any:
     """llama.cpp's eval callback, reporting each layer as the forward finishes it: asked
     about every node of the graph before it runs, it wants to see only the layer outputs
     (``l_out-N``), and only while the model has a ``layer_listener``; llama.cpp then
-    computes the graph up to each such node, and calls back after it."""
+    computes the graph up to each such node, and calls back after it. ``model``: a weak
+    reference to the model (None once it is gone)."""
     # ggml's own accessor, found through the llama library loaded (and so its ggml, also
     # under LLAMA_CPP_LIB_PATH)
     get_name = lc.llama_cpp._lib.ggml_get_name
@@ -65,7 +63,7 @@ def layer_progress_callback(lc: Any, model: weakref.ref[LlamaCppModel]) -> Any:
         try:  # an exception leaving a ctypes callback would stop the forward half done
             listener(int(name[6:]))
         except Exception:
-            log.exception("the layer listener of %s failed", m.name)  # type: ignore[union-attr]
+            log.exception("the layer listener of %s failed", m.name)
         return True
 
     return on_node
