@@ -63,10 +63,11 @@ __all__ = ["PREFILL_CHUNK", "LocalChat", "open_local_chat"]
 
 PREFILL_CHUNK = 512  # prompt tokens read per step, shared by the prompts being read
 # A kept or running cache is continued from when it shares this many leading tokens with a
-# new prompt. Qwen2.5-Coder-1.5B on a 2-core CPU, 8192-cell streams: copying one and reading
-# a token cost 56-91 ms, reading 8 tokens 190 ms and 16 tokens 225-239 ms (the copy is a
-# whole llama.cpp stream, so it gains little with the share); a chat template's opening
-# (24-33 tokens, every request's) is long enough, as llama-server's per-slot cache_prompt reuses it.
+# new prompt (after the model's cut, ``_cut``). Qwen2.5-Coder-1.5B on a 2-core CPU,
+# 8192-cell streams: a copy (a whole llama.cpp stream, whatever the share) and one token
+# read cost 56-91 ms, reading 8 tokens 190 ms and 16 tokens 225-239 ms. So a chat
+# template's opening (24-33 tokens, every request's) is worth it, as llama-server's slots
+# reuse it (cache_prompt).
 MIN_REUSE = 16
 MIN_WAIT = 64  # a new request waits for a running one's read of a prefix they share this long
 SMOOTHING, REFRESH = 0.3, 64  # the decoding steps' cost curve: a new measurement's weight, a point's age

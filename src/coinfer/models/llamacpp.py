@@ -501,10 +501,10 @@ class LlamaCppModel(SteerableModel):
         out = np.empty(shape, dtype=np.int64 if greedy else np.float32)
         slot = {row: k for k, row in enumerate(wanted)}
         for group in groups:
-            marks = [i for i in group if i in slot]
-            part = self._decode_rows([rows[i] for i in group], [group.index(i) for i in marks], hidden=False,
-                                     greedy=greedy)  # fmt: skip
-            for j, i in enumerate(marks):
+            marks = [(k, i) for k, i in enumerate(group) if i in slot]
+            chunk = [rows[i] for i in group]
+            part = self._decode_rows(chunk, [k for k, _ in marks], hidden=False, greedy=greedy)
+            for j, (_, i) in enumerate(marks):
                 out[slot[i]] = part[j]
         return out
 
