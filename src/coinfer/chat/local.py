@@ -521,10 +521,10 @@ def _seq(job: _Job) -> Seq:
 
 def _cut(common: int, length: int, model: SteerableModel) -> int:
     """Where a prompt of ``length`` tokens sharing ``common`` with a cache continues it: it
-    reads at least one token (for fresh logits) and the model's ``min_tail``, from a
-    multiple of its ``prefix_block`` (its rows then run as in a read of the whole prompt)."""
-    common = min(common, length - max(1, model.min_tail))
-    return max(0, common - common % max(1, model.prefix_block))
+    reads the model's ``min_tail`` (at least one token, for fresh logits), from a multiple
+    of its ``prefix_block`` (its rows then run as in a read of the whole prompt)."""
+    common = min(common, length - model.min_tail)
+    return max(0, common - common % model.prefix_block)
 
 
 def open_local_chat(

@@ -109,7 +109,10 @@ class PartsFromArgs:
 
     def lost_part(self) -> str | None:
         """A line naming a part lost for good (a pipeline's device that died), or None."""
-        return next((why for why in (watch() for watch in self._watches) if why is not None), None)
+        for watch in self._watches:
+            if (why := watch()) is not None:
+                return why
+        return None
 
     def _opened(self, value: Any, close: Callable[[], object] | None = None) -> Any:
         self._stack.callback(close or value.close)

@@ -155,7 +155,8 @@ class SteerableModel(Prompter):
     max_sequences: int | None = None  # how many sequences may be live at once (None: no limit)
     # A prompt continued from a cached prefix (``fork``) is cut at a multiple of
     # ``prefix_block`` tokens and reads at least ``min_tail`` itself, so that its rows take
-    # the kernels they take when the whole prompt is read, and its answer is the same.
+    # the kernels they take when the whole prompt is read, and its answer is the same
+    # (both at least 1).
     prefix_block: int = 1
     min_tail: int = 1
     weights_file: Path | None = None  # the file the weights are memory-mapped from, paged on demand
