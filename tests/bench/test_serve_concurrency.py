@@ -27,7 +27,7 @@ def test_a_level_counts_throughput_latencies_and_identical_texts_for_both_halves
         _stream(3, "d", 4.0, 8.0, 5),  # held out (every fourth prompt)
         _stream(0, "", 0.0, 0.0, 0, error="APIConnectionError"),
     ]
-    row = level_row(4, streams, 10.0, reference)
+    row = level_row(4, [(streams, 10.0)], reference)
     assert (row["requests"], row["tokens"], row["tok_s"]) == (4, 13, 1.3)
     assert row["ttft_p50_s"] == 2.0 and row["itl_p50_s"] == 0.5  # of the three that finished
     assert row["errors"] == ["prompt 0: APIConnectionError"] and row["identical"] == 2
@@ -35,6 +35,19 @@ def test_a_level_counts_throughput_latencies_and_identical_texts_for_both_halves
     assert row["held_out"] == {"requests": 1, "ttft_p50_s": 4.0, "itl_p50_s": 1.0, "identical": 1}
     table = markdown_table({"systems": {"coinfer-plain": [row]}})
     assert "| coinfer-plain | 4 | 1.30 | 2.00 s /" in table and "| 1 | 0 | 2/4 | 4.00 s, 1/1 |" in table
+
+
+def test_repeated_runs_give_the_median_runs_throughput_and_pool_their_latencies() -> None:
+    reference = {0: "a", 1: "b"}
+    fast = [_stream(0, "a", 1.0, 2.0, 10), _stream(1, "b", 2.0, 3.0, 10)]  # 20 tokens
+    slow = [_stream(0, "a", 3.0, 5.0, 10), _stream(1, "x", 5.0, 7.0, 10)]
+    middle = [_stream(0, "a", 2.0, 3.0, 10), _stream(1, "b", 4.0, 5.0, 10)]
+    row = level_row(16, [(fast, 4.0), (slow, 20.0), (middle, 5.0)], reference)
+    assert row["runs"] == 3 and row["tok_s_runs"] == [5.0, 1.0, 4.0] and row["tok_s"] == 4.0
+    assert row["ttft_p50_s_runs"] == [1.5, 4.0, 3.0] and row["ttft_p50_s"] == 2.5  # all six pooled
+    assert (row["requests"], row["identical"], row["wall_s"]) == (6, 5, 29.0)
+    table = markdown_table({"systems": {"coinfer-speculative": [row]}})
+    assert "| coinfer-speculative | 16 | 4.00 (5.00, 1.00, 4.00) | 2.50 s /" in table
 
 
 def test_a_level_sends_each_prompt_once_where_the_suite_has_enough() -> None:
@@ -49,27 +62,38 @@ def test_unknown_systems_and_bad_levels_are_refused() -> None:
         ConcurrencyConfig(systems=("vllm",))
     with pytest.raises(ConfigError):
         ConcurrencyConfig(levels=(0, 4))
+    with pytest.raises(ConfigError):
+        ConcurrencyConfig(repeats=0)
 
 
 @needs_llama
-def test_each_server_alone_at_two_levels_answers_every_request_as_alone(smollm_path: Path) -> None:
+def test_each_server_alone_at_two_levels_twice_answers_every_request_as_alone(smollm_path: Path) -> None:
     from coinfer.bench.serve_concurrency import run_concurrency
 
     config = ConcurrencyConfig(
         model="smollm2-135m", levels=(1, 4), max_tokens=8, per_category=1, ctx=1024,
-        systems=("coinfer-plain", "coinfer-speculative"),
+        systems=("coinfer-plain", "coinfer-speculative"), repeats=2,
     )  # fmt: skip
-    report = run_concurrency(config, log=lambda line: None)
+    lines: list[str] = []
+    report = run_concurrency(config, log=lines.append)
     for name in config.systems:  # the speculative engine batched as plain decoding is
         one, four = report["systems"][name]
-        assert (one["clients"], one["requests"], four["clients"], four["requests"]) == (1, 3, 4, 4)
+        assert (one["clients"], one["requests"], four["clients"], four["requests"]) == (1, 6, 4, 8)
         for row in (one, four):
             assert row["errors"] == [] and 0 < row["tokens"] <= 8 * row["requests"] and row["tok_s"] > 0
+            assert row["runs"] == 2 and len(row["tok_s_runs"]) == 2 and row["tok_s"] > 0
             assert row["tuned"]["requests"] + row["held_out"]["requests"] == row["requests"]
-        assert one["identical"] == 3
+        assert one["identical"] == 6  # the second run alone gives the first's texts
         # batched, llama.cpp's logits move slightly with the batch's shape (the README's known
         # gap): a near-tie may flip one greedy text, and the bench counts it
-        assert four["identical"] >= 3
+        assert four["identical"] >= 6
+    # the alone runs first, then the rounds, the systems in the reverse order every other round
+    order = [line.split()[0] + f"@{line.split()[1]}" for line in lines]
+    assert order == [
+        "coinfer-plain@1", "coinfer-speculative@1",
+        "coinfer-plain@4", "coinfer-speculative@4",
+        "coinfer-speculative@1", "coinfer-plain@1", "coinfer-speculative@4", "coinfer-plain@4",
+    ]  # fmt: skip
     assert [p["held_out"] for p in report["prompts"]] == [False, False, False]
 
 

@@ -12,6 +12,13 @@ suite holds at least as many prompts as clients (``per_category`` >= clients / 3
 repeated prompt is an answer that llama-server's n-gram pool (``ngram-mod``) or a prompt
 cache has seen already.
 
+With ``repeats`` above 1, every level runs that many times on a fresh server each, the
+systems' runs interleaved (one run of each system, then the next round, in the reverse
+order every other round), so that a minute when the machine ran slow weighs on every
+system alike: a CPU bench moves 10-20% from one run to the next, more than the gaps it
+measures. Throughput is the median run's, with each run's listed (``tok_s_runs``); the
+latencies and identical texts pool every run's streams.
+
 Per level: aggregate completion tokens/s (all tokens over the time from the first
 request sent to the last token), time to first token and inter-token latency (a
 request's seconds per token after its first) at p50 and p95, errors, honest 429s, and how
@@ -61,15 +68,18 @@ class ConcurrencyConfig:
     systems: tuple[str, ...] = tuple(SYSTEMS)
     deadline_s: float = 3600.0
     shared_tokens: int = 0
+    repeats: int = 1  # runs of each level, interleaved across systems (see the module)
 
     def __post_init__(self) -> None:
         if (
             not self.levels
             or min(self.levels) < 1
             or self.max_tokens < 2
-            or min(self.slots, self.per_category) < 1
+            or min(self.slots, self.per_category, self.repeats) < 1
         ):
-            raise ConfigError("levels of >= 1 clients, max_tokens >= 2, slots and per_category >= 1, please")
+            raise ConfigError(
+                "levels of >= 1 clients, max_tokens >= 2, slots, per_category and repeats >= 1, please"
+            )
         unknown = set(self.systems) - set(SYSTEMS)
         if unknown:
             raise ConfigError(f"unknown systems {sorted(unknown)}", hint=f"choose among {', '.join(SYSTEMS)}")
@@ -90,21 +100,30 @@ def _half(streams: list[Stream], reference: dict[int, str], held_out: bool) -> d
     }
 
 
-def level_row(
-    clients: int, streams: list[Stream], wall_s: float, reference: dict[int, str]
-) -> dict[str, Any]:
-    """One level's figures from its streams (see the module)."""
+Run = tuple[list[Stream], float]  # one run of a level: its streams and its wall seconds
+
+
+def level_row(clients: int, runs: list[Run], reference: dict[int, str]) -> dict[str, Any]:
+    """One level's figures from its runs (see the module): throughput per run and the
+    median run's; latencies, errors and identical texts over every run's streams."""
+    streams = [s for run, _ in runs for s in run]
     done = [s for s in streams if s.error is None]
-    tokens = sum(s.tokens for s in done)
+    rates = [_rate(run, wall_s) for run, wall_s in runs]
     firsts = [s.first_s for s in done if s.first_s is not None]
     gaps = [x for s in done if (x := s.inter_token_s) is not None]
     return {
         "clients": clients,
+        "runs": len(runs),
         "requests": len(streams),
-        "tokens": tokens,
-        "wall_s": round(wall_s, 2),
-        "tok_s": round(tokens / wall_s, 3) if wall_s > 0 else 0.0,
+        "tokens": sum(s.tokens for s in done),
+        "wall_s": round(sum(wall_s for _, wall_s in runs), 2),
+        "tok_s": round(float(np.median(rates)), 3),
+        "tok_s_runs": rates,
         "ttft_p50_s": _pct(firsts, 0.5),
+        "ttft_p50_s_runs": [
+            _pct([s.first_s for s in run if s.error is None and s.first_s is not None], 0.5)
+            for run, _ in runs
+        ],
         "ttft_p95_s": _pct(firsts, 0.95),
         "itl_p50_s": _pct(gaps, 0.5),
         "itl_p95_s": _pct(gaps, 0.95),
@@ -114,6 +133,12 @@ def level_row(
         "tuned": _half(streams, reference, held_out=False),
         "held_out": _half(streams, reference, held_out=True),
     }
+
+
+def _rate(streams: list[Stream], wall_s: float) -> float:
+    """A run's aggregate completion tokens/s."""
+    tokens = sum(s.tokens for s in streams if s.error is None)
+    return round(tokens / wall_s, 3) if wall_s > 0 else 0.0
 
 
 def _start(name: str, config: ConcurrencyConfig) -> tuple[str, Callable[[], None]] | None:
@@ -143,9 +168,9 @@ def level_requests(clients: int, prompts: int) -> int:
 
 def _level(
     name: str, config: ConcurrencyConfig, prompts: list[list[dict[str, str]]], clients: int
-) -> tuple[list[Stream], float] | None:
-    """One level on a server of its own, started fresh: no level reads a prompt an earlier
-    level left in a cache (None: the system is not built here)."""
+) -> Run | None:
+    """One run of a level on a server of its own, started fresh: no run reads a prompt an
+    earlier one left in a cache (None: the system is not built here)."""
     started = _start(name, config)
     if started is None:
         return None
@@ -161,41 +186,66 @@ def _level(
         stop()
 
 
-def _system(
-    name: str, config: ConcurrencyConfig, prompts: list[list[dict[str, str]]], log: Callable[[str], None]
-) -> list[dict[str, Any]] | None:
-    """Every level of ``name``, the prompts alone first (the reference texts)."""
-    alone = _level(name, config, prompts, 1)
-    if alone is None:
-        log(f"{name}: not built here (coinfer bench speculative --build-peers builds it); left out")
-        return None
-    reference = {s.prompt: s.text for s in alone[0] if s.error is None}
-    rows: list[dict[str, Any]] = []
-    for clients in config.levels:
-        ran = alone if clients == 1 else _level(name, config, prompts, clients)
-        assert ran is not None
-        rows.append(level_row(clients, *ran, reference))
-        r = rows[-1]
-        log(
-            f"{name:24} {clients:3} clients: {r['tok_s']:7.2f} tok/s, TTFT p50 {r['ttft_p50_s']} s, "
-            f"{len(r['errors'])} errors, {r['identical']}/{r['requests']} identical"
-        )
-    return rows
+def _alone(
+    config: ConcurrencyConfig, prompts: list[list[dict[str, str]]], log: Callable[[str], None]
+) -> dict[str, Run]:
+    """Each system's prompts streamed alone, one after another (the reference texts, and
+    the 1-client level's first run); the systems not built here left out."""
+    alone: dict[str, Run] = {}
+    for name in config.systems:
+        ran = _level(name, config, prompts, 1)
+        if ran is None:
+            log(f"{name}: not built here (coinfer bench speculative --build-peers builds it); left out")
+        else:
+            alone[name] = ran
+            _log_run(log, name, 1, ran)
+    return alone
+
+
+def _log_run(log: Callable[[str], None], name: str, clients: int, run: Run) -> None:
+    streams, wall_s = run
+    firsts = [s.first_s for s in streams if s.error is None and s.first_s is not None]
+    errors = sum(s.error is not None for s in streams)
+    rate, ttft = _rate(streams, wall_s), _pct(firsts, 0.5)
+    log(f"{name:24} {clients:3} clients: {rate:7.2f} tok/s, TTFT p50 {ttft} s, {errors} errors")
+
+
+def _interleaved_runs(
+    config: ConcurrencyConfig,
+    prompts: list[list[dict[str, str]]],
+    alone: dict[str, Run],
+    log: Callable[[str], None],
+) -> dict[tuple[str, int], list[Run]]:
+    """Every level's runs, ``repeats`` rounds of one run per system, the systems in the
+    reverse order every other round; the alone runs count as the 1-client level's first."""
+    runs: dict[tuple[str, int], list[Run]] = {(n, c): [] for n in alone for c in config.levels}
+    names = list(alone)
+    for round_ in range(config.repeats):
+        for clients in config.levels:
+            for name in names if round_ % 2 == 0 else names[::-1]:
+                ran = alone[name] if round_ == 0 and clients == 1 else _level(name, config, prompts, clients)
+                assert ran is not None  # built: it ran alone
+                if ran is not alone[name]:
+                    _log_run(log, name, clients, ran)
+                runs[(name, clients)].append(ran)
+    return runs
 
 
 def run_concurrency(config: ConcurrencyConfig, *, log: Callable[[str], None]) -> dict[str, Any]:
-    """Every system in turn, alone, at every level; the rows by system and the config."""
+    """Every system alone, at every level, ``repeats`` times interleaved; the rows by
+    system and the config."""
     from coinfer.bench.report import environment
     from coinfer.bench.workloads import build_suite
 
     suite = build_suite(config.per_category)
     opening = shared_opening(config.shared_tokens)
     prompts = [[*opening, *p["messages"]] for p in suite]
+    alone = _alone(config, prompts, log)
+    runs = _interleaved_runs(config, prompts, alone, log)
     systems: dict[str, list[dict[str, Any]]] = {}
-    for name in config.systems:
-        rows = _system(name, config, prompts, log)
-        if rows is not None:
-            systems[name] = rows
+    for name, (streams, _) in alone.items():
+        reference = {s.prompt: s.text for s in streams if s.error is None}
+        systems[name] = [level_row(c, runs[(name, c)], reference) for c in config.levels]
     return {
         "config": asdict(config),
         "environment": environment(),
@@ -220,6 +270,13 @@ def _cell(value: float | None, unit: str = "") -> str:
     return "-" if value is None else f"{value:.2f}{unit}"
 
 
+def _rates(row: dict[str, Any]) -> str:
+    """The median run's tokens/s, and each run's where there were several."""
+    runs = row.get("tok_s_runs", [])
+    each = f" ({', '.join(f'{x:.2f}' for x in runs)})" if len(runs) > 1 else ""
+    return f"{row['tok_s']:.2f}{each}"
+
+
 def markdown_table(report: dict[str, Any]) -> str:
     """One row per system and level: throughput, TTFT and ITL (p50 / p95), errors, texts
     identical to the request alone, and the held-out half's TTFT p50 and identical texts."""
@@ -233,7 +290,7 @@ def markdown_table(report: dict[str, Any]) -> str:
             itl = [None if x is None else x * 1000 for x in (r["itl_p50_s"], r["itl_p95_s"])]
             held = r["held_out"]
             lines.append(
-                f"| {name} | {r['clients']} | {r['tok_s']:.2f} | {_cell(r['ttft_p50_s'], ' s')} / "
+                f"| {name} | {r['clients']} | {_rates(r)} | {_cell(r['ttft_p50_s'], ' s')} / "
                 f"{_cell(r['ttft_p95_s'], ' s')} | {_cell(itl[0])} / {_cell(itl[1])} | {len(r['errors'])} | "
                 f"{r['rate_limited']} | {r['identical']}/{r['requests']} | "
                 f"{_cell(held['ttft_p50_s'], ' s')}, {held['identical']}/{held['requests']} |"

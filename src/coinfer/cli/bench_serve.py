@@ -67,7 +67,7 @@ def _concurrency(args: argparse.Namespace) -> None:
         model=args.concurrency_model, levels=_numbers(args.levels), max_tokens=args.concurrency_tokens,
         slots=args.max_batch, per_category=1 if args.quick else args.per_category,
         systems=tuple(args.systems.split(",")) if args.systems else ConcurrencyConfig().systems,
-        shared_tokens=args.shared_tokens,
+        shared_tokens=args.shared_tokens, repeats=args.repeats,
     )  # fmt: skip
     report = run_concurrency(config, log=err)
     _publish(args, "concurrency", report, markdown_table(report), shown="systems", plot=plot)
@@ -176,6 +176,11 @@ def add_serve_bench(bench: Any) -> None:
         "--engines", default=None,
         help="the engines part's engines, comma-separated (default: plain, speculative, collective, "
         "llmcad, dragon, minions)",
+    )  # fmt: skip
+    p.add_argument(
+        "--repeats", type=int, default=1,
+        help="the concurrency part: runs of each level, the systems' runs interleaved (a CPU bench moves "
+        "10-20%% from one run to the next; default: %(default)s)",
     )  # fmt: skip
     p.add_argument("--engine-levels", default="1,4", help="the engines part's client counts (default: 1,4)")
     p.add_argument("--speed-model", default="qwen2.5-coder-1.5b", help="the speed part's model")
