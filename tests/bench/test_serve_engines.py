@@ -3,6 +3,7 @@ ratio to one client's."""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -38,3 +39,27 @@ def test_plain_and_dragon_serving_at_one_and_two_clients_answer_every_request(sm
     table = markdown_table(report)
     assert table.splitlines()[0] == "| engine | model | unit | 1 clients | 2 clients | 2 / 1 | errors |"
     assert "| plain | smollm2-135m | tok/s |" in table
+
+
+@needs_llama
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs two cores")
+def test_minions_remote_is_served_on_a_core_of_its_own_and_the_engine_on_the_other(smollm_path: Path) -> None:
+    import contextlib
+
+    import psutil
+
+    from coinfer.bench.serve_engines import _served
+
+    config = EnginesConfig(model="smollm2-135m", local="smollm2-135m", max_batch=2, ctx=1024)
+    near, far = sorted(os.sched_getaffinity(0))[:2]
+    with contextlib.ExitStack() as stack:
+        flags = ["--engine", "minions", "--remote", "smollm2-135m"]
+        url = _served(stack, "smollm2-135m", flags, True, config)
+        servers = {tuple(p.cpu_affinity()): p.cmdline() for p in psutil.Process().children()}
+        assert set(servers) == {(near,), (far,)}  # two servers, a core each
+        engine, remote = servers[(near,)], servers[(far,)]
+        assert "minions" in engine and "--engine" not in remote
+        assert engine[engine.index("--remote-base-url") + 1].startswith("http://127.0.0.1:")
+        assert engine[engine.index("--threads") + 1] == remote[remote.index("--threads") + 1] == "1"
+        assert url.startswith("http://127.0.0.1:") and url != engine[engine.index("--remote-base-url") + 1]
+    assert psutil.Process().children() == []  # both stopped

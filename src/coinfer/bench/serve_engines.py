@@ -9,6 +9,10 @@ each request brings (the MinionS bench's CPython modules, the shortest first) an
 measured in questions per minute: its completion tokens are the remote's answer. DRAGON
 answers the DRAGON bench's questions from one corpus of every question's device files
 (device-only: no cloud process shares the cores), in completion tokens per second.
+MinionS's remote is a second ``coinfer serve`` on loopback, and the two sides run on a core
+each (one thread each; as DRAGON's bench pins device and cloud): the remote stands for a
+machine of its own, as a cloud is, and two llama.cpp processes of two threads each on the
+same two cores slow each other down more than either is sped by the other's waits.
 Jupiter serves the smaller model as a pipeline of two device processes, one core each. An
 engine that serves one request at a time shows about 1x; one that batches or overlaps its
 requests, more. Nothing here is tuned, so there is no held-out half.
@@ -17,6 +21,8 @@ requests, more. Nothing here is tuned, so there is no held-out half.
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import os
 import tempfile
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
@@ -107,7 +113,6 @@ def _row(clients: int, streams: list[Stream], wall_s: float) -> dict[str, Any]:
 
 def _engine(name: str, config: EnginesConfig, log: Callable[[str], None]) -> dict[str, Any]:
     from coinfer.decoding.registry import get
-    from coinfer.serve.process import ServerProcess
 
     engine = get(name)
     documents = engine.needs_documents  # MinionS: questions on the documents each brings
@@ -120,9 +125,10 @@ def _engine(name: str, config: EnginesConfig, log: Callable[[str], None]) -> dic
             flags += corpus
         else:
             work = _work(documents, config)
-        for clients in config.levels:  # a fresh server per level: no level reads another's caches
-            with ServerProcess(model, ctx=config.ctx, max_batch=config.max_batch, extra_args=flags) as server:
-                run = clients_at_once(server.url, model, work, list(range(len(work))), clients,
+        for clients in config.levels:  # fresh servers per level: no level reads another's caches
+            with contextlib.ExitStack() as stack:
+                url = _served(stack, model, flags, "remote" in engine.parts, config)
+                run = clients_at_once(url, model, work, list(range(len(work))), clients,
                                       max_tokens=config.max_tokens, deadline_s=config.deadline_s)  # fmt: skip
                 rows.append(_row(clients, *asyncio.run(run)))
             _log_row(name, rows[-1], log)
@@ -130,6 +136,24 @@ def _engine(name: str, config: EnginesConfig, log: Callable[[str], None]) -> dic
     first = rows[0][unit]
     scaling = {r["clients"]: round(r[unit] / first, 3) if first else None for r in rows}
     return {"engine": name, "model": model, "unit": unit, "flags": flags, "rows": rows, "scaling": scaling}
+
+
+def _served(
+    stack: contextlib.ExitStack, model: str, flags: list[str], remote: bool, config: EnginesConfig
+) -> str:
+    """The engine's server, started (and stopped with ``stack``); where it has a remote and
+    the machine two cores, the remote on a core of its own and the engine on the other."""
+    from coinfer.serve.process import ServerProcess
+
+    cores = sorted(os.sched_getaffinity(0))
+    if not remote or len(cores) < 2:
+        return stack.enter_context(ServerProcess(model, ctx=config.ctx, max_batch=config.max_batch,
+                                                 extra_args=flags)).url  # fmt: skip
+    far = stack.enter_context(ServerProcess(config.model, ctx=config.ctx, max_batch=config.max_batch,
+                                            extra_args=["--threads", "1"], cores=[cores[1]]))  # fmt: skip
+    near = [*flags, "--threads", "1", "--remote-base-url", far.url, "--remote-api-key", "loopback"]
+    return stack.enter_context(ServerProcess(model, ctx=config.ctx, max_batch=config.max_batch,
+                                             extra_args=near, cores=[cores[0]])).url  # fmt: skip
 
 
 def _log_row(name: str, r: dict[str, Any], log: Callable[[str], None]) -> None:

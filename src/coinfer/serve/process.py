@@ -11,7 +11,7 @@ from __future__ import annotations
 import subprocess
 import sys
 import threading
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from typing import Any
 
 from coinfer.errors import ModelError
@@ -25,7 +25,8 @@ class ServerProcess:
     """Start ``coinfer serve --model MODEL`` on a free loopback port; ``url`` once started.
 
     ``ctx``: each conversation's window; ``max_batch``: conversations decoded together (a
-    local–remote protocol sends its remote one request at a time: 1)."""
+    local–remote protocol sends its remote one request at a time: 1); ``cores``: the CPU
+    cores it may run on (``taskset``), as a machine of its own would have them."""
 
     def __init__(
         self,
@@ -35,13 +36,16 @@ class ServerProcess:
         max_batch: int | None = None,
         extra_args: Sequence[str] = (),
         startup_s: float = 300.0,
+        cores: Collection[int] | None = None,
     ) -> None:
         self.model = model
         sized = [
             *(["--ctx", str(ctx)] if ctx else []),
             *(["--max-batch", str(max_batch)] if max_batch else []),
         ]
+        pinned = ["taskset", "-c", ",".join(str(c) for c in sorted(cores))] if cores else []
         self.args = [
+            *pinned,
             sys.executable,
             "-m",
             "coinfer",
