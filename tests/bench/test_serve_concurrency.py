@@ -46,6 +46,7 @@ def test_repeated_runs_give_the_median_runs_throughput_and_pool_their_latencies(
     assert row["runs"] == 3 and row["tok_s_runs"] == [5.0, 1.0, 4.0] and row["tok_s"] == 4.0
     assert row["ttft_p50_s_runs"] == [1.5, 4.0, 3.0] and row["ttft_p50_s"] == 2.5  # all six pooled
     assert (row["requests"], row["identical"], row["wall_s"]) == (6, 5, 29.0)
+    assert row["timelines"][1] == [[0, None, 3.0, 5.0, 10], [1, None, 5.0, 7.0, 10]]
     table = markdown_table({"systems": {"coinfer-speculative": [row]}})
     assert "| coinfer-speculative | 16 | 4.00 (5.00, 1.00, 4.00) | 2.50 s /" in table
 
@@ -84,6 +85,8 @@ def test_each_server_alone_at_two_levels_twice_answers_every_request_as_alone(sm
             assert row["runs"] == 2 and len(row["tok_s_runs"]) == 2 and row["tok_s"] > 0
             assert row["tuned"]["requests"] + row["held_out"]["requests"] == row["requests"]
         assert one["identical"] == 6  # the second run alone gives the first's texts
+        for run in four["timelines"]:  # when each was sent, and its first and last token, in the run
+            assert all(0 <= sent < first <= last and tokens > 0 for _, sent, first, last, tokens in run)
         # batched, llama.cpp's logits move slightly with the batch's shape (the README's known
         # gap): a near-tie may flip one greedy text, and the bench counts it
         assert four["identical"] >= 6

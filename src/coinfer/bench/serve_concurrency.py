@@ -132,7 +132,15 @@ def level_row(clients: int, runs: list[Run], reference: dict[int, str]) -> dict[
         "identical": sum(s.text == reference.get(s.prompt) for s in done),
         "tuned": _half(streams, reference, held_out=False),
         "held_out": _half(streams, reference, held_out=True),
+        # each run's requests as (prompt, sent, first token, last token, tokens), seconds from the run's start
+        "timelines": [[_timeline(s) for s in run] for run, _ in runs],
     }
+
+
+def _timeline(s: Stream) -> list[float | int | None]:
+    at = s.sent_s or 0.0
+    first, last = (None if x is None else round(at + x, 3) for x in (s.first_s, s.last_s))
+    return [s.prompt, s.sent_s, first, last, s.tokens]
 
 
 def _rate(streams: list[Stream], wall_s: float) -> float:

@@ -19,7 +19,7 @@ import re
 import time
 import urllib.request
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -73,6 +73,7 @@ class Stream:
     first_s: float | None = None
     last_s: float | None = None
     tokens: int = 0  # the server's count (the stream's usage)
+    sent_s: float | None = None  # when it was sent, in seconds from its level's start (``clients_at_once``)
 
     @property
     def inter_token_s(self) -> float | None:
@@ -197,9 +198,10 @@ async def clients_at_once(
             i = todo.pop(0)
             messages, extra = work[i]
             leave = (leave_after or {}).get(i)
+            sent_s = time.perf_counter() - t0
             sent = stream_chat(client, model, messages, max_tokens, i, deadline, leave_after=leave,
                                extra_body=extra)  # fmt: skip
-            out.append(await sent)
+            out.append(replace(await sent, sent_s=round(sent_s, 3)))
 
     t0 = time.perf_counter()
     try:
