@@ -11,8 +11,8 @@ answers the DRAGON bench's questions from one corpus of every question's device 
 (device-only: no cloud process shares the cores), in completion tokens per second.
 MinionS's remote is a second ``coinfer serve`` on loopback, and the two sides run on a core
 each (one thread each; as DRAGON's bench pins device and cloud): the remote stands for a
-machine of its own, as a cloud is, and two llama.cpp processes of two threads each on the
-same two cores slow each other down more than either is sped by the other's waits.
+machine of its own, as a cloud is (two llama.cpp processes of two threads each on the same
+two cores contend for them: 0.78x at 4 questions against 1, before they were pinned).
 Jupiter serves the smaller model as a pipeline of two device processes, one core each. An
 engine that serves one request at a time shows about 1x; one that batches or overlaps its
 requests, more. Nothing here is tuned, so there is no held-out half.
