@@ -48,13 +48,13 @@ def test_minions_remote_is_served_on_a_core_of_its_own_and_the_engine_on_the_oth
 
     import psutil
 
-    from coinfer.bench.serve_engines import _served
+    from coinfer.bench.serve_engines import engine_servers
 
     config = EnginesConfig(model="smollm2-135m", local="smollm2-135m", max_batch=2, ctx=1024)
     near, far = sorted(os.sched_getaffinity(0))[:2]
     with contextlib.ExitStack() as stack:
         flags = ["--engine", "minions", "--remote", "smollm2-135m"]
-        url = _served(stack, "smollm2-135m", flags, True, config)
+        url = engine_servers(stack, "smollm2-135m", flags, True, config)
         servers = {tuple(p.cpu_affinity()): p.cmdline() for p in psutil.Process().children()}
         assert set(servers) == {(near,), (far,)}  # two servers, a core each
         engine, remote = servers[(near,)], servers[(far,)]

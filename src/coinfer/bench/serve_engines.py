@@ -32,7 +32,7 @@ from typing import Any
 from coinfer.bench.serve_load import Stream, Work, clients_at_once
 from coinfer.errors import ConfigError
 
-__all__ = ["ENGINES", "EnginesConfig", "markdown_table", "run_engines"]
+__all__ = ["ENGINES", "EnginesConfig", "engine_servers", "markdown_table", "run_engines"]
 
 # engine -> its flags beyond --engine and the model (what it needs is the registry's word)
 ENGINES: dict[str, list[str]] = {
@@ -127,7 +127,7 @@ def _engine(name: str, config: EnginesConfig, log: Callable[[str], None]) -> dic
             work = _work(documents, config)
         for clients in config.levels:  # fresh servers per level: no level reads another's caches
             with contextlib.ExitStack() as stack:
-                url = _served(stack, model, flags, "remote" in engine.parts, config)
+                url = engine_servers(stack, model, flags, "remote" in engine.parts, config)
                 run = clients_at_once(url, model, work, list(range(len(work))), clients,
                                       max_tokens=config.max_tokens, deadline_s=config.deadline_s)  # fmt: skip
                 rows.append(_row(clients, *asyncio.run(run)))
@@ -138,7 +138,7 @@ def _engine(name: str, config: EnginesConfig, log: Callable[[str], None]) -> dic
     return {"engine": name, "model": model, "unit": unit, "flags": flags, "rows": rows, "scaling": scaling}
 
 
-def _served(
+def engine_servers(
     stack: contextlib.ExitStack, model: str, flags: list[str], remote: bool, config: EnginesConfig
 ) -> str:
     """The engine's server, started (and stopped with ``stack``); where it has a remote and
