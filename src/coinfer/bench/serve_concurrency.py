@@ -120,10 +120,7 @@ def level_row(clients: int, runs: list[Run], reference: dict[int, str]) -> dict[
         "tok_s": round(float(np.median(rates)), 3),
         "tok_s_runs": rates,
         "ttft_p50_s": _pct(firsts, 0.5),
-        "ttft_p50_s_runs": [
-            _pct([s.first_s for s in run if s.error is None and s.first_s is not None], 0.5)
-            for run, _ in runs
-        ],
+        "ttft_p50_s_runs": [_median_ttft(run) for run, _ in runs],
         "ttft_p95_s": _pct(firsts, 0.95),
         "itl_p50_s": _pct(gaps, 0.5),
         "itl_p95_s": _pct(gaps, 0.95),
@@ -141,6 +138,11 @@ def _timeline(s: Stream) -> list[float | int | None]:
     at = s.sent_s or 0.0
     first, last = (None if x is None else round(at + x, 3) for x in (s.first_s, s.last_s))
     return [s.prompt, s.sent_s, first, last, s.tokens]
+
+
+def _median_ttft(streams: list[Stream]) -> float | None:
+    """A run's median time to first token, over the requests that finished."""
+    return _pct([s.first_s for s in streams if s.error is None and s.first_s is not None], 0.5)
 
 
 def _rate(streams: list[Stream], wall_s: float) -> float:
@@ -212,9 +214,8 @@ def _alone(
 
 def _log_run(log: Callable[[str], None], name: str, clients: int, run: Run) -> None:
     streams, wall_s = run
-    firsts = [s.first_s for s in streams if s.error is None and s.first_s is not None]
     errors = sum(s.error is not None for s in streams)
-    rate, ttft = _rate(streams, wall_s), _pct(firsts, 0.5)
+    rate, ttft = _rate(streams, wall_s), _median_ttft(streams)
     log(f"{name:24} {clients:3} clients: {rate:7.2f} tok/s, TTFT p50 {ttft} s, {errors} errors")
 
 
@@ -231,10 +232,12 @@ def _interleaved_runs(
     for round_ in range(config.repeats):
         for clients in config.levels:
             for name in names if round_ % 2 == 0 else names[::-1]:
-                ran = alone[name] if round_ == 0 and clients == 1 else _level(name, config, prompts, clients)
+                if round_ == 0 and clients == 1:
+                    runs[(name, clients)].append(alone[name])
+                    continue
+                ran = _level(name, config, prompts, clients)
                 assert ran is not None  # built: it ran alone
-                if ran is not alone[name]:
-                    _log_run(log, name, clients, ran)
+                _log_run(log, name, clients, ran)
                 runs[(name, clients)].append(ran)
     return runs
 
