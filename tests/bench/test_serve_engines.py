@@ -54,7 +54,7 @@ def test_minions_remote_is_served_on_a_core_of_its_own_and_the_engine_on_the_oth
     near, far = sorted(os.sched_getaffinity(0))[:2]
     with contextlib.ExitStack() as stack:
         flags = ["--engine", "minions", "--remote", "smollm2-135m"]
-        url = engine_servers(stack, "smollm2-135m", flags, True, config)
+        url = engine_servers(stack, "smollm2-135m", flags, config)
         servers = {tuple(p.cpu_affinity()): p.cmdline() for p in psutil.Process().children()}
         assert set(servers) == {(near,), (far,)}  # two servers, a core each
         engine, remote = servers[(near,)], servers[(far,)]
@@ -63,3 +63,8 @@ def test_minions_remote_is_served_on_a_core_of_its_own_and_the_engine_on_the_oth
         assert engine[engine.index("--threads") + 1] == remote[remote.index("--threads") + 1] == "1"
         assert url.startswith("http://127.0.0.1:") and url != engine[engine.index("--remote-base-url") + 1]
     assert psutil.Process().children() == []  # both stopped
+    with contextlib.ExitStack() as stack:  # an engine without a remote: one server, on every core
+        engine_servers(stack, "smollm2-135m", ["--engine", "plain"], config)
+        (alone,) = psutil.Process().children()
+        assert len(alone.cpu_affinity()) == len(os.sched_getaffinity(0))
+        assert "--threads" not in alone.cmdline()

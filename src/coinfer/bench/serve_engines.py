@@ -127,7 +127,7 @@ def _engine(name: str, config: EnginesConfig, log: Callable[[str], None]) -> dic
             work = _work(documents, config)
         for clients in config.levels:  # fresh servers per level: no level reads another's caches
             with contextlib.ExitStack() as stack:
-                url = engine_servers(stack, model, flags, "remote" in engine.parts, config)
+                url = engine_servers(stack, model, flags, config)
                 run = clients_at_once(url, model, work, list(range(len(work))), clients,
                                       max_tokens=config.max_tokens, deadline_s=config.deadline_s)  # fmt: skip
                 rows.append(_row(clients, *asyncio.run(run)))
@@ -138,15 +138,16 @@ def _engine(name: str, config: EnginesConfig, log: Callable[[str], None]) -> dic
     return {"engine": name, "model": model, "unit": unit, "flags": flags, "rows": rows, "scaling": scaling}
 
 
-def engine_servers(
-    stack: contextlib.ExitStack, model: str, flags: list[str], remote: bool, config: EnginesConfig
-) -> str:
-    """The engine's server, started (and stopped with ``stack``); where it has a remote and
-    the machine two cores, the remote on a core of its own and the engine on the other."""
+def engine_servers(stack: contextlib.ExitStack, model: str, flags: list[str], config: EnginesConfig) -> str:
+    """The engine's server, started (and stopped with ``stack``); where its ``flags`` name
+    a remote model (``--remote``: MinionS) and the machine has two cores, the remote served
+    on a core of its own and the engine on the other. (Not the registry's ``parts``: MinionS
+    lists its remote among its optional parts, and DRAGON, which also takes a remote, runs
+    here on the device alone.)"""
     from coinfer.serve.process import ServerProcess
 
     cores = sorted(os.sched_getaffinity(0))
-    if not remote or len(cores) < 2:
+    if "--remote" not in flags or len(cores) < 2:
         return stack.enter_context(ServerProcess(model, ctx=config.ctx, max_batch=config.max_batch,
                                                  extra_args=flags)).url  # fmt: skip
     far = stack.enter_context(ServerProcess(config.model, ctx=config.ctx, max_batch=config.max_batch,
