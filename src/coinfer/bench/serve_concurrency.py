@@ -94,7 +94,7 @@ def _half(streams: list[Stream], reference: dict[int, str], held_out: bool) -> d
     mine = [s for s in streams if (s.prompt % 4 == 3) == held_out and s.error is None]
     return {
         "requests": len(mine),
-        "ttft_p50_s": _pct([s.first_s for s in mine if s.first_s is not None], 0.5),
+        "ttft_p50_s": _pct(_firsts(mine), 0.5),
         "itl_p50_s": _pct([x for s in mine if (x := s.inter_token_s) is not None], 0.5),
         "identical": sum(s.text == reference.get(s.prompt) for s in mine),
     }
@@ -109,7 +109,7 @@ def level_row(clients: int, runs: list[Run], reference: dict[int, str]) -> dict[
     streams = [s for run, _ in runs for s in run]
     done = [s for s in streams if s.error is None]
     rates = [_rate(run, wall_s) for run, wall_s in runs]
-    firsts = [s.first_s for s in done if s.first_s is not None]
+    firsts = _firsts(done)
     gaps = [x for s in done if (x := s.inter_token_s) is not None]
     return {
         "clients": clients,
@@ -140,9 +140,14 @@ def _timeline(s: Stream) -> list[float | int | None]:
     return [s.prompt, s.sent_s, first, last, s.tokens]
 
 
+def _firsts(streams: list[Stream]) -> list[float]:
+    """The times to first token of the requests that finished."""
+    return [s.first_s for s in streams if s.error is None and s.first_s is not None]
+
+
 def _median_ttft(streams: list[Stream]) -> float | None:
     """A run's median time to first token, over the requests that finished."""
-    return _pct([s.first_s for s in streams if s.error is None and s.first_s is not None], 0.5)
+    return _pct(_firsts(streams), 0.5)
 
 
 def _rate(streams: list[Stream], wall_s: float) -> float:

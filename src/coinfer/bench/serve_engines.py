@@ -150,7 +150,8 @@ def engine_servers(stack: contextlib.ExitStack, model: str, flags: list[str], co
     if "--remote" not in flags or len(cores) < 2:
         return stack.enter_context(ServerProcess(model, ctx=config.ctx, max_batch=config.max_batch,
                                                  extra_args=flags)).url  # fmt: skip
-    far = stack.enter_context(ServerProcess(config.model, ctx=config.ctx, max_batch=config.max_batch,
+    remote_model = flags[flags.index("--remote") + 1]  # the model the engine asks for there
+    far = stack.enter_context(ServerProcess(remote_model, ctx=config.ctx, max_batch=config.max_batch,
                                             extra_args=["--threads", "1"], cores=[cores[1]]))  # fmt: skip
     near = [*flags, "--threads", "1", "--remote-base-url", far.url, "--remote-api-key", "loopback"]
     return stack.enter_context(ServerProcess(model, ctx=config.ctx, max_batch=config.max_batch,
