@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections import deque
 
 from coinfer.chat import LocalChat
-from coinfer.decoding.batch_speculation import BatchSpeculator, DraftingGate, accepted_length
+from coinfer.decoding.batch_speculation import BatchSpeculator, DraftingGate, accepted_length, width_bucket
 from coinfer.decoding.draft_length import CostCurve, DraftSizer, FixedDraftLength
 from coinfer.decoding.ngram import NgramDrafter
 from coinfer.decoding.sampling import SamplingParams
@@ -113,14 +113,27 @@ def test_the_gate_keeps_a_width_plain_once_drafting_measured_slower_there() -> N
         assert gate.drafting(4)
         gate.observe(4, True, 6, 1.0)
     for _ in range(2):
-        assert not gate.drafting(3)  # 3 and 4 requests share a bucket
-        gate.observe(3, False, 8, 1.0)
+        assert not gate.drafting(4)
+        gate.observe(4, False, 8, 1.0)
     choices = [gate.drafting(4) for _ in range(8)]
     assert choices.count(True) == 2 and choices[3] and choices[7]  # a probe every fourth step
-    assert gate.drafting(1)  # another width has its own measurements
+    assert gate.drafting(1) and gate.drafting(3)  # another width has its own measurements
     gate.observe(4, True, 40, 1.0)  # a probe that paid lifts drafting's average above plain
     gate.observe(4, True, 40, 1.0)
     assert gate.drafting(4) and gate.rates()["4:plain"] == 8.0
+
+
+def test_widths_up_to_eight_are_measured_apart_and_wider_ones_by_powers_of_two() -> None:
+    """A plain step of 3 requests gives fewer tokens than one of 4 for nearly its cost: in
+    one bucket, width-3 plain steps lowered plain's rate and let losing drafts through."""
+    gate = DraftingGate(warmup=1)
+    gate.observe(4, True, 9, 1.0)
+    gate.observe(4, False, 10, 1.0)
+    gate.observe(3, True, 9, 1.0)
+    gate.observe(3, False, 8, 1.0)
+    assert not gate.drafting(4)  # 9 tokens/s drafting against 10 plain at width 4
+    assert gate.drafting(3)  # 9 against 8 at width 3 (together: 9 against 9, both drafting)
+    assert [width_bucket(w) for w in (1, 3, 8, 9, 16, 17)] == [1, 3, 8, 16, 16, 32]
 
 
 def test_steps_the_gate_keeps_plain_between_drafting_ones_keep_the_targets_text() -> None:

@@ -16,7 +16,7 @@ forward, ``accepted`` per request after it, and ``measured`` with the forward's 
 seconds; ``forget`` when a request leaves.
 
 The cut is a prediction; ``DraftingGate`` checks it against what happened. Per batch width
-it measures the tokens per second of the steps that verified drafts and of the steps
+(``width_bucket``) it measures the tokens per second of the steps that verified drafts and of the steps
 that did not (kept plain by the gate, or whose drafts the cut took away), and once
 drafting is measured slower at a width, steps of that width decode plainly (a drafting
 step every ``probe_every`` keeps the comparison fresh): a batch never stays below plain
@@ -35,9 +35,17 @@ from dataclasses import dataclass, field
 from coinfer.decoding.draft_length import AdaptiveDraftLength, CostCurve, DraftSizer
 from coinfer.decoding.drafters import Draft, Drafter
 
-__all__ = ["BATCH_FLOOR", "BatchSpeculator", "DraftingGate", "accepted_length"]
+__all__ = [
+    "BATCH_FLOOR",
+    "EXACT_WIDTHS",
+    "BatchSpeculator",
+    "DraftingGate",
+    "accepted_length",
+    "width_bucket",
+]
 
 BATCH_FLOOR = 0.97  # each request keeps at least this share of its plain rate in a drafting forward
+EXACT_WIDTHS = 8  # batch widths up to this one each have their own drafting gate measurements
 
 
 def accepted_length(draft: Sequence[int], choices: Sequence[int]) -> int:
@@ -51,8 +59,14 @@ def accepted_length(draft: Sequence[int], choices: Sequence[int]) -> int:
 
 
 def width_bucket(width: int) -> int:
-    """Batch widths that share a gate's measurements: 1, 2, 3-4, 5-8, 9-16, ..."""
-    return 1 << max(0, width - 1).bit_length()
+    """Batch widths that share a gate's measurements: each width up to ``EXACT_WIDTHS`` its
+    own, then 9-16, 17-32, ... Widths 3 and 4 once shared one: a plain step of 3 requests
+    gives 3 tokens where one of 4 gives 4 for little more, so the bucket's plain rate sank
+    with its share of width-3 steps and let drafting through where it lost. In-process, 16
+    prompts 4 at a time on the AVX2 machine, width-3 drafting steps (2-3 passes with a cache
+    per conversation) gave 8-9 tokens/s where its plain steps gave 14.5
+    (``docs/bench/serve/one-off/gate_widths.txt``)."""
+    return width if width <= EXACT_WIDTHS else 1 << (width - 1).bit_length()
 
 
 @dataclass
