@@ -62,10 +62,10 @@ def width_bucket(width: int) -> int:
     """Batch widths that share a gate's measurements: each width up to ``EXACT_WIDTHS`` its
     own, then 9-16, 17-32, ... Widths 3 and 4 once shared one: a plain step of 3 requests
     gives 3 tokens where one of 4 gives 4 for little more, so the bucket's plain rate sank
-    with its share of width-3 steps and let drafting through where it lost. In-process, 16
-    prompts 4 at a time on the AVX2 machine, width-3 drafting steps (2-3 passes with a cache
-    per conversation) gave 8-9 tokens/s where its plain steps gave 14.5
-    (``docs/bench/serve/one-off/gate_widths.txt``)."""
+    with its share of width-3 steps and let drafting through where it lost: in process, 4
+    requests at a time on an AVX2 machine, width-3 drafting steps (2-3 passes with a cache
+    per conversation) gave 8.5 and 9.3 tokens/s in two runs of three where the same runs'
+    width-3 plain steps gave 14.5 and 17.4 (``docs/bench/serve/one-off/gate_widths.txt``)."""
     return width if width <= EXACT_WIDTHS else 1 << (width - 1).bit_length()
 
 
