@@ -15,15 +15,15 @@ The loop that owns the batch (``chat.LocalChat.step``) calls ``drafts`` before i
 forward, ``accepted`` per request after it, and ``measured`` with the forward's size and
 seconds; ``forget`` when a request leaves.
 
-The cut is a prediction; ``DraftingGate`` checks it against what happened. Per batch width
-(``width_bucket``) it measures the tokens per second of the steps that verified drafts and of the steps
-that did not (kept plain by the gate, or whose drafts the cut took away), and once
-drafting is measured slower at a width, steps of that width decode plainly (a drafting
-step every ``probe_every`` keeps the comparison fresh): a batch never stays below plain
-batched decoding because the cost curve or the acceptance was guessed wrong. A step
-whose drafts were all cut away counts as plain: counted as drafting, a stretch of text
-with nothing to copy measured "drafting" at plain's rate less a little, and closed the
-gate before the next copy came.
+The cut is a prediction; ``DraftingGate`` checks it against what happened. Per batch
+width (``width_bucket``) it measures the tokens per second of the steps that verified
+drafts and of the steps that did not (kept plain by the gate, or whose drafts the cut
+took away), and once drafting is measured slower at a width, steps of that width decode
+plainly (a drafting step every ``probe_every`` keeps the comparison fresh): a batch never
+stays below plain batched decoding because the cost curve or the acceptance was guessed
+wrong. A step whose drafts were all cut away counts as plain: counted as drafting, a
+stretch of text with nothing to copy measured "drafting" at plain's rate less a little,
+and closed the gate before the next copy came.
 """
 
 from __future__ import annotations
@@ -113,7 +113,7 @@ class DraftingGate:
         return tokens / seconds
 
     def rates(self) -> dict[str, float]:
-        """What it measured, for a report: ``"4:draft"`` -> tokens/s of width 3-4's drafting steps."""
+        """What it measured, for a report: ``"4:draft"`` -> tokens/s of width 4's drafting steps."""
         return {
             f"{b}:{'draft' if d else 'plain'}": round(self._rate((b, d)), 3) for b, d in sorted(self._sums)
         }
