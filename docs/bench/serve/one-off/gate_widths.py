@@ -6,7 +6,7 @@ Configurations, alternated in one process: `plain`; `spec`, the gate's buckets b
 `specxp16`, that and a probe every 16 skipped steps (not kept). Records every step's
 width, the rows of its forward, llama.cpp passes, seconds and tokens to OUT (JSON) for
 gate_widths_steps.py. Usage: [PER=11] gate_widths.py 4 plain,spec,specx,specxp16 16 tune|held OUT"""
-import sys, time, json, collections, os
+import sys, time, json, os
 from coinfer.models import load_model
 from coinfer.chat.local import LocalChat
 from coinfer.chat.base import ChatRequest
@@ -29,9 +29,7 @@ orig_rows = model._decode_rows
 def rows_counted(rows, *a, **k):
     passes.append(len(rows)); return orig_rows(rows, *a, **k)
 model._decode_rows = rows_counted
-log = []
 results = {}
-import coinfer.decoding.batch_speculation as bs0
 SHARED_3_4 = lambda w: 1 << max(0, w - 1).bit_length()  # the buckets before 2e1fa97
 for ci, cfg in enumerate(configs):
     if cfg == "plain":
@@ -54,7 +52,7 @@ for ci, cfg in enumerate(configs):
     def step(waiting, running, orig_step=orig_step, cur=cur):
         cur.clear(); passes.clear()
         before = sum(len(j.tokens) for j in running) ; reading = any(j.reading for j in running) or bool(waiting and len(running) < width)
-        t0 = time.perf_counter(); ids = {id(j) for j in running}
+        t0 = time.perf_counter()
         r = orig_step(chat, waiting, running)
         s = time.perf_counter() - t0
         steps.append({"w": len(running), "lens": cur.get("lens"), "passes": cur.get("passes") or list(passes), "s": round(s, 4), "read": reading,
