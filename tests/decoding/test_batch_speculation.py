@@ -5,12 +5,18 @@ each request's text is the target's greedy text."""
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Hashable, Sequence
+
+import numpy as np
 
 from coinfer.chat import LocalChat
+from coinfer.decoding.batch_shape import Passes
 from coinfer.decoding.batch_speculation import BatchSpeculator, DraftingGate, accepted_length, width_bucket
 from coinfer.decoding.draft_length import CostCurve, DraftSizer, FixedDraftLength
 from coinfer.decoding.ngram import NgramDrafter
 from coinfer.decoding.sampling import SamplingParams
+from coinfer.models.base import Seq
+from coinfer.models.llamacpp_split import split_passes
 from coinfer.testing import EOS, ScriptedModel
 
 PATTERN = [40, 41, 42, 43, 44, 45]
@@ -147,3 +153,77 @@ def test_steps_the_gate_keeps_plain_between_drafting_ones_keep_the_targets_text(
     jobs = _serve(chat)
     assert [j.tokens for j in jobs] == expected
     assert set(chat.speculator.gate.rates()) >= {"4:draft", "4:plain"}  # type: ignore[union-attr]
+
+
+class _Evening(FixedDraftLength):
+    """Every proposal verified whole, and every ragged step evened."""
+
+    def evened(self, rows: Sequence[int], passes: Passes) -> int | None:
+        return max(rows) if len(set(rows)) > 1 else None
+
+
+class _SplitModel(ScriptedModel):
+    """A scripted target that runs a batch as llama.cpp with a cache per sequence does
+    (``split_passes``), and records the rows each request brought to every step."""
+
+    def __init__(self) -> None:
+        super().__init__(_cyclic, n_ctx=256)
+        self.steps: list[list[int]] = []
+
+    def pass_rows(self, items: Sequence[tuple[Seq, int]]) -> list[int]:
+        return split_passes([(self.batch_order(seq), n) for seq, n in items])
+
+    def extend_many_choices(self, items: Sequence[tuple[Seq, list[int]]]) -> list[np.ndarray]:
+        self.steps.append([len(ids) for _, ids in items])
+        return super().extend_many_choices(items)
+
+
+def test_an_evened_step_verifies_more_of_each_proposal_and_rolls_its_filler_back() -> None:
+    """Where every request brings as many rows as the longest, a drafting request's rows go
+    on with its own proposal, and a request with nothing to verify gets filler: the text is
+    the target's greedy text all the same, also where the end token falls after filler,
+    and only real draft tokens count as drafted."""
+    model = _SplitModel()
+    chat = LocalChat(model, max_concurrent=4, keep=0)
+    speculator = BatchSpeculator(NgramDrafter(), DraftSizer(_Evening(4)))
+    chat.speculator = speculator
+    params = SamplingParams(temperature=0.0)
+    jobs = [
+        j
+        for i, p in enumerate(PROMPTS)
+        for j in chat.new_jobs(i, list(p), n=1, max_tokens=80, params=params, speculate=i % 2 == 0)
+    ]
+    waiting, running = deque(jobs), []
+    while waiting or running:
+        running = chat.step(waiting, running)
+    plain = _serve(LocalChat(ScriptedModel(_cyclic, n_ctx=256), max_concurrent=4, keep=0), max_tokens=80)
+    assert [j.tokens for j in jobs] == [j.tokens for j in plain]
+    assert [j.finish for j in jobs] == ["stop"] * 4
+    evened = [rows for rows in model.steps if len(rows) > 1 and len(set(rows)) == 1 and rows[0] > 1]
+    assert evened  # steps whose every request brought the longest's rows
+    assert all(len(set(rows)) == 1 for rows in model.steps)  # and no ragged step
+    assert all(j.drafted == 0 for j in jobs[1::2])  # filler is not a draft
+    assert all(0 < j.accepted <= j.drafted for j in jobs[::2])
+    assert model.live_sequences == 0
+
+
+class _FirstPays(_Evening):
+    """Only the first request's draft is worth verifying."""
+
+    def trim_together(
+        self, proposals: Sequence[tuple[int, Hashable]], passes: Passes | None = None
+    ) -> list[int]:
+        return [n if i == 0 else 0 for i, (n, _) in enumerate(proposals)]
+
+
+def test_a_speculator_evens_a_step_with_more_of_its_proposals() -> None:
+    """The cut keeps one request's draft; evened, the other drafting request brings as many
+    rows, and they are its own proposal's, as far as its room allows."""
+    speculator = BatchSpeculator(NgramDrafter(), DraftSizer(_FirstPays(6)))
+    first = [1, 2, 3, 4, 5, 6, 7, 8, 1, 2]  # a copy: 3, 4, 5, 6, 7, 8
+    second = [20, 21, 22, 23, 24, 25, 26, 20, 21]  # a copy: 22, 23, 24, ...
+    rows = [(0, first, 4), (1, second, 6), (2, second, 2)]
+    ragged = speculator.drafts(rows, others=1)
+    assert ragged.width is None and ragged.drafts == [[3, 4, 5, 6], [], []]
+    even = speculator.drafts(rows, others=1, passes=lambda n: list(n))
+    assert even.width == 5 and even.drafts == [[3, 4, 5, 6], [22, 23, 24, 25], [22, 23]]

@@ -51,6 +51,7 @@ from typing import Any
 import numpy as np
 
 from coinfer.chat.base import ChatModel, ChatRequest, ChatResult, Usage
+from coinfer.decoding.batch_shape import Passes
 from coinfer.decoding.batch_speculation import BatchSpeculator
 from coinfer.decoding.cost_curve import CostCurve
 from coinfer.decoding.drafters import common_prefix
@@ -250,7 +251,8 @@ class LocalChat(ChatModel):
         if decoding_only:
             self._measured(len(feed), len(parts) > 1, elapsed)
             if self.speculator is not None:
-                self.speculator.measured(len(feed), elapsed)
+                passes = [p for part in parts for p in self.model.pass_rows([(_seq(j), 1) for j, _ in part])]
+                self.speculator.measured(len(feed), elapsed, passes=passes)
         if greedy and gate is not None:
             gate.observe(len(feed), False, len(feed), elapsed)
         for job, _ in feed:
@@ -303,44 +305,70 @@ class LocalChat(ChatModel):
         return feed
 
     def _speculate(self, feed: list[tuple[_Job, list[int]]], speculator: BatchSpeculator) -> tuple[int, int]:
-        """One forward of every greedy job's next token, the drafting ones' drafts after
-        it; each drafting job keeps what the target agrees with (rolled back past it).
-        Returns the tokens the step gave and the draft tokens it verified."""
-        contexts = {j.key: j.prompt + j.tokens for j, _ in feed if j.speculate}
-        rows = [(j.key, contexts[j.key], self._room(j)) for j, _ in feed if j.speculate]
-        drafts, draft_s, proposed = speculator.drafts(rows, others=len(feed) - len(rows))
-        planned = iter(drafts)
-        items = [(_seq(j), ids + (next(planned) if j.speculate else [])) for j, ids in feed]
+        """One step over every greedy job's next token, the drafting ones' drafts after it;
+        each drafting job keeps what the target agrees with (rolled back past it). Where
+        the step is evened (``StepDrafts.width``), a job's rows past its draft are filler,
+        verified for nothing and rolled back. Returns the tokens the step gave and the
+        draft tokens it verified."""
+        drafting = [j for j, _ in feed if j.speculate]
+        contexts = {j.key: j.prompt + j.tokens for j in drafting}
+        rows = [(j.key, contexts[j.key], self._room(j)) for j in drafting]
+        seqs = [_seq(j) for j in drafting] + [_seq(j) for j, _ in feed if not j.speculate]
+        step = speculator.drafts(rows, len(feed) - len(rows), self._passes(seqs))
+        drafts = dict(zip((j.key for j in drafting), step.drafts, strict=True))
+        items = [(_seq(j), self._filled(j, ids + drafts.get(j.key, []), step.width)) for j, ids in feed]
         t0 = time.perf_counter()
         choices = self.model.extend_many_choices(items)
-        tokens = sum(len(ids) for _, ids in items)
-        speculator.measured(tokens, time.perf_counter() - t0, draft_s=draft_s, proposed=proposed)
+        speculator.measured(
+            sum(len(fed) for _, fed in items),
+            time.perf_counter() - t0,
+            draft_s=step.seconds,
+            proposed=step.proposed,
+            passes=self.model.pass_rows([(seq, len(fed)) for seq, fed in items]),
+        )
         produced = 0
         for (job, ids), (_, fed), row in zip(feed, items, choices, strict=True):
             produced += 1
+            draft = drafts.get(job.key, [])
+            filler = len(fed) - len(ids) - len(draft)
             if not job.speculate:
-                job.choice = int(row[-1])
+                job.choice = int(row[len(ids) - 1])
+                if filler:
+                    self.model.truncate(_seq(job), len(_seq(job)) - filler)
                 continue
-            draft = fed[len(ids) :]
             kept = speculator.accepted(job.key, contexts[job.key], draft, row[len(ids) - 1 :].tolist())
-            self._keep_draft(job, draft, kept)
+            self._keep_draft(job, draft, kept, filler)
             produced += len(kept) - 1
-        return produced, sum(len(d) for d in drafts)
+        return produced, sum(len(d) for d in step.drafts)
+
+    def _passes(self, seqs: list[Seq]) -> Passes:
+        """How the model runs a step in which each of ``seqs`` brings some rows."""
+        return lambda rows: self.model.pass_rows(list(zip(seqs, rows, strict=True)))
+
+    def _filled(self, job: _Job, fed: list[int], width: int | None) -> list[int]:
+        """``fed`` filled up to ``width`` rows (repeating its last token), as far as the
+        job's window allows: the target's choices there are not used, the cache is rolled
+        back past them."""
+        if width is None:
+            return fed
+        room = self.model.n_ctx - len(_seq(job)) - 1 - len(fed)
+        return fed + [fed[-1]] * max(0, min(width - len(fed), room))
 
     def _room(self, job: _Job) -> int:
         """Draft tokens ``job`` may verify: within its budget and its window, its next
         token fed first."""
         return max(0, min(job.max_tokens - len(job.tokens) - 1, self.model.n_ctx - len(_seq(job)) - 2))
 
-    def _keep_draft(self, job: _Job, draft: list[int], kept: list[int]) -> None:
-        """Roll the cache back past the rejected draft, output the agreed draft tokens (an
-        end token or the budget ends the job), and make the target's own token next."""
+    def _keep_draft(self, job: _Job, draft: list[int], kept: list[int], filler: int = 0) -> None:
+        """Roll the cache back past the rejected draft (and the ``filler`` rows after it),
+        output the agreed draft tokens (an end token or the budget ends the job), and make
+        the target's own token next."""
         agreed = len(kept) - 1
         job.drafted += len(draft)
         job.accepted += agreed
         job.verified += 1
-        if agreed < len(draft):
-            self.model.truncate(_seq(job), len(_seq(job)) - (len(draft) - agreed))
+        if agreed < len(draft) + filler:
+            self.model.truncate(_seq(job), len(_seq(job)) - (len(draft) - agreed + filler))
         for token in kept[:-1]:
             if not self._took(job, token):
                 return

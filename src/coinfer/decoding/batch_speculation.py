@@ -9,7 +9,11 @@ costs ``t(b + t)`` and yields ``b`` plus the drafts' expected kept tokens, and n
 is left below ``batch_floor`` of its plain-decoding rate. As the batch grows, a forward
 over its plain tokens alone gets dearer and the drafts' share of what it yields smaller,
 so speculation gives way to plain batched decoding by itself, never below it by more than
-the floor. Greedy acceptance only: a request that samples decodes plainly in the batch.
+the floor. Where the backend runs a step as several passes (llama.cpp with a cache per
+sequence: one per row count, ``SteerableModel.pass_rows``), the step is priced as its
+passes, and evened where one pass of equal rows costs less (``batch_shape``); the curve
+records each pass's share of a step's seconds, so it stays one forward's price. Greedy
+acceptance only: a request that samples decodes plainly in the batch.
 
 The loop that owns the batch (``chat.LocalChat.step``) calls ``drafts`` before its
 forward, ``accepted`` per request after it, and ``measured`` with the forward's size and
@@ -31,15 +35,18 @@ from __future__ import annotations
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
+from coinfer.decoding.batch_shape import Passes
 from coinfer.decoding.draft_length import AdaptiveDraftLength, CostCurve, DraftSizer
-from coinfer.decoding.drafters import Draft, Drafter
+from coinfer.decoding.drafters import Drafter
 
 __all__ = [
     "BATCH_FLOOR",
     "EXACT_WIDTHS",
     "BatchSpeculator",
     "DraftingGate",
+    "StepDrafts",
     "accepted_length",
     "width_bucket",
 ]
@@ -119,6 +126,19 @@ class DraftingGate:
         }
 
 
+class StepDrafts(NamedTuple):
+    """A step's drafts (``BatchSpeculator.drafts``): each drafting request's tokens to
+    verify, in the order asked; the seconds drafting took; the tokens proposed before the
+    cut; and ``width``, the rows every request of the step brings where the step is evened
+    (``batch_shape.evened``: a drafting request's rows go on with more of its own
+    proposal, and the loop fills the rest), else None."""
+
+    drafts: list[list[int]]
+    seconds: float
+    proposed: int
+    width: int | None = None
+
+
 @dataclass
 class BatchSpeculator:
     """One drafter for every request of a batch, sized by one policy over the target's
@@ -135,14 +155,15 @@ class BatchSpeculator:
         return cls(drafter, DraftSizer(policy), DraftingGate())
 
     def drafts(
-        self, rows: Sequence[tuple[int, list[int], int]], others: int
-    ) -> tuple[list[list[int]], float, int]:
+        self, rows: Sequence[tuple[int, list[int], int]], others: int, passes: Passes | None = None
+    ) -> StepDrafts:
         """Each row's draft, cut together: rows are (key, context, most tokens it may take);
-        ``others``: the forward's requests that do not draft. Returns the drafts, the
-        seconds drafting took and the tokens proposed before the cut."""
+        ``others``: the step's requests that do not draft; ``passes``: how the backend runs
+        the step by the rows each request brings, these rows first, then the others (None:
+        one forward, whatever its shape)."""
         k = self.sizer.next_k()
         if k <= 0 or not rows:
-            return [[] for _ in rows], 0.0, 0
+            return StepDrafts([[] for _ in rows], 0.0, 0)
         for key, context, _ in rows:
             self.sizer.learn(key, context)
         t0 = time.perf_counter()
@@ -150,8 +171,13 @@ class BatchSpeculator:
         seconds = time.perf_counter() - t0
         capped = [d.head(max(0, most)) for d, (_, _, most) in zip(proposed, rows, strict=True)]
         items = [(key, len(context), d) for (key, context, _), d in zip(rows, capped, strict=True)]
-        cut: list[Draft] = self.sizer.cut_together(items, others)
-        return [list(d.tokens) for d in cut], seconds, sum(len(d.tokens) for d in proposed)
+        cut = [list(d.tokens) for d in self.sizer.cut_together(items, others, passes)]
+        width = None
+        if passes is not None and any(cut):
+            width = self.sizer.evened([1 + len(d) for d in cut] + [1] * others, passes)
+        if width is not None:  # the rows the step runs anyway: as much of each proposal as fits
+            cut = [list(d.tokens[: width - 1]) for d in capped]
+        return StepDrafts(cut, seconds, sum(len(d.tokens) for d in proposed), width)
 
     def accepted(self, key: int, context: list[int], draft: list[int], choices: Sequence[int]) -> list[int]:
         """The tokens ``key`` keeps from this forward: its draft's agreed prefix, then the
@@ -162,10 +188,14 @@ class BatchSpeculator:
         return kept
 
     def measured(
-        self, forward_tokens: int, seconds: float, *, draft_s: float = 0.0, proposed: int = 0
-    ) -> None:
-        """A forward over ``forward_tokens`` tokens (every request's) took ``seconds``."""
-        self.sizer.observe(drafted=forward_tokens - 1, draft_s=draft_s, verify_s=seconds, proposed=proposed)
+        self, forward_tokens: int, seconds: float, *, draft_s: float = 0.0, proposed: int = 0,
+        passes: Sequence[int] | None = None,
+    ) -> None:  # fmt: skip
+        """A step over ``forward_tokens`` tokens (every request's) took ``seconds``, run as
+        ``passes`` (the rows of each; None: one forward)."""
+        self.sizer.observe(
+            drafted=forward_tokens - 1, draft_s=draft_s, verify_s=seconds, proposed=proposed, passes=passes
+        )
 
     def forget(self, key: int) -> None:
         """``key`` left the batch: its drafter state and its proposals' ledger go."""

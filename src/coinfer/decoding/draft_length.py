@@ -84,10 +84,11 @@ from __future__ import annotations
 
 import math
 import threading
-from collections.abc import Callable, Hashable, Sequence
+from collections.abc import Hashable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, NamedTuple, Protocol
 
+from coinfer.decoding.batch_shape import Passes, batch_lengths, evened, shaped_price
 from coinfer.decoding.cost_curve import CostCurve, priced, within_measured
 from coinfer.decoding.ledger import ProposalLedger
 from coinfer.errors import ConfigError
@@ -130,62 +131,6 @@ def copy_prior(match: int, position: int, miss: float = 1.0) -> float:
     return max(0.0, 1.0 - miss / max(1, match + position - 1))
 
 
-def batch_lengths(
-    survivals: Sequence[Sequence[float]],
-    cost: Callable[[int], float],
-    *,
-    required_gain: float = 1.0,
-    explore: bool = False,
-    floor: float = 0.0,
-    most: int | None = None,
-) -> list[int]:
-    """How many tokens of each request's draft to verify in one batched forward.
-
-    ``survivals[j][i - 1]`` is the chance that the first i tokens of request j's draft all
-    hold (never rising with i); ``cost(n)`` the seconds of a forward over n tokens. With b
-    requests, verifying t draft tokens yields b plus the sum of their survivals, for
-    ``cost(b + t)``. For each t the best tokens are the t highest survivals, which are
-    prefixes of the drafts (ties go to the earlier position), so the choice is the t that
-    maximises ``(b + top-t sum) / cost(b + t)``: one request's long confident copy is
-    worth a dearer forward, where every request's short guess is not. t = 0 (plain
-    decoding) unless the best promises ``required_gain`` more. ``floor``: only the t at
-    which every request still expects at least that share of its plain-decoding rate,
-    ``(1 + its kept survivals) / cost(b + t) >= floor / cost(b)``. A round is one forward
-    for every request, so the tokens one request's copy adds slow every other request's
-    tokens; on a compute-bound CPU, the forward that maximised the batch's throughput
-    decoded the requests with nothing to copy at 0.42-0.85x of their plain rate
-    (``docs/bench/collective``). ``explore``: one token more than the choice when that is
-    predicted within 10% of it and meets the floor, so the curve past the choice stays
-    measured. With one request it is ``AdaptiveDraftLength``'s rate, maximised over the
-    tokens actually proposed. ``most``: the forward's tokens at most, the requests' own
-    ones included (None: no limit)."""
-    b = len(survivals)
-    if not b:
-        return []
-    ranked = sorted(
-        ((p, i, j) for j, s in enumerate(survivals) for i, p in enumerate(s)), key=lambda x: (-x[0], x[1])
-    )
-    if most is not None:
-        ranked = ranked[: max(0, most - b)]
-    plain = cost(b)
-    rates, fair, gained, mine = [b / plain], [True], float(b), [1.0] * b
-    for p, _, j in ranked:
-        gained += p
-        mine[j] += p
-        forward = cost(b + len(rates))
-        rates.append(gained / forward)
-        fair.append(min(mine) / forward >= floor / plain)
-    best = max((t for t in range(len(rates)) if fair[t]), key=lambda t: (rates[t], -t))
-    if rates[best] < required_gain * rates[0]:
-        best = 0
-    elif explore and best + 1 < len(rates) and fair[best + 1] and rates[best + 1] >= 0.9 * rates[best]:
-        best += 1
-    out = [0] * b
-    for _, _, j in ranked[:best]:
-        out[j] += 1
-    return out
-
-
 class DraftLength(Protocol):
     """Chooses k before a round and learns from what rounds cost and what drafts would keep."""
 
@@ -197,12 +142,25 @@ class DraftLength(Protocol):
         """How many of the ``proposed`` tokens, drafted with confidence ``bucket``, to verify."""
         ...
 
-    def trim_together(self, proposals: Sequence[tuple[int, Hashable]]) -> list[int]:
-        """``trim`` for drafts verified in one forward: (tokens proposed, bucket) per request."""
+    def trim_together(
+        self, proposals: Sequence[tuple[int, Hashable]], passes: Passes | None = None
+    ) -> list[int]:
+        """``trim`` for drafts verified in one step: (tokens proposed, bucket) per request;
+        ``passes``: how the backend runs a step by the rows each request brings (None: one
+        forward, whatever its shape; ``batch_shape``)."""
         ...
 
-    def observe(self, *, drafted: int, draft_s: float, verify_s: float, proposed: int = 0) -> None:
-        """A round's costs: ``proposed`` tokens drafted in ``draft_s``, ``drafted`` of them verified."""
+    def evened(self, rows: Sequence[int], passes: Passes) -> int | None:
+        """The rows every request of a step should bring, where that is cheaper than the
+        ``rows`` each brings (``batch_shape.evened``); None: run it as it is."""
+        ...
+
+    def observe(
+        self, *, drafted: int, draft_s: float, verify_s: float, proposed: int = 0,
+        passes: Sequence[int] | None = None,
+    ) -> None:  # fmt: skip
+        """A round's costs: ``proposed`` tokens drafted in ``draft_s``, ``drafted`` of them
+        verified; ``passes``: the rows of each pass its verification ran as (None: one)."""
         ...
 
     def learn(self, *, bucket: Hashable, position: int, kept: bool) -> None:
@@ -227,10 +185,18 @@ class FixedDraftLength:
     def trim(self, proposed: int, bucket: Hashable) -> int:
         return proposed
 
-    def trim_together(self, proposals: Sequence[tuple[int, Hashable]]) -> list[int]:
+    def trim_together(
+        self, proposals: Sequence[tuple[int, Hashable]], passes: Passes | None = None
+    ) -> list[int]:
         return [n for n, _ in proposals]
 
-    def observe(self, *, drafted: int, draft_s: float, verify_s: float, proposed: int = 0) -> None:
+    def evened(self, rows: Sequence[int], passes: Passes) -> int | None:
+        return None
+
+    def observe(
+        self, *, drafted: int, draft_s: float, verify_s: float, proposed: int = 0,
+        passes: Sequence[int] | None = None,
+    ) -> None:  # fmt: skip
         return None
 
     def learn(self, *, bucket: Hashable, position: int, kept: bool) -> None:
@@ -434,26 +400,39 @@ class AdaptiveDraftLength:
     def trim(self, proposed: int, bucket: Hashable) -> int:
         return min(proposed, self._choose(bucket))  # drafting is paid for by now; verifying is not
 
-    def trim_together(self, proposals: Sequence[tuple[int, Hashable]]) -> list[int]:
+    def trim_together(
+        self, proposals: Sequence[tuple[int, Hashable]], passes: Passes | None = None
+    ) -> list[int]:
         """How many of each request's proposed tokens to verify when every request is
-        verified in one forward, from (tokens proposed, bucket) per request (``batch_lengths``
-        over this policy's cost curve, which is then per forward, whatever its requests).
-        Drafting is paid for by now; nothing is verified before the curve has a measurement,
-        and no forward goes past ``reach`` times the largest size measured (``batch_lengths``'
-        ``most``): what a forward costs is learned a doubling at a time, not bet on."""
-        if not self.costs or self._stale(len(proposals)):
+        verified in one step, from (tokens proposed, bucket) per request (``batch_lengths``
+        over this policy's cost curve, which is then per forward, whatever its requests;
+        with ``passes``, a step is priced as its passes, ragged or evened, whichever is
+        cheaper: ``batch_shape.shaped_price``). Drafting is paid for by now; nothing is
+        verified before the curve has a measurement, and no forward goes past ``reach``
+        times the largest size measured (``batch_lengths``' ``most``): what a forward
+        costs is learned a doubling at a time, not bet on."""
+        plain = [len(proposals)] if passes is None else passes([1] * len(proposals))
+        if not self.costs or any(self._stale(n) for n in plain):
             return [0] * len(proposals)
         survivals = [self.survival(bucket, upto=n)[1:] if n else [] for n, bucket in proposals]
         explore = bool(self._rounds) and self._rounds % self.explore_every == 0
         curve = self._fresh()
+        cost = lambda n: priced(curve, n)  # noqa: E731
         return batch_lengths(
             survivals,
-            lambda n: priced(curve, n),
+            cost,
             required_gain=self.required_gain,
             explore=explore,
             floor=self.batch_floor,
             most=int(self.reach * max(self.costs)),  # every size measured, however long ago
+            price=None if passes is None else lambda rows: shaped_price(rows, passes, cost),
         )
+
+    def evened(self, rows: Sequence[int], passes: Passes) -> int | None:
+        if not self.costs:
+            return None
+        curve = self._fresh()
+        return evened(rows, passes, lambda n: priced(curve, n))
 
     def _fresh(self) -> dict[int, float]:
         """The curve a batch's cut is priced by: the points measured within the latest
@@ -481,18 +460,31 @@ class AdaptiveDraftLength:
             return best + 1  # only where it might pay
         return best
 
-    def observe(self, *, drafted: int, draft_s: float, verify_s: float, proposed: int = 0) -> None:
+    def observe(
+        self, *, drafted: int, draft_s: float, verify_s: float, proposed: int = 0,
+        passes: Sequence[int] | None = None,
+    ) -> None:  # fmt: skip
         self._rounds += 1
-        n = drafted + 1
-        if isinstance(self.costs, CostCurve):
-            self.costs.record(n, verify_s, self.smoothing, self.refresh_every)
-        else:
-            self.costs[n] = self._average(self.costs.get(n), verify_s)
+        for n, seconds in self._apportioned(passes or [drafted + 1], verify_s):
+            if isinstance(self.costs, CostCurve):
+                self.costs.record(n, seconds, self.smoothing, self.refresh_every)
+            else:
+                self.costs[n] = self._average(self.costs.get(n), seconds)
         proposed = max(proposed, drafted)
         if proposed:  # the first proposal also paid for the drafter's setup: the second replaces it
             old = None if self._draft_samples == 1 else self._draft_per_token
             self._draft_per_token = self._average(old, draft_s / proposed)
             self._draft_samples += 1
+
+    def _apportioned(self, passes: Sequence[int], seconds: float) -> list[tuple[int, float]]:
+        """A step's ``seconds`` shared among its ``passes`` (rows each) as the curve prices
+        them, or by rows before it prices anything: the curve stays one forward's price."""
+        if len(passes) == 1:
+            return [(passes[0], seconds)]
+        curve = self._fresh() if self.costs else {}
+        weights = [priced(curve, n) if curve else float(n) for n in passes]
+        total = sum(weights)
+        return [(n, seconds * w / total) for n, w in zip(passes, weights, strict=True)]
 
     def _stale(self, n: int) -> bool:
         """Whether plain decoding's point for ``n`` requests wants measuring again."""
@@ -547,24 +539,37 @@ class DraftSizer:
         with self._lock:
             return draft.head(self.policy.trim(len(draft.tokens), draft.bucket))
 
-    def cut_together(self, proposals: Sequence[tuple[int, int, Draft]], others: int = 0) -> list[Draft]:
-        """Drafts (key, context length, draft) verified in one forward, each cut so that the
-        forward's tokens are the ones worth their cost together (``trim_together``);
-        ``others``: the forward's requests with no draft from this drafter."""
+    def cut_together(
+        self, proposals: Sequence[tuple[int, int, Draft]], others: int = 0, passes: Passes | None = None
+    ) -> list[Draft]:
+        """Drafts (key, context length, draft) verified in one step, each cut so that the
+        step's tokens are the ones worth their cost together (``trim_together``);
+        ``others``: the step's requests with no draft from this drafter, after these in the
+        rows ``passes`` takes."""
         for key, at, draft in proposals:
             self._ledgers.setdefault(key, ProposalLedger()).add(at, draft.tokens, draft.bucket)
         rows: list[tuple[int, Hashable]] = [(len(d.tokens), d.bucket) for _, _, d in proposals]
         with self._lock:
-            keep = self.policy.trim_together(rows + [(0, None)] * others)
+            keep = self.policy.trim_together(rows + [(0, None)] * others, passes)
         return [d.head(k) for (_, _, d), k in zip(proposals, keep[: len(proposals)], strict=True)]
+
+    def evened(self, rows: Sequence[int], passes: Passes) -> int | None:
+        """``DraftLength.evened``: the rows each request of the step should bring, or None."""
+        with self._lock:
+            return self.policy.evened(rows, passes)
 
     def next_k(self) -> int:
         with self._lock:
             return self.policy.next_k()
 
-    def observe(self, *, drafted: int, draft_s: float, verify_s: float, proposed: int = 0) -> None:
+    def observe(
+        self, *, drafted: int, draft_s: float, verify_s: float, proposed: int = 0,
+        passes: Sequence[int] | None = None,
+    ) -> None:  # fmt: skip
         with self._lock:
-            self.policy.observe(drafted=drafted, draft_s=draft_s, verify_s=verify_s, proposed=proposed)
+            self.policy.observe(
+                drafted=drafted, draft_s=draft_s, verify_s=verify_s, proposed=proposed, passes=passes
+            )
 
     def forget(self, key: int) -> None:
         self._ledgers.pop(key, None)

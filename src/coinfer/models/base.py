@@ -347,6 +347,11 @@ class SteerableModel(Prompter):
         runs as one pass only over streams in increasing, consecutive order."""
         return seq.id
 
+    def pass_rows(self, items: Sequence[tuple[Seq, int]]) -> list[int]:
+        """The rows of each pass this model runs for one batch in which each sequence of
+        ``items`` brings that many rows: one pass of them all here (``decoding.batch_shape``)."""
+        return [sum(n for _, n in items)]
+
     @property
     def live_sequences(self) -> int:
         """How many sequences are live (made and not yet released)."""

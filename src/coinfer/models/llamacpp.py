@@ -34,6 +34,7 @@ from coinfer.models.base import CheckedForward, Seq, SteerableModel, TokenConstr
 from coinfer.models.chat_template import ChatTemplate
 from coinfer.models.gguf_layout import check_gguf
 from coinfer.models.llamacpp_hooks import layer_progress_callback, route_logs
+from coinfer.models.llamacpp_split import equal_groups, split_passes
 from coinfer.models.tree import TokenTree
 
 __all__ = ["LlamaCppModel"]
@@ -290,6 +291,11 @@ class LlamaCppModel(SteerableModel):
     def batch_order(self, seq: Seq) -> int:
         return backend_seq(seq, LlamaSeq).llama_id if not self.kv_unified else seq.id
 
+    def pass_rows(self, items: Sequence[tuple[Seq, int]]) -> list[int]:
+        if self.kv_unified:
+            return super().pass_rows(items)
+        return split_passes([(self.batch_order(seq), n) for seq, n in items])
+
     def _new_seq(self, seq_id: int) -> Seq:
         return LlamaSeq(seq_id, llama_id=self._take_id())
 
@@ -459,7 +465,7 @@ class LlamaCppModel(SteerableModel):
         """
         wanted = list(range(len(rows))) if outputs is None else list(outputs)
         if not self.hidden_states:
-            groups = self._equal_groups(rows)
+            groups = [list(range(len(rows)))] if self.kv_unified else equal_groups(rows)
             if len(groups) > 1:
                 return self._decode_groups(rows, wanted, groups, greedy)
             return self._decode_rows(rows, wanted, hidden=False, greedy=greedy)
@@ -468,29 +474,6 @@ class LlamaCppModel(SteerableModel):
             self._decode_rows(rows[:first], [], hidden=False)
         logits = self._decode_rows(rows[first:], [w - first for w in wanted], hidden=True)
         return np.argmax(logits, axis=-1) if greedy else logits
-
-    def _equal_groups(self, rows: list[tuple[int, int, tuple[int, ...]]]) -> list[list[int]]:
-        """The rows' indexes in groups whose sequences each bring the same number of rows.
-
-        With a cache per sequence, llama.cpp runs several sequences in one pass only as an
-        equal split (as many rows of each). A prompt chunk beside other sequences' single
-        tokens so had its first row run with them, on the kernels of a few rows, and the
-        rest in a pass of its own: that row's cache entry differed from the same prompt
-        read in one piece, and the answer with it (SmolLM2, a prompt continued from a
-        shared prefix: 0.44 off in its last logits; 2 of 32 greedy answers of the load
-        test changed). Each group goes to llama.cpp on its own, so a chunk is read whole,
-        as alone, and single tokens still share their pass."""
-        if self.kv_unified:
-            return [list(range(len(rows)))]
-        by_seq: dict[tuple[int, ...], list[int]] = {}
-        for i, (_, _, seq_ids) in enumerate(rows):
-            by_seq.setdefault(seq_ids, []).append(i)
-        if len(by_seq) < 2 or len({len(v) for v in by_seq.values()}) < 2:
-            return [list(range(len(rows)))]
-        groups: dict[int, list[int]] = {}
-        for indexes in by_seq.values():
-            groups.setdefault(len(indexes), []).extend(indexes)
-        return [sorted(g) for _, g in sorted(groups.items())]
 
     def _decode_groups(
         self, rows: list[tuple[int, int, tuple[int, ...]]], wanted: list[int], groups: list[list[int]],
