@@ -41,6 +41,10 @@ def test_a_step_is_evened_only_where_one_pass_costs_less() -> None:
     assert evened([1, 1, 4, 4], _llama_passes, _linear) is None  # where rows cost more than passes
     assert evened([3, 3, 3], _llama_passes, _flat) is None  # even already
     assert evened([1, 2, 1, 2], lambda rows: [sum(rows)], _flat) is None  # one forward whatever its shape
+    assert evened([1, 2, 1, 2], _llama_passes, _flat, most=6) is None  # 8 rows: past what may be bet on
+    assert shaped_price([1, 2, 1, 2], _llama_passes, _flat, most=6) == step_price(
+        [1, 2, 1, 2], _llama_passes, _flat
+    )
 
 
 def test_a_steps_price_is_its_cheaper_shape() -> None:

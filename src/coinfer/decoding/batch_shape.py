@@ -37,23 +37,27 @@ def step_price(rows: Sequence[int], passes: Passes, cost: Callable[[int], float]
     return sum(cost(n) for n in passes(rows) if n)
 
 
-def evened(rows: Sequence[int], passes: Passes, cost: Callable[[int], float]) -> int | None:
+def evened(
+    rows: Sequence[int], passes: Passes, cost: Callable[[int], float], most: int | None = None
+) -> int | None:
     """The row count every request of the step should bring (the longest's), where that
-    one shape is priced below the ragged one; None where the step is even already or
-    evening it costs more."""
+    one shape is priced below the ragged one and, with ``most``, brings at most that many
+    rows in all; None where the step is even already or evening it costs more."""
     width = max(rows, default=0)
-    if width <= 1 or all(n == width for n in rows):
+    if width <= 1 or all(n == width for n in rows) or (most is not None and width * len(rows) > most):
         return None
     even = step_price([width] * len(rows), passes, cost)
     return width if even < step_price(rows, passes, cost) else None
 
 
-def shaped_price(rows: Sequence[int], passes: Passes, cost: Callable[[int], float]) -> float:
+def shaped_price(
+    rows: Sequence[int], passes: Passes, cost: Callable[[int], float], most: int | None = None
+) -> float:
     """Seconds of a step whose requests bring ``rows`` each, run in the cheaper of its
-    ragged and its evened shape (``evened``)."""
+    ragged and its evened shape (``evened``, with the same ``most``)."""
     ragged = step_price(rows, passes, cost)
     width = max(rows, default=0)
-    if width <= 1 or all(n == width for n in rows):
+    if width <= 1 or all(n == width for n in rows) or (most is not None and width * len(rows) > most):
         return ragged
     return min(ragged, step_price([width] * len(rows), passes, cost))
 

@@ -418,21 +418,22 @@ class AdaptiveDraftLength:
         explore = bool(self._rounds) and self._rounds % self.explore_every == 0
         curve = self._fresh()
         cost = lambda n: priced(curve, n)  # noqa: E731
+        most = int(self.reach * max(self.costs))  # every size measured, however long ago
         return batch_lengths(
             survivals,
             cost,
             required_gain=self.required_gain,
             explore=explore,
             floor=self.batch_floor,
-            most=int(self.reach * max(self.costs)),  # every size measured, however long ago
-            price=None if passes is None else lambda rows: shaped_price(rows, passes, cost),
+            most=most,
+            price=None if passes is None else lambda rows: shaped_price(rows, passes, cost, most),
         )
 
     def evened(self, rows: Sequence[int], passes: Passes) -> int | None:
         if not self.costs:
             return None
         curve = self._fresh()
-        return evened(rows, passes, lambda n: priced(curve, n))
+        return evened(rows, passes, lambda n: priced(curve, n), int(self.reach * max(self.costs)))
 
     def _fresh(self) -> dict[int, float]:
         """The curve a batch's cut is priced by: the points measured within the latest
