@@ -43,11 +43,10 @@ def evened(
     """The row count every request of the step should bring (the longest's), where that
     one shape is priced below the ragged one and, with ``most``, brings at most that many
     rows in all; None where the step is even already or evening it costs more."""
-    width = max(rows, default=0)
-    if width <= 1 or all(n == width for n in rows) or (most is not None and width * len(rows) > most):
+    width = _even_width(rows, most)
+    if width is None:
         return None
-    even = step_price([width] * len(rows), passes, cost)
-    return width if even < step_price(rows, passes, cost) else None
+    return width if step_price([width] * len(rows), passes, cost) < step_price(rows, passes, cost) else None
 
 
 def shaped_price(
@@ -56,10 +55,16 @@ def shaped_price(
     """Seconds of a step whose requests bring ``rows`` each, run in the cheaper of its
     ragged and its evened shape (``evened``, with the same ``most``)."""
     ragged = step_price(rows, passes, cost)
+    width = _even_width(rows, most)
+    return ragged if width is None else min(ragged, step_price([width] * len(rows), passes, cost))
+
+
+def _even_width(rows: Sequence[int], most: int | None) -> int | None:
+    """The longest's row count, where evening to it changes the step and stays within ``most``."""
     width = max(rows, default=0)
     if width <= 1 or all(n == width for n in rows) or (most is not None and width * len(rows) > most):
-        return ragged
-    return min(ragged, step_price([width] * len(rows), passes, cost))
+        return None
+    return width
 
 
 def batch_lengths(

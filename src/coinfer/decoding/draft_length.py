@@ -84,7 +84,7 @@ from __future__ import annotations
 
 import math
 import threading
-from collections.abc import Hashable, Sequence
+from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, NamedTuple, Protocol
 
@@ -416,9 +416,7 @@ class AdaptiveDraftLength:
             return [0] * len(proposals)
         survivals = [self.survival(bucket, upto=n)[1:] if n else [] for n, bucket in proposals]
         explore = bool(self._rounds) and self._rounds % self.explore_every == 0
-        curve = self._fresh()
-        cost = lambda n: priced(curve, n)  # noqa: E731
-        most = int(self.reach * max(self.costs))  # every size measured, however long ago
+        cost, most = self._pricing()
         return batch_lengths(
             survivals,
             cost,
@@ -432,8 +430,14 @@ class AdaptiveDraftLength:
     def evened(self, rows: Sequence[int], passes: Passes) -> int | None:
         if not self.costs:
             return None
+        cost, most = self._pricing()
+        return evened(rows, passes, cost, most)
+
+    def _pricing(self) -> tuple[Callable[[int], float], int]:
+        """A batch's prices: the fresh curve (``_fresh``), and the most tokens a step may
+        bring, ``reach`` times every size measured, however long ago."""
         curve = self._fresh()
-        return evened(rows, passes, lambda n: priced(curve, n), int(self.reach * max(self.costs)))
+        return (lambda n: priced(curve, n)), int(self.reach * max(self.costs))
 
     def _fresh(self) -> dict[int, float]:
         """The curve a batch's cut is priced by: the points measured within the latest
