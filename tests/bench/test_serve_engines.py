@@ -20,6 +20,47 @@ def test_an_unknown_engine_or_level_is_refused() -> None:
         EnginesConfig(levels=(0, 4))
 
 
+def test_where_a_questions_time_went_is_averaged_and_tabled() -> None:
+    from coinfer.bench.serve_engines import level_row
+    from coinfer.bench.serve_load import Stream
+
+    streams = [
+        Stream(0, tokens=5, last_s=10.0, seconds={"local": 6.0, "remote": 3.0, "sandbox": 0.5}),
+        Stream(1, tokens=5, last_s=20.0, seconds={"local": 10.0, "remote": 7.0, "sandbox": 1.5}),
+        Stream(2, error="APIConnectionError: gone"),  # an unanswered question counts nowhere
+    ]
+    row = level_row(2, streams, wall_s=20.0)
+    assert row["seconds_per_request"] == {"local": 8.0, "remote": 5.0, "sandbox": 1.0}
+    assert row["latency_s"] == 15.0 and row["answered"] == 2
+    report = {"config": {"levels": [2]}, "engines": [{"engine": "minions", "model": "m", "unit": "per_min",
+                                                      "rows": [row], "scaling": {2: 1.0}}]}  # fmt: skip
+    lines = markdown_table(report).splitlines()
+    assert lines[-3] == "| engine | clients | s from sent to answered | local s | remote s | sandbox s |"
+    assert lines[-1] == "| minions | 2 | 15.0 | 8.0 | 5.0 | 1.0 |"
+    said_nothing = level_row(1, [Stream(0, tokens=3, last_s=1.0)], 1.0)  # an engine that does not say
+    assert said_nothing["seconds_per_request"] is None
+
+
+def test_the_seconds_a_served_answer_gives_are_read_from_its_last_chunk() -> None:
+    from openai.types.chat import ChatCompletionChunk
+
+    from coinfer.bench.serve_load import seconds_said
+
+    head = {"id": "x", "object": "chat.completion.chunk", "created": 0, "model": "m"}
+    end = {"index": 0, "delta": {}, "finish_reason": "stop"}
+    record = {
+        "engine": "minions",
+        "stats": {},
+        "extras": {"seconds": {"local": 2.5, "remote": 1, "sandbox": 0.2}},
+    }
+    last = ChatCompletionChunk.model_validate({**head, "choices": [end], "coinfer": record})
+    assert seconds_said(last) == {"local": 2.5, "remote": 1.0, "sandbox": 0.2}
+    plain = ChatCompletionChunk.model_validate({**head, "choices": [end], "coinfer": {"extras": {}}})
+    assert (
+        seconds_said(plain) == {} == seconds_said(ChatCompletionChunk.model_validate({**head, "choices": []}))
+    )
+
+
 @needs_llama
 def test_plain_and_dragon_serving_at_one_and_two_clients_answer_every_request(smollm_path: Path) -> None:
     config = EnginesConfig(

@@ -68,6 +68,7 @@ def test_remote_only_through_a_real_http_remote_reports_usage_and_dollars(
         usage["prompt_tokens"] * 2.5e-6 + usage["completion_tokens"] * 1e-5
     )
     assert out["usage"]["local"]["calls"] == 0
+    assert out["seconds"]["remote"] > 0 and out["seconds"]["local"] == 0  # where the time went
 
 
 @needs_llama

@@ -61,6 +61,9 @@ def test_minions_served_reads_the_requests_documents_locally_and_bills_the_remot
         assert record["engine"] == "minions" and record["extras"]["protocol"] == "minions"
         remote_usage = record["extras"]["usage"]["remote"]
         assert r.usage.prompt_tokens == remote_usage["prompt_tokens"] > 0  # the cloud's bill
+        seconds = record["extras"]["seconds"]  # where the question's time went
+        assert seconds["local"] > 0 and seconds["remote"] > 0
+        assert record["stats"]["by_side"]["local"]["seconds"] == seconds["local"]
         with urllib.request.urlopen(server.url.removesuffix("/v1") + record["trace"] + ".json") as answer:
             trace = json.load(answer)
         sent = [e["messages"] for s in trace["steps"] if (e := s.get("event")) and e.get("side") == "remote"]

@@ -32,7 +32,7 @@ from typing import Any
 from coinfer.bench.serve_load import Stream, Work, clients_at_once
 from coinfer.errors import ConfigError
 
-__all__ = ["ENGINES", "EnginesConfig", "engine_servers", "markdown_table", "run_engines"]
+__all__ = ["ENGINES", "EnginesConfig", "engine_servers", "level_row", "markdown_table", "run_engines"]
 
 # engine -> its flags beyond --engine and the model (what it needs is the registry's word)
 ENGINES: dict[str, list[str]] = {
@@ -97,9 +97,13 @@ def _work(documents: bool, config: EnginesConfig) -> Work:
     return [(p["messages"], None) for p in prompts[: config.requests]]
 
 
-def _row(clients: int, streams: list[Stream], wall_s: float) -> dict[str, Any]:
+def level_row(clients: int, streams: list[Stream], wall_s: float) -> dict[str, Any]:
+    """One level's figures: requests answered, errors, throughput, the mean time from a
+    request sent to its last token, and where the engine says a request's time went."""
     done = [s for s in streams if s.error is None]
     tokens = sum(s.tokens for s in done)
+    said = [s.seconds for s in done if s.seconds]
+    seconds = {k: round(sum(d.get(k, 0.0) for d in said) / len(said), 2) for k in said[0]} if said else None
     return {
         "clients": clients,
         "requests": len(streams),
@@ -108,6 +112,8 @@ def _row(clients: int, streams: list[Stream], wall_s: float) -> dict[str, Any]:
         "wall_s": round(wall_s, 2),
         "tok_s": round(tokens / wall_s, 3) if wall_s > 0 else 0.0,
         "per_min": round(60 * len(done) / wall_s, 3) if wall_s > 0 else 0.0,
+        "latency_s": round(sum(s.last_s or 0.0 for s in done) / len(done), 2) if done else None,
+        "seconds_per_request": seconds,  # where the engine says a request's time went, on average
     }
 
 
@@ -130,7 +136,7 @@ def _engine(name: str, config: EnginesConfig, log: Callable[[str], None]) -> dic
                 url = engine_servers(stack, model, flags, config)
                 run = clients_at_once(url, model, work, list(range(len(work))), clients,
                                       max_tokens=config.max_tokens, deadline_s=config.deadline_s)  # fmt: skip
-                rows.append(_row(clients, *asyncio.run(run)))
+                rows.append(level_row(clients, *asyncio.run(run)))
             _log_row(name, rows[-1], log)
     unit = "per_min" if documents else "tok_s"
     first = rows[0][unit]
@@ -182,7 +188,25 @@ def markdown_table(report: dict[str, Any]) -> str:
         errors = sum(len(r["errors"]) for r in e["rows"])
         unit = "questions/min" if e["unit"] == "per_min" else "tok/s"
         lines.append(f"| {e['engine']} | {e['model']} | {unit} | {values} | {ratios} | {errors} |")
-    return "\n".join(lines)
+    return "\n".join(lines + _split_table(report))
+
+
+def _split_table(report: dict[str, Any]) -> list[str]:
+    """Where a request's time went, for the engines that say (MinionS: seconds waiting on
+    each side and on the sandbox, per question, averaged)."""
+    rows = [(e["engine"], r) for e in report["engines"] for r in e["rows"] if r.get("seconds_per_request")]
+    if not rows:
+        return []
+    parts = list(rows[0][1]["seconds_per_request"])
+    lines = [
+        "",
+        "| engine | clients | s from sent to answered | " + " | ".join(f"{p} s" for p in parts) + " |",
+    ]
+    lines.append("|" + "---|" * (len(parts) + 3))
+    for name, r in rows:
+        spent = " | ".join(f"{r['seconds_per_request'].get(p, 0.0):.1f}" for p in parts)
+        lines.append(f"| {name} | {r['clients']} | {r['latency_s']:.1f} | {spent} |")
+    return lines
 
 
 def _ratio(value: float | None) -> str:

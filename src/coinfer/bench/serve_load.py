@@ -33,6 +33,7 @@ __all__ = [
     "clients_at_once",
     "load_prompts",
     "run_load",
+    "seconds_said",
     "stream_chat",
 ]
 
@@ -74,6 +75,7 @@ class Stream:
     last_s: float | None = None
     tokens: int = 0  # the server's count (the stream's usage)
     sent_s: float | None = None  # when it was sent, in seconds from its level's start (``clients_at_once``)
+    seconds: dict[str, float] = field(default_factory=dict)  # where the engine says its time went (MinionS)
 
     @property
     def inter_token_s(self) -> float | None:
@@ -161,6 +163,7 @@ async def stream_chat(
                         seen += 1
                     s.text += c.choices[0].delta.content or ""
                     s.finish = c.choices[0].finish_reason or s.finish
+                s.seconds = seconds_said(c) or s.seconds
                 if leave_after is not None and seen >= leave_after and s.finish is None:
                     await chunks.close()  # the client goes away mid-stream
                     s.finish = "left"
@@ -177,6 +180,14 @@ async def stream_chat(
             s.error = f"{type(exc).__name__}: {exc}"
             break
     return s
+
+
+def seconds_said(chunk: Any) -> dict[str, float]:
+    """The seconds by side a chunk's ``coinfer`` record gives (MinionS: local, remote,
+    sandbox); empty where it gives none."""
+    record = (chunk.model_extra or {}).get("coinfer") or {}
+    seconds = (record.get("extras") or {}).get("seconds")
+    return {str(k): float(v) for k, v in seconds.items()} if isinstance(seconds, dict) else {}
 
 
 async def clients_at_once(

@@ -3,11 +3,14 @@ on loopback unless ``--host`` says otherwise.
 
 ``--engine plain`` decodes every request in one continuous batch (on llama.cpp each
 conversation gets its own ``--ctx`` cells, ``--max-batch`` decoded together, ``--keep``
-finished ones kept for prefix reuse); ``--engine speculative`` (``--draft``), ``llmcad``
-(its resident ``--draft`` model) and ``collective`` (``--drafts`` voting) serve one
-request at a time, as do the question-answering engines ``minions`` (``--model`` reads the
-documents a request brings, ``--remote`` plans) and ``dragon`` (``--corpus``, with
-``--cloud``'s), and ``jupiter`` (``--devices`` worker processes kept for every request).
+finished ones kept for prefix reuse). Every other engine serves up to ``--max-batch``
+requests at once too: ``speculative`` (``--draft``) drafts inside that batch,
+``collective`` (``--drafts`` voting) runs batched rounds; ``llmcad`` (its resident
+``--draft`` model; one at a time under ``--memory-budget``) and the question-answering
+engines ``minions`` (``--model`` reads the documents a request brings, ``--remote``
+plans) and ``dragon`` (``--corpus``, with ``--cloud``'s) answer several requests on
+threads whose forwards merge; ``jupiter`` (``--devices`` worker processes kept for every
+request) keeps several in its pipeline.
 ``--config FILE.toml`` serves several, by name. With ``--api-key`` (or
 ``$COINFER_API_KEY``) every route but ``/health`` needs the key."""
 

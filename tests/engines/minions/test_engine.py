@@ -36,11 +36,31 @@ def test_stream_yields_every_step_then_the_answer_with_its_usage() -> None:
     assert [e["event"] for e in extras["trace"]] == [r.extras["event"]["event"] for r in steps]
     json.dumps(extras)  # JSON data, for --json, the server and the bench
     sides = answer.stats.as_dict()["by_side"]
-    assert sides == {side: extras["usage"][side] for side in ("local", "remote")}
+    assert sides == {
+        side: {**extras["usage"][side], "seconds": extras["seconds"][side]} for side in ("local", "remote")
+    }
     assert (
         answer.stats.prompt_tokens == sides["local"]["prompt_tokens"] + sides["remote"]["prompt_tokens"] > 0
     )
     assert answer.tokens == [] and answer.stats.n_tokens == 0  # a chat's text: no tokens to count
+
+
+def test_the_answer_says_where_its_time_went_side_by_side() -> None:
+    import time
+
+    def slow_remote(request: object) -> str:
+        time.sleep(0.1)  # a remote that takes its time: the question's wait is on that side
+        return replies.pop(0)
+
+    replies = [GOOD_CODE, final_reply("8080")]
+    answer = m.generate(QUESTION, [("config.md", DOC)], local=ScriptedChat(local_reader),
+                        remote=ScriptedChat(slow_remote))  # fmt: skip
+    seconds, trace = answer.extras["seconds"], answer.extras["trace"]
+    assert seconds["remote"] >= 0.2 and seconds["sandbox"] > 0  # two remote calls, one code run
+    for side in ("local", "remote"):
+        calls = [e["seconds"] for e in trace if e["event"] == "chat" and e["side"] == side]
+        assert seconds[side] == pytest.approx(sum(calls), abs=0.01) and calls
+    assert answer.stats.by_side["remote"]["seconds"] == seconds["remote"]
 
 
 def test_an_answer_over_a_local_model_carries_its_tokens(smollm_llama) -> None:  # type: ignore[no-untyped-def]

@@ -74,11 +74,13 @@ def answer_tokens(answer: str, local: ChatModel | None) -> list[int]:
 
 def counted(stats: DecodeStats, run: steps.Run, n_tokens: int) -> None:
     """A finished run's counts: its rounds, the tokens every model read (both sides'
-    prompts), the answer's tokens, and each side's usage in ``by_side``."""
+    prompts), the answer's tokens, and in ``by_side`` each side's usage and the seconds its
+    calls took."""
     stats.rounds = run.finished.rounds
     sides = {side: run.usage(side) for side in ("local", "remote")}  # type: ignore[arg-type]
+    seconds = run.seconds()
     stats.prompt_tokens = sum(u.prompt_tokens for u in sides.values())
-    stats.by_side = {side: u.as_dict() for side, u in sides.items()}
+    stats.by_side = {side: {**u.as_dict(), "seconds": seconds[side]} for side, u in sides.items()}
     stats.emitted(n_tokens)
     stats.first_token_at = stats.first_token_at or time.perf_counter()
     stats.last_token_at = stats.last_token_at or stats.first_token_at
@@ -98,7 +100,8 @@ def generate(
 
 
 def run_extras(run: steps.Run) -> dict[str, Any]:
-    """A finished run as JSON data: protocol, rounds, best effort, usage, trace."""
+    """A finished run as JSON data: protocol, rounds, best effort, usage, the seconds
+    spent on each side and in the sandbox, trace."""
     usage = {side: run.usage(side).as_dict() for side in ("remote", "local")}  # type: ignore[arg-type]
     by_round = {
         side: {str(r): u.as_dict() for r, u in sorted(run.ledger.by_round(side).items())}
@@ -110,5 +113,6 @@ def run_extras(run: steps.Run) -> dict[str, Any]:
         "best_effort": run.finished.best_effort,
         "problems": list(run.finished.problems),
         "usage": {**usage, "by_round": by_round},
+        "seconds": run.seconds(),
         "trace": run.trace,
     }

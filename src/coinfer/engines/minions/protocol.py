@@ -7,12 +7,14 @@ gets the ``SandboxResult`` or the ``SandboxError``; a ``Note`` (something for th
 jobs made, abstentions) gets None. It returns a ``Finished``. The protocol holds no
 sockets, threads or models, so the same flow runs against real models or scripted fakes
 (this is how httpx writes its auth flows). ``run_protocol`` runs one against two chat
-models, counts every call's usage per side and round in a ``UsageLedger``, and yields
-each trace entry as it happens; ``drive`` runs it to its end.
+models, counts every call's usage per side and round in a ``UsageLedger``, times every
+call and sandbox run (each trace entry's ``seconds``), and yields each trace entry as it
+happens; ``drive`` runs it to its end.
 """
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Generator, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -84,6 +86,16 @@ class Run:
     def usage(self, side: Side) -> Usage:
         return self.ledger.total(side)
 
+    def seconds(self) -> dict[str, float]:
+        """Wall seconds spent waiting on each side's calls and on the sandbox's runs (where
+        a question's time went; calls made together count once)."""
+        out = dict.fromkeys(("local", "remote", "sandbox"), 0.0)
+        for entry in self.trace:
+            if "seconds" in entry:
+                where = entry.get("side", "sandbox")
+                out[where] = round(out[where] + entry["seconds"], 3)
+        return out
+
 
 def run_protocol(
     name: str,
@@ -137,7 +149,9 @@ def _chat(
 ) -> list[ChatResult]:
     if model is None:
         raise ConfigError(f"this protocol needs a {call.side} model")
+    started = time.perf_counter()
     results = model.chat_batch(call.requests)
+    seconds = time.perf_counter() - started
     usage = sum((r.usage for r in results), Usage())
     ledger.add(call.side, call.round, usage)
     record(
@@ -150,6 +164,7 @@ def _chat(
             "messages": [list(r.messages) for r in call.requests] if call.side == "remote" else None,
             "replies": [r.texts for r in results],
             "usage": usage.as_dict(),
+            "seconds": round(seconds, 3),
         }
     )
     return results
@@ -158,6 +173,11 @@ def _chat(
 def _run_code(
     run: CodeRun, timeout_s: float, memory_mb: int, record: Callable[[dict[str, Any]], None]
 ) -> sandbox.SandboxResult | SandboxError:
+    """Run the remote's code in the sandbox; its trace entry says how it ended and the wall
+    seconds it took (``elapsed_s``: the code's own, inside the sandbox)."""
+    started = time.perf_counter()
+    out: sandbox.SandboxResult | SandboxError
+    entry: dict[str, Any] = {"round": run.round, "event": "code"}
     try:
         out = sandbox.run(
             run.code,
@@ -166,8 +186,9 @@ def _run_code(
             memory_mb=memory_mb,
             modules={"minions": JOB_API.read_text()},
         )
+        entry |= {"ok": True, "elapsed_s": round(out.elapsed_s, 3)}
     except SandboxError as exc:
-        record({"round": run.round, "event": "code", "ok": False, "error": str(exc), "kind": exc.kind})
-        return exc
-    record({"round": run.round, "event": "code", "ok": True, "elapsed_s": round(out.elapsed_s, 3)})
+        out = exc
+        entry |= {"ok": False, "error": str(exc), "kind": exc.kind}
+    record(entry | {"seconds": round(time.perf_counter() - started, 3)})
     return out

@@ -18,7 +18,8 @@ def side_usage(answer: Response, side: str) -> Usage:
 
 
 def summary(answer: Response, *, price: Price | None, priced_as: str | None) -> dict[str, Any]:
-    """The ``--json`` object: answer, protocol, rounds, usage per side (and per round), dollars."""
+    """The ``--json`` object: answer, protocol, rounds, usage per side (and per round), the
+    seconds spent on each side and in the sandbox, dollars."""
     extras = answer.extras
     return {
         "answer": answer.text,
@@ -27,6 +28,7 @@ def summary(answer: Response, *, price: Price | None, priced_as: str | None) -> 
         "best_effort": extras["best_effort"],
         "problems": extras["problems"],
         "usage": extras["usage"],
+        "seconds": extras.get("seconds"),
         "cost_usd": round(price.cost(side_usage(answer, "remote")), 6) if price else 0.0,
         "priced_as": priced_as if price else None,
     }
@@ -49,6 +51,7 @@ def trace_line(e: dict[str, Any]) -> list[str]:
         return [
             f"{head}{e['side']:<6} {e['purpose']}: {e['requests']} request(s), "
             f"{u['prompt_tokens']:,} in / {u['completion_tokens']:,} out tokens"
+            + (f", {e['seconds']} s" if "seconds" in e else "")
         ]
     if e["event"] == "code":
         state = f"ran in {e['elapsed_s']} s" if e["ok"] else f"{e['kind']}: {e['error'][:160]}"
