@@ -1,5 +1,8 @@
-"""The load test: 32 concurrent streaming clients of the official client against ``coinfer
-serve`` on SmolLM2, a bounded number of requests and time."""
+"""The load test: 64 concurrent streaming clients of the official client against ``coinfer
+serve`` on SmolLM2, a third of which go away mid-stream, a bounded number of requests and
+time. (It holds every check the 32-client storm of ``coinfer bench serve --part load``
+makes: honest 429s only, every finished stream identical to the request alone, memory
+back within 10%; that storm is not run again here.)"""
 
 from __future__ import annotations
 
@@ -10,18 +13,6 @@ import pytest
 from tests.conftest import needs_llama
 
 pytest.importorskip("openai")
-
-
-@needs_llama
-def test_32_streaming_clients_get_complete_answers_identical_to_alone(smollm_path: Path) -> None:
-    from coinfer.bench.serve_load import LoadConfig, run_load
-
-    result = run_load(LoadConfig(clients=32, requests=32, max_tokens=24, max_queue=24, deadline_s=300))
-    assert result.errors == []  # 429s are honest: the clients waited and sent again
-    assert result.rate_limited > 0  # more clients than the queue holds: the queue pushed back
-    assert result.complete == result.streams == 32
-    assert result.different == [] and result.identical == 32
-    assert result.rss_end_mb <= 1.10 * result.rss_start_mb and result.passed
 
 
 @needs_llama
