@@ -9,11 +9,12 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from tests.cli.run import assert_user_error, coinfer
-from tests.conftest import needs_llama, needs_torch
+from tests.conftest import needs_llama, needs_torch, same_up_to_a_near_tie
 
 
 @needs_llama
@@ -165,21 +166,32 @@ def test_a_model_without_a_chat_template_says_so_and_sends_plain_text() -> None:
     assert out["prompt_format"] == "raw" and out["n_tokens"] >= 1
 
 
+def _the_plain_text_or_a_near_tie(model: Any, prompt: str, got: str, plain_text: str) -> bool:
+    """``got`` is plain decoding's text, or departs from the target's own greedy tokens at
+    a near-tie: the draft length ``--draft auto`` picks from this machine's measured costs
+    sets the verifying forward's shape, which moves llama.cpp's logits slightly (the
+    README's known gap), and a loaded machine picks another length."""
+    ids = model.user_prompt(prompt)
+    return got == plain_text or same_up_to_a_near_tie(model, ids, model.tokenize(got))
+
+
 @needs_llama
-def test_generate_with_an_ngram_draft_reports_speculation_stats(smollm_path: Path) -> None:
+def test_generate_with_an_ngram_draft_reports_speculation_stats(smollm_llama: Any) -> None:
     code = "def add(a, b):\n    return a + b\n\ndef sub(a, b):\n    return a - b\n"
-    args = ("generate", f"Repeat this code exactly:\n{code}", "-m", "smollm2-135m", "-n", "24", "--json")
+    prompt = f"Repeat this code exactly:\n{code}"
+    args = ("generate", prompt, "-m", "smollm2-135m", "-n", "24", "--json")
     plain = json.loads(coinfer(*args, "--draft", "none").stdout)
     # --draft auto: prompt lookup, with k chosen from this machine's measured costs (which
     # may draft little), and the target's own text
     default = json.loads(coinfer(*args).stdout)
-    assert default["draft"] == "ngram" and default["text"] == plain["text"]
+    assert default["draft"] == "ngram"
+    assert _the_plain_text_or_a_near_tie(smollm_llama, prompt, default["text"], plain["text"])
     proc = coinfer(*args, "--draft", "ngram", "--draft-tokens", "3")
     assert proc.returncode == 0, proc.stderr
     out = json.loads(proc.stdout)
     stats = out["stats"]
     assert out["draft"] == "ngram" and stats["drafted"] >= stats["accepted"] > 0  # the answer copies code
-    assert out["text"] == plain["text"]
+    assert _the_plain_text_or_a_near_tie(smollm_llama, prompt, out["text"], plain["text"])
     assert stats["target_forwards"] >= 1 and stats["mean_accepted_length"] >= 1.0
     assert 0.0 <= stats["acceptance_rate"] <= 1.0
     assert out["n_tokens"] >= 1 and len(out["text"]) > 0
