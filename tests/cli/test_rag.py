@@ -8,6 +8,7 @@ import signal
 import subprocess
 import sys
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -31,11 +32,12 @@ def _corpus(folder: Path, files: dict[str, str]) -> str:
     return str(folder)
 
 
-@pytest.fixture
-def corpora(tmp_path: Path) -> tuple[str, str]:
-    device = _corpus(tmp_path / "device", {"me.md": "I am Ada from Bergen. I prefer simulation games."})
+@pytest.fixture(scope="module")
+def corpora(tmp_path_factory: pytest.TempPathFactory) -> tuple[str, str]:
+    root = tmp_path_factory.mktemp("rag")
+    device = _corpus(root / "device", {"me.md": "I am Ada from Bergen. I prefer simulation games."})
     cloud = _corpus(
-        tmp_path / "cloud",
+        root / "cloud",
         {
             "games.md": "The best-selling simulation games of 2024 were Farming Simulator 25 and The Sims 4.",
             "weather.md": "Bergen is one of the rainiest cities in Europe.",
@@ -44,8 +46,9 @@ def corpora(tmp_path: Path) -> tuple[str, str]:
     return device, cloud
 
 
-@pytest.fixture
-def cloud(corpora: tuple[str, str], smollm_path: Path) -> Iterator[tuple[subprocess.Popen[str], str]]:
+@contextmanager
+def _cloud_process(corpus: str) -> Iterator[tuple[subprocess.Popen[str], str]]:
+    """``coinfer rag cloud`` on ``corpus``, on a free loopback port; stopped after."""
     proc = subprocess.Popen(
         [
             sys.executable,
@@ -54,7 +57,7 @@ def cloud(corpora: tuple[str, str], smollm_path: Path) -> Iterator[tuple[subproc
             "rag",
             "cloud",
             "--corpus",
-            corpora[1],
+            corpus,
             "-m",
             "smollm2-135m",
             "--listen",
@@ -74,6 +77,20 @@ def cloud(corpora: tuple[str, str], smollm_path: Path) -> Iterator[tuple[subproc
     yield proc, address
     proc.send_signal(signal.SIGTERM)
     proc.wait(timeout=30)
+
+
+@pytest.fixture(scope="module")
+def cloud(corpora: tuple[str, str], smollm_path: Path) -> Iterator[tuple[subprocess.Popen[str], str]]:
+    """One cloud for the tests that leave it serving (each cloud is a process to start)."""
+    with _cloud_process(corpora[1]) as served:
+        yield served
+
+
+@pytest.fixture
+def own_cloud(corpora: tuple[str, str], smollm_path: Path) -> Iterator[tuple[subprocess.Popen[str], str]]:
+    """A cloud of the test's own, for a test that kills it."""
+    with _cloud_process(corpora[1]) as served:
+        yield served
 
 
 def _ask(device: str, *extra: str, env: dict[str, str] = TOKEN) -> subprocess.CompletedProcess[str]:
@@ -159,8 +176,9 @@ def test_no_token_is_a_user_error(corpora: tuple[str, str]) -> None:
 
 
 def test_the_cloud_killed_mid_answer_leaves_the_device_to_finish(
-    corpora: tuple[str, str], cloud: tuple[subprocess.Popen[str], str]
+    corpora: tuple[str, str], own_cloud: tuple[subprocess.Popen[str], str]
 ) -> None:
+    cloud = own_cloud
     ask = subprocess.Popen(
         [
             sys.executable,
