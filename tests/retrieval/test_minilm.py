@@ -24,27 +24,30 @@ TEXTS = [
 
 
 @pytest.mark.skipif(not HAS_TORCH, reason="needs torch and transformers to compare with")
-def test_the_vectors_are_transformers_bert_models_to_float32_rounding() -> None:
-    import torch
-    from transformers import AutoModel, AutoTokenizer
-
-    from coinfer.retrieval import DenseRetriever
+def test_the_numpy_encoder_gives_transformers_bert_models_hidden_states() -> None:
     from coinfer.retrieval.dense import minilm_dir
+    from coinfer.retrieval.minilm import MiniLM, TorchMiniLM
 
-    tokenizer, model = AutoTokenizer.from_pretrained(minilm_dir()), AutoModel.from_pretrained(minilm_dir())
-    batch = tokenizer(TEXTS, padding=True, truncation=True, max_length=256, return_tensors="pt")
-    with torch.inference_mode():
-        hidden = model.eval()(**batch).last_hidden_state
-    mask = batch["attention_mask"].unsqueeze(-1).float()
-    expected = torch.nn.functional.normalize((hidden * mask).sum(1) / mask.sum(1), dim=-1).numpy()
-    got = DenseRetriever(batch_size=3).embed(TEXTS)  # two batches, padded to different lengths
-    assert got.shape == (4, 384) and got.dtype == np.float32
-    assert np.abs(got - expected).max() < 1e-5
-    assert np.allclose(np.linalg.norm(got, axis=1), 1.0, atol=1e-5)
+    hidden, mask = MiniLM(minilm_dir()).encode(TEXTS)
+    expected, expected_mask = TorchMiniLM(minilm_dir()).encode(TEXTS)
+    assert hidden.dtype == np.float32 and hidden.shape == expected.shape == (4, 256, 384)
+    assert np.array_equal(mask, expected_mask) and mask[2].sum() == 3  # [CLS] ok [SEP]
+    real = mask.astype(bool)  # padded positions' states are never read
+    assert np.abs(hidden[real] - expected[real]).max() < 1e-4
 
 
-def test_dense_retrieval_never_imports_torch() -> None:
-    """What makes a ``coinfer rag`` process start in a second, not after torch's import."""
+def test_torch_encodes_only_what_repays_its_import() -> None:
+    from coinfer.retrieval.minilm import TORCH_FROM, torch_pays
+
+    assert not torch_pays(1, imported=False, installed=True)  # a query: NumPy
+    assert not torch_pays(TORCH_FROM - 1, imported=False, installed=True)
+    assert torch_pays(TORCH_FROM, imported=False, installed=True)  # a large corpus indexed
+    assert not torch_pays(10 * TORCH_FROM, imported=False, installed=False)
+    assert torch_pays(1, imported=True, installed=True)  # already paid for
+
+
+def test_dense_retrieval_of_a_small_corpus_never_imports_torch() -> None:
+    """What makes a ``coinfer rag`` process start in two seconds, not after torch's import."""
     code = (
         "import sys\n"
         "from coinfer.retrieval import Chunk, DenseRetriever\n"

