@@ -28,9 +28,10 @@ __all__ = ["TORCH_FROM", "MiniLM", "TorchMiniLM", "torch_pays"]
 _ERF_P = 0.3275911
 _ERF_A = (0.254829592, -0.284496736, 1.421413741, -1.453152027, 1.061405429)
 _FF_ROWS = 256  # tokens per feed-forward block: its (rows, 1536) activations stay in the cache
-# texts in one batch from which torch's forward (about 0.05 s a 256-token text faster on
-# 2 cores) repays its import (about 8 s): measured in docs/bench/dragon/one-off/
-TORCH_FROM = 160
+# texts in one batch from which torch's forward (about 0.07 s a 256-token text faster on
+# 2 cores than this one on one BLAS thread) repays its import (about 8 s): measured in
+# docs/bench/dragon/one-off/
+TORCH_FROM = 128
 
 
 def _erf(x: np.ndarray) -> np.ndarray:
@@ -88,9 +89,11 @@ class MiniLM:
     def __init__(self, path: Path, *, max_length: int = 256) -> None:
         try:
             from safetensors.numpy import load_file
+            from threadpoolctl import ThreadpoolController
             from tokenizers import Tokenizer
         except ImportError as exc:
-            raise MissingDependencyError("tokenizers and safetensors", "rag") from exc
+            raise MissingDependencyError("tokenizers, safetensors and threadpoolctl", "rag") from exc
+        self._blas = ThreadpoolController()
         self.config = _Config.read(path)
         self._w = load_file(str(path / "model.safetensors"))
         self._tokenizer: Any = Tokenizer.from_file(str(path / "tokenizer.json"))
@@ -107,10 +110,13 @@ class MiniLM:
     def encode(self, texts: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
         """The last hidden states (b, t, hidden) and the mask (b, t)."""
         ids, mask = self.tokenize(texts)
-        x = self._embed(ids)
-        bias = ((1.0 - mask) * np.float32(-1e9))[:, None, None, :]  # padded keys get no weight
-        for i in range(self.config.layers):
-            x = self._block(x, bias, f"encoder.layer.{i}.")
+        # one BLAS thread: OpenBLAS's idle threads spin, and beside a model decoding on the
+        # same cores (DRAGON re-scores its documents as it writes) they halved its tokens/s
+        with self._blas.limit(limits=1, user_api="blas"):
+            x = self._embed(ids)
+            bias = ((1.0 - mask) * np.float32(-1e9))[:, None, None, :]  # padded keys get no weight
+            for i in range(self.config.layers):
+                x = self._block(x, bias, f"encoder.layer.{i}.")
         return x, mask
 
     def _embed(self, ids: np.ndarray) -> np.ndarray:
@@ -168,7 +174,7 @@ class MiniLM:
 
 class TorchMiniLM:
     """The same encoder on torch through transformers' ``BertModel``: faster per text
-    (about 1.6x on 2 cores, where torch runs the element-wise steps on every core), for
+    (about 1.8x on 2 cores, where torch runs on both and this encoder on one BLAS thread), for
     a batch large enough to repay torch's import."""
 
     def __init__(self, path: Path, *, max_length: int = 256) -> None:
