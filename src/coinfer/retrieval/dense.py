@@ -45,12 +45,20 @@ def _load_torch(path: Path) -> TorchMiniLM:
     return TorchMiniLM(path)
 
 
+_TORCH = ("torch", "transformers")
+
+
+@functools.cache
+def _torch_installed() -> bool:
+    """Looked up once per process, not at every query's embedding."""
+    return all(importlib.util.find_spec(m) is not None for m in _TORCH)
+
+
 def _encoder(path: Path, texts: int) -> MiniLM | TorchMiniLM:
     """The encoder for a batch of ``texts`` (``torch_pays``)."""
-    libraries = ("torch", "transformers")
-    imported = all(m in sys.modules for m in libraries)
-    installed = all(importlib.util.find_spec(m) is not None for m in libraries)
-    return _load_torch(path) if torch_pays(texts, imported=imported, installed=installed) else _load(path)
+    imported = all(m in sys.modules for m in _TORCH)
+    pays = torch_pays(texts, imported=imported, installed=_torch_installed())
+    return _load_torch(path) if pays else _load(path)
 
 
 class DenseRetriever:
