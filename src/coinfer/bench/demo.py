@@ -12,7 +12,7 @@ against it, measured side by side in this run:
   document itself;
 * dragon: end-to-end tokens/s (the cloud's reading included) against the device answering
   alone from its own documents (the answer it can give is the point: it sees both sides'
-  documents);
+  documents); device and cloud on one thread and a core each, as on two machines;
 * jupiter: end-to-end tokens/s of a pipeline of two devices with outline decoding
   against one device decoding plainly.
 
@@ -34,6 +34,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from coinfer.bench.dragon import pinned, side_cores
 from coinfer.errors import CoinferError, ConfigError
 
 __all__ = ["DemoConfig", "Row", "demo_table", "run_demo"]
@@ -169,23 +170,16 @@ def dragon_row(config: DemoConfig) -> Row:
         _corpus(config.out / "cloud-docs", qa["cloud"]),
     )
     env = {"COINFER_LINK_TOKEN": secrets.token_hex(16)}
-    ask = [
-        "rag",
-        "ask",
-        "--corpus",
-        device,
-        "-m",
-        config.small,
-        "--max-tokens",
-        str(config.max_tokens),
-        "--json",
-    ]
+    ask = ["rag", "ask", "--corpus", device, "-m", config.small, "--threads", "1",
+           "--max-tokens", str(config.max_tokens), "--json"]  # fmt: skip
+    device_core, cloud_core = side_cores()
     trace = config.out / "dragon.json"
     baseline = f"device-only {config.small}"
     try:
-        alone = _coinfer([*ask, qa["question"]], config, env=env)
-        with _cloud(cloud, config, env) as address:
-            out = _coinfer([*ask, "--cloud", address, "--trace", str(trace), qa["question"]], config, env=env)
+        alone = _coinfer([*ask, qa["question"]], config, env=env, core=device_core)
+        with _cloud(cloud, config, env, core=cloud_core) as address:
+            out = _coinfer([*ask, "--cloud", address, "--trace", str(trace), qa["question"]], config,
+                           env=env, core=device_core)  # fmt: skip
     except CoinferError as exc:
         return _failed("dragon", baseline, exc)
     kept = ", ".join(f"{side} {out['accepted'][side]}/{out['accepted'][side] + out['rejected'][side]}"
@@ -216,12 +210,15 @@ def jupiter_row(config: DemoConfig) -> Row:
 
 
 # ---- running the command ------------------------------------------------------------------
-def _coinfer(args: list[str], config: DemoConfig, *, env: dict[str, str] | None = None) -> dict[str, Any]:
-    """One ``coinfer`` command's ``--json`` output; a failure as ``CoinferError``."""
+def _coinfer(
+    args: list[str], config: DemoConfig, *, env: dict[str, str] | None = None, core: int | None = None
+) -> dict[str, Any]:
+    """One ``coinfer`` command's ``--json`` output (on ``core`` if given); a failure as
+    ``CoinferError``."""
     try:
         proc = subprocess.run(
             [sys.executable, "-m", "coinfer", *args], capture_output=True, text=True,
-            timeout=config.timeout_s, env={**os.environ, **(env or {})},
+            timeout=config.timeout_s, env={**os.environ, **(env or {})}, preexec_fn=pinned(core),
         )  # fmt: skip
     except subprocess.TimeoutExpired as exc:
         raise CoinferError(f"coinfer {args[0]} ran past {config.timeout_s:.0f} s") from exc
@@ -232,15 +229,17 @@ def _coinfer(args: list[str], config: DemoConfig, *, env: dict[str, str] | None 
 
 
 @contextmanager
-def _cloud(corpus: str, config: DemoConfig, env: dict[str, str]) -> Iterator[str]:
-    """``coinfer rag cloud`` on a free loopback port, stopped at the end."""
+def _cloud(corpus: str, config: DemoConfig, env: dict[str, str], *, core: int | None) -> Iterator[str]:
+    """``coinfer rag cloud`` on a free loopback port and one thread (on ``core``), stopped
+    at the end."""
     from coinfer.transport.ports import free_loopback_port
 
     address = f"127.0.0.1:{free_loopback_port()}"
     proc = subprocess.Popen(
         [sys.executable, "-m", "coinfer", "rag", "cloud", "--corpus", corpus, "-m", config.small,
-         "--listen", address],
+         "--threads", "1", "--listen", address],
         stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, env={**os.environ, **env},
+        preexec_fn=pinned(core),
     )  # fmt: skip
     try:
         assert proc.stdout is not None

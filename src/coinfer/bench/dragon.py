@@ -51,7 +51,7 @@ from coinfer.bench.relay import LatencyRelay
 from coinfer.bench.report import environment, pyplot, write_json, write_markdown
 from coinfer.errors import ConfigError
 
-__all__ = ["DELAYS", "SYSTEMS", "DragonBenchConfig", "run_dragon_bench"]
+__all__ = ["DELAYS", "SYSTEMS", "DragonBenchConfig", "pinned", "run_dragon_bench", "side_cores"]
 
 DELAYS = (0.0, 0.05, 0.1, 0.2, 0.3)
 _ALONE = ("device-only", "cloud-only")
@@ -114,14 +114,17 @@ def load_questions(path: str | None, limit: int | None) -> list[dict[str, Any]]:
     return rows[:limit] if limit else rows
 
 
-def _pin(core: int | None) -> Callable[[], None] | None:
+def pinned(core: int | None) -> Callable[[], None] | None:
+    """A child process's ``preexec_fn`` that keeps it on ``core`` (None: unpinned)."""
     if core is None:
         return None
     return lambda: os.sched_setaffinity(0, {core})
 
 
-def _cores() -> tuple[int | None, int | None]:
-    """(device core, cloud core): one each where there are two, else unpinned."""
+def side_cores() -> tuple[int | None, int | None]:
+    """(device core, cloud core): one each where there are two, else unpinned. Each side
+    runs on one thread on its own core, as on two machines: on a shared pair of cores two
+    llama.cpp processes of two threads each spin at each other's barriers."""
     cores = sorted(os.sched_getaffinity(0))
     return (cores[0], cores[1]) if len(cores) >= 2 else (None, None)
 
@@ -153,7 +156,7 @@ def _rag(command: str, corpus: str, model: str, *extra: str) -> list[str]:
 
 def _child(core: int | None) -> dict[str, Any]:
     """How a side's process starts: the link's token, pinned to ``core``."""
-    return {"text": True, "env": {**os.environ, "COINFER_LINK_TOKEN": _TOKEN}, "preexec_fn": _pin(core)}
+    return {"text": True, "env": {**os.environ, "COINFER_LINK_TOKEN": _TOKEN}, "preexec_fn": pinned(core)}
 
 
 def _link_words(bandwidth_mbit: float | None) -> str:
@@ -238,7 +241,7 @@ def run_dragon_bench(config: DragonBenchConfig, log: Callable[[str], None] = pri
             "delays_s": list(config.delays),
             "questions": [q["id"] for q in questions],
             "link": _link_words(config.bandwidth_mbit),
-            "pinned": _cores()[0] is not None,
+            "pinned": side_cores()[0] is not None,
             "workloads": list(config.workloads),
             "systems": [x for x in SYSTEMS if x in config.systems],
             "lm": {
@@ -263,7 +266,7 @@ def _qa_runs(
     config: DragonBenchConfig, questions: list[dict[str, Any]], log: Callable[[str], None]
 ) -> list[dict[str, Any]]:
     """Question answering: every system on every question, the linked ones at every delay."""
-    device_core, cloud_core = _cores()
+    device_core, cloud_core = side_cores()
     device_model = config.device_model or config.model
     rows: list[dict[str, Any]] = []
     with contextlib.ExitStack() as stack:
