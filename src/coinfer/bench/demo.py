@@ -22,19 +22,15 @@ A run that fails gives its row the error's last line; the others still run.
 from __future__ import annotations
 
 import json
-import os
-import secrets
-import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from coinfer.bench.dragon import pinned, side_cores
+from coinfer.bench.dragon import RagCloud, rag_ask, side_cores
 from coinfer.errors import CoinferError, ConfigError
 
 __all__ = ["DemoConfig", "Row", "demo_table", "run_demo"]
@@ -169,17 +165,27 @@ def dragon_row(config: DemoConfig) -> Row:
         _corpus(config.out / "device-docs", qa["device"]),
         _corpus(config.out / "cloud-docs", qa["cloud"]),
     )
-    env = {"COINFER_LINK_TOKEN": secrets.token_hex(16)}
-    ask = ["rag", "ask", "--corpus", device, "-m", config.small, "--threads", "1",
-           "--max-tokens", str(config.max_tokens), "--json"]  # fmt: skip
     device_core, cloud_core = side_cores()
     trace = config.out / "dragon.json"
     baseline = f"device-only {config.small}"
+
+    def ask(link: list[str]) -> dict[str, Any]:  # the DRAGON bench's: on one thread, on the device's core
+        try:
+            out = rag_ask(config.small, device, qa["question"], config.max_tokens, device_core, link,
+                          timeout_s=config.timeout_s)  # fmt: skip
+        except subprocess.TimeoutExpired as exc:
+            raise CoinferError(f"coinfer rag ran past {config.timeout_s:.0f} s") from exc
+        if "error" in out:
+            raise CoinferError(f"coinfer rag failed: {out['error']}")
+        return out
+
     try:
-        alone = _coinfer([*ask, qa["question"]], config, env=env, core=device_core)
-        with _cloud(cloud, config, env, core=cloud_core) as address:
-            out = _coinfer([*ask, "--cloud", address, "--trace", str(trace), qa["question"]], config,
-                           env=env, core=device_core)  # fmt: skip
+        alone = ask([])
+        cloud_side = RagCloud(cloud, config.small, cloud_core)
+        try:
+            out = ask(["--cloud", f"{cloud_side.host}:{cloud_side.port}", "--trace", str(trace)])
+        finally:
+            cloud_side.close()
     except CoinferError as exc:
         return _failed("dragon", baseline, exc)
     kept = ", ".join(f"{side} {out['accepted'][side]}/{out['accepted'][side] + out['rejected'][side]}"
@@ -210,15 +216,12 @@ def jupiter_row(config: DemoConfig) -> Row:
 
 
 # ---- running the command ------------------------------------------------------------------
-def _coinfer(
-    args: list[str], config: DemoConfig, *, env: dict[str, str] | None = None, core: int | None = None
-) -> dict[str, Any]:
-    """One ``coinfer`` command's ``--json`` output (on ``core`` if given); a failure as
-    ``CoinferError``."""
+def _coinfer(args: list[str], config: DemoConfig) -> dict[str, Any]:
+    """One ``coinfer`` command's ``--json`` output; a failure as ``CoinferError``."""
     try:
         proc = subprocess.run(
             [sys.executable, "-m", "coinfer", *args], capture_output=True, text=True,
-            timeout=config.timeout_s, env={**os.environ, **(env or {})}, preexec_fn=pinned(core),
+            timeout=config.timeout_s,
         )  # fmt: skip
     except subprocess.TimeoutExpired as exc:
         raise CoinferError(f"coinfer {args[0]} ran past {config.timeout_s:.0f} s") from exc
@@ -226,32 +229,6 @@ def _coinfer(
         last = (proc.stderr.strip().splitlines() or ["(no output)"])[-2:]
         raise CoinferError(f"coinfer {args[0]} failed: {' '.join(last)}")
     return json.loads(proc.stdout.strip().splitlines()[-1])  # type: ignore[no-any-return]
-
-
-@contextmanager
-def _cloud(corpus: str, config: DemoConfig, env: dict[str, str], *, core: int | None) -> Iterator[str]:
-    """``coinfer rag cloud`` on a free loopback port and one thread (on ``core``), stopped
-    at the end."""
-    from coinfer.transport.ports import free_loopback_port
-
-    address = f"127.0.0.1:{free_loopback_port()}"
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "coinfer", "rag", "cloud", "--corpus", corpus, "-m", config.small,
-         "--threads", "1", "--listen", address],
-        stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, env={**os.environ, **env},
-        preexec_fn=pinned(core),
-    )  # fmt: skip
-    try:
-        assert proc.stdout is not None
-        if not proc.stdout.readline():  # its one line says it serves
-            raise CoinferError(f"coinfer rag cloud did not start (exit {proc.wait()})")
-        yield address
-    finally:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
 
 
 def _corpus(folder: Path, files: dict[str, str]) -> str:

@@ -36,6 +36,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import secrets
 import subprocess
 import sys
 import tempfile
@@ -50,8 +51,9 @@ from coinfer.bench.netns import PEER, ShapedLink
 from coinfer.bench.relay import LatencyRelay
 from coinfer.bench.report import environment, pyplot, write_json, write_markdown
 from coinfer.errors import ConfigError
+from coinfer.serve.process import stop_process
 
-__all__ = ["DELAYS", "SYSTEMS", "DragonBenchConfig", "pinned", "run_dragon_bench", "side_cores"]
+__all__ = ["DELAYS", "SYSTEMS", "DragonBenchConfig", "RagCloud", "rag_ask", "run_dragon_bench", "side_cores"]
 
 DELAYS = (0.0, 0.05, 0.1, 0.2, 0.3)
 _ALONE = ("device-only", "cloud-only")
@@ -64,7 +66,7 @@ _LINKED = {
     "dragon-both": ["--aggregator", "both"],
 }
 SYSTEMS = (*_ALONE, *_LINKED)
-_TOKEN = "bench-dragon"
+_TOKEN = secrets.token_hex(16)  # the link's, this process's sides only
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -114,8 +116,7 @@ def load_questions(path: str | None, limit: int | None) -> list[dict[str, Any]]:
     return rows[:limit] if limit else rows
 
 
-def pinned(core: int | None) -> Callable[[], None] | None:
-    """A child process's ``preexec_fn`` that keeps it on ``core`` (None: unpinned)."""
+def _pin(core: int | None) -> Callable[[], None] | None:
     if core is None:
         return None
     return lambda: os.sched_setaffinity(0, {core})
@@ -156,7 +157,7 @@ def _rag(command: str, corpus: str, model: str, *extra: str) -> list[str]:
 
 def _child(core: int | None) -> dict[str, Any]:
     """How a side's process starts: the link's token, pinned to ``core``."""
-    return {"text": True, "env": {**os.environ, "COINFER_LINK_TOKEN": _TOKEN}, "preexec_fn": pinned(core)}
+    return {"text": True, "env": {**os.environ, "COINFER_LINK_TOKEN": _TOKEN}, "preexec_fn": _pin(core)}
 
 
 def _link_words(bandwidth_mbit: float | None) -> str:
@@ -165,9 +166,9 @@ def _link_words(bandwidth_mbit: float | None) -> str:
     return f"a user-space latency relay, then a veth pair into a namespace, tbf at {bandwidth_mbit} Mbit/s"
 
 
-class _Cloud:
-    """A ``coinfer rag cloud`` process on its own core, serving one corpus; in the shaped
-    link's namespace when there is one."""
+class RagCloud:
+    """A ``coinfer rag cloud`` process on one thread and its own core (``side_cores``),
+    serving one corpus; in the shaped link's namespace when there is one."""
 
     def __init__(self, corpus: str, model: str, core: int | None, shaped: ShapedLink | None = None) -> None:
         self.host = PEER if shaped else "127.0.0.1"
@@ -185,17 +186,19 @@ class _Cloud:
         self.port = int(line.split(" on ", 1)[1].split()[0].rpartition(":")[2])
 
     def close(self) -> None:
-        self.proc.terminate()
-        self.proc.wait(timeout=60)
+        stop_process(self.proc, timeout=60)
 
 
-def _ask(
-    model: str, corpus: str, question: str, max_tokens: int, core: int | None, link: list[str]
-) -> dict[str, Any]:
+def rag_ask(
+    model: str, corpus: str, question: str, max_tokens: int, core: int | None, link: list[str],
+    *, timeout_s: float = 1800,
+) -> dict[str, Any]:  # fmt: skip
+    """``coinfer rag ask --json`` on one thread (on ``core``), ``link`` its cloud flags: its
+    report, or ``{"error": its last two lines}``; ``subprocess.TimeoutExpired`` past ``timeout_s``."""
     args = _rag("ask", corpus, model, "--max-tokens", str(max_tokens), "--json", *link, question)
-    proc = subprocess.run(args, capture_output=True, timeout=1800, **_child(core))
+    proc = subprocess.run(args, capture_output=True, timeout=timeout_s, **_child(core))
     if proc.returncode != 0:
-        return {"error": (proc.stderr.strip().splitlines() or ["failed"])[-1]}
+        return {"error": " ".join((proc.stderr.strip().splitlines() or ["failed"])[-2:])}  # error, hint
     return dict(json.loads(proc.stdout))
 
 
@@ -282,13 +285,13 @@ def _qa_runs(
                 if system not in config.systems:
                     continue
                 log(f"{q['id']}: {system}")
-                r = _ask(model, corpus, q["question"], config.max_tokens, core, [])
+                r = rag_ask(model, corpus, q["question"], config.max_tokens, core, [])
                 rows.append(_row(system, None, q, r))
-            cloud = _Cloud(cloud_dir, config.model, cloud_core, shaped)
+            cloud = RagCloud(cloud_dir, config.model, cloud_core, shaped)
             try:
                 log(f"{q['id']}: the cloud reads its documents once (not timed)")
                 warm = ["--cloud", f"{cloud.host}:{cloud.port}", "--aggregator", "device"]
-                _ask(device_model, device, q["question"], config.max_tokens, device_core, warm)
+                rag_ask(device_model, device, q["question"], config.max_tokens, device_core, warm)
                 for delay in config.delays:
                     with LatencyRelay((cloud.host, cloud.port), rtt_s=delay, jitter_s=delay / 5) as relay:
                         for system, flags in _LINKED.items():
@@ -296,7 +299,7 @@ def _qa_runs(
                                 continue
                             log(f"{q['id']}: {system} at {delay * 1000:.0f} ms")
                             link = ["--cloud", f"127.0.0.1:{relay.port}", "--cloud-timeout", "60", *flags]
-                            r = _ask(
+                            r = rag_ask(
                                 device_model, device, q["question"], config.max_tokens, device_core, link
                             )
                             rows.append(_row(system, delay, q, r))

@@ -110,8 +110,10 @@ class MiniLM:
     def encode(self, texts: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
         """The last hidden states (b, t, hidden) and the mask (b, t)."""
         ids, mask = self.tokenize(texts)
-        # one BLAS thread: OpenBLAS's idle threads spin, and beside a model decoding on the
-        # same cores (DRAGON re-scores its documents as it writes) they halved its tokens/s
+        # one BLAS thread: OpenBLAS's idle threads spin beside a model decoding on the same
+        # cores (DRAGON re-scores its documents as it writes). The halved tokens/s first laid
+        # at their door was mostly two llama.cpp processes sharing two cores
+        # (docs/bench/dragon/one-off/demo_row_ab.txt)
         with self._blas.limit(limits=1, user_api="blas"):
             x = self._embed(ids)
             bias = ((1.0 - mask) * np.float32(-1e9))[:, None, None, :]  # padded keys get no weight
