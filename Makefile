@@ -10,11 +10,13 @@ PYTEST_ARGS ?=
 .PHONY: setup demo test lint docs
 setup: $(VENV)/.installed
 
-$(VENV)/.installed: pyproject.toml scripts/build-llama-wheel.sh scripts/install-debian-packages.sh
+$(VENV)/.installed: pyproject.toml scripts/build-llama-wheel.sh scripts/lib/llama-source.sh \
+		$(wildcard scripts/patches/*.patch) scripts/install-debian-packages.sh
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	scripts/install-debian-packages.sh
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	COINFER_WHEELHOUSE=$(WHEELHOUSE) PYTHON=$(BIN)/python scripts/build-llama-wheel.sh
+	wheel=$$(COINFER_WHEELHOUSE=$(WHEELHOUSE) PYTHON=$(BIN)/python scripts/build-llama-wheel.sh) \
+		&& $(BIN)/python -m pip install --no-deps "$$wheel"
 	$(BIN)/python -m pip install --find-links $(WHEELHOUSE) -e '.[all]'
 	$(BIN)/coinfer models prepare
 	touch $@

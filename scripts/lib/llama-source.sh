@@ -1,21 +1,40 @@
 # Shared by the llama.cpp build scripts (sourced, not run).
 #
 # llama_source ROOT VERSION PYTHON: unpacks the llama.cpp sources vendored in the pinned
-# llama-cpp-python sdist under ROOT (once) and prints their directory.
+# llama-cpp-python sdist under ROOT (once), applies coinfer's patches (llama_patch), and
+# prints their directory.
+# llama_patch SRC: applies scripts/patches/*.patch to the llama.cpp sources in SRC. Each only
+# adds a setting read from the environment, whose default is llama.cpp's own behaviour:
+# llama-tiled-min-rows.patch reads the least rows the tiled K-quant matmul takes from
+# GGML_CPU_TILED_MIN_ROWS (llama.cpp: 8; coinfer sets 16, docs/bench/serve/one-off/tiled_matmul.txt).
 # llama_cpu_args: cmake arguments for this CPU, one per line. llama.cpp's native build enables every
 # ISA extension the CPU reports; where it reports AMX (whose kernels crash on virtual
 # machines that report it without granting it) the extensions are named one by one, AMX
-# left out: the same choice as scripts/build-llama-wheel.sh.
+# left out (scripts/build-llama-wheel.sh uses it too).
 
 llama_source() {
   local root=$1 version=$2 python=$3
   local src="$root/llama_cpp_python-$version/vendor/llama.cpp"
   if [[ ! -d "$src" ]]; then
-    mkdir -p "$root"
-    "$python" -m pip download --no-deps --no-binary :all: -d "$root" "llama-cpp-python==$version" >&2
-    tar -xzf "$root"/llama_cpp_python-"$version".tar.gz -C "$root"
+    mkdir -p "$root" || return 1
+    "$python" -m pip download --no-deps --no-binary :all: -d "$root" "llama-cpp-python==$version" >&2 || return 1
+    tar -xzf "$root"/llama_cpp_python-"$version".tar.gz -C "$root" || return 1
+    if ! llama_patch "$src"; then
+      rm -rf "$root/llama_cpp_python-$version"  # not left half done for the next run to take
+      echo "llama.cpp $version: a patch in scripts/patches does not apply" >&2
+      return 1
+    fi
   fi
   echo "$src"
+}
+
+llama_patch() {
+  local src=$1 patches patch
+  patches="$(cd "$(dirname "${BASH_SOURCE[0]}")/../patches" && pwd)" || return 1
+  for patch in "$patches"/*.patch; do
+    # the ceiling keeps git from taking a repository above SRC for the patch's root
+    (cd "$src" && GIT_CEILING_DIRECTORIES="$(dirname "$src")" git apply "$patch") >&2 || return 1
+  done
 }
 
 llama_cpu_args() {

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import numpy as np
@@ -63,6 +64,30 @@ def test_the_environment_overrides_the_probe(
     monkeypatch.setattr(llamacpp, "_PROBE", "raise SystemExit('the override skips the probe')")
     monkeypatch.setenv("COINFER_LLAMA_EXTRA_BUFFERS", "0")
     assert _load_and_decode(smollm_path) is False
+
+
+def test_coinfer_takes_llama_cpps_tiled_kernel_from_16_rows_unless_told_otherwise(
+    smollm_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Steps of 8 to 15 rows (a batch of 8, 4 requests with a draft token each) ran faster
+    without the tiled K-quant kernel; a user's own setting is kept."""
+    monkeypatch.delenv(llamacpp.TILED_MIN_ROWS_ENV, raising=False)
+    _load_and_decode(smollm_path)
+    assert os.environ[llamacpp.TILED_MIN_ROWS_ENV] == str(llamacpp.TILED_MIN_ROWS) == "16"
+    monkeypatch.setenv(llamacpp.TILED_MIN_ROWS_ENV, "64")
+    _load_and_decode(smollm_path)
+    assert os.environ[llamacpp.TILED_MIN_ROWS_ENV] == "64"
+
+
+def test_the_llama_cpp_that_setup_builds_reads_the_tiled_threshold() -> None:
+    """scripts/build-llama-wheel.sh applies scripts/patches: without them the setting above does nothing."""
+    import llama_cpp
+
+    libs = sorted((Path(llama_cpp.__file__).parent / "lib").glob("libggml-cpu*"))
+    assert libs, "llama-cpp-python ships no libggml-cpu"
+    assert any(llamacpp.TILED_MIN_ROWS_ENV.encode() in lib.read_bytes() for lib in libs), (
+        f"llama-cpp-python {llama_cpp.__version__} is not scripts/build-llama-wheel.sh's: run make setup"
+    )
 
 
 def test_running_out_of_sequence_slots_says_what_to_do(smollm_path: Path) -> None:

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from coinfer import catalog
-from coinfer.bench.peers import built_binary, launch_llama_server, post_json
+from coinfer.bench.peers import built_binary, launch_llama_server, peer_env, post_json
 from coinfer.errors import ModelError
 from coinfer.transport.ports import free_loopback_port
 
@@ -40,7 +40,7 @@ def _rpc_server(binary: Path, core: int) -> tuple[subprocess.Popen[bytes], str]:
     """One device: ``ggml-rpc-server`` on loopback, pinned to ``core``, once it listens."""
     port = free_loopback_port()
     cmd = ["taskset", "-c", str(core), str(binary), "-H", "127.0.0.1", "-p", str(port), "-t", "1"]
-    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=peer_env())
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline and proc.poll() is None:
         try:

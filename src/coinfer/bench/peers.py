@@ -33,6 +33,7 @@ from typing import Any
 from coinfer import catalog
 from coinfer.decoding import DecodeStats
 from coinfer.errors import ConfigError, ModelError
+from coinfer.models.llamacpp import TILED_MIN_ROWS_ENV
 from coinfer.serve.process import stop_process
 from coinfer.transport.ports import free_loopback_port
 
@@ -44,6 +45,7 @@ __all__ = [
     "Run",
     "draft_for",
     "llama_server_binary",
+    "peer_env",
     "start_peer",
     "transformers_assisted",
 ]
@@ -183,6 +185,13 @@ def post_json(url: str, body: dict[str, Any], timeout: float) -> dict[str, Any]:
         return json.loads(resp.read())  # type: ignore[no-any-return]
 
 
+def peer_env() -> dict[str, str]:
+    """The environment a llama.cpp peer process runs in: this one's, without the tiled-kernel
+    threshold coinfer sets for itself, so that the peer takes llama.cpp's own kernel choice as
+    its users run it."""
+    return {k: v for k, v in os.environ.items() if k != TILED_MIN_ROWS_ENV}
+
+
 def launch_llama_server(
     binary: Path, model_path: str, extra: list[str], n_threads: int | None, *, prefix: Sequence[str] = (),
     slots: int = 1, ctx: int = 4096,
@@ -198,7 +207,7 @@ def launch_llama_server(
     # its log goes to a file: a pipe nobody reads fills after a few dozen requests, and the
     # server then blocks on its next log line (a concurrency bench's llama-server hung so)
     log = tempfile.TemporaryFile()  # noqa: SIM115 (open as long as the server runs)
-    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=log)
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=log, env=peer_env())
     base = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + 120
     while True:

@@ -37,12 +37,22 @@ from coinfer.models.llamacpp_hooks import layer_progress_callback, route_logs
 from coinfer.models.llamacpp_split import equal_groups, split_passes
 from coinfer.models.tree import TokenTree
 
-__all__ = ["LlamaCppModel"]
+__all__ = ["TILED_MIN_ROWS", "TILED_MIN_ROWS_ENV", "LlamaCppModel"]
 
 log = logging.getLogger(__name__)
 
+# The least rows of a matmul that llama.cpp's tiled K-quant kernel takes (the variable is
+# added by scripts/patches/llama-tiled-min-rows.patch; llama.cpp's own threshold is 8). On
+# this project's CPUs a step of 8 to 15 rows (a batch of 8, or 4 requests with a draft
+# token each) ran 7-22% faster on the stock path, 16 to 24 rows ran even, and from 32 rows
+# (prompt chunks) the kernel wins; the speculative engine served at a batch of 8 ran 10%
+# faster with 16 (docs/bench/serve/one-off/tiled_matmul.txt). A user's own setting wins.
+TILED_MIN_ROWS_ENV = "GGML_CPU_TILED_MIN_ROWS"
+TILED_MIN_ROWS = 16
+
 
 def _import_llama() -> Any:
+    os.environ.setdefault(TILED_MIN_ROWS_ENV, str(TILED_MIN_ROWS))  # read at llama.cpp's first matmul
     try:
         import llama_cpp
         import llama_cpp._internals  # noqa: F401  (LlamaModel/LlamaContext wrappers)
