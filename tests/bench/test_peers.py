@@ -40,3 +40,18 @@ def test_llama_cpp_peers_run_with_llama_cpps_own_kernel_threshold(monkeypatch: p
     env = peer_env()
     assert TILED_MIN_ROWS_ENV not in env
     assert env["OMP_WAIT_POLICY"] == "PASSIVE"
+
+
+def test_a_built_llama_server_is_found_under_the_pinned_release(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """The installed llama-cpp-python carries a local label (0.3.36+coinfer.…); the peers' scripts
+    build from the release's sdist, into a folder named after the release (pyproject's pin)."""
+    from coinfer.bench.peers import llama_server_binary
+
+    monkeypatch.setenv("COINFER_PEERS", str(tmp_path))
+    assert llama_server_binary() is None
+    binary = tmp_path / "llama-server-0.3.36" / "build" / "bin" / "llama-server"
+    binary.parent.mkdir(parents=True)
+    binary.write_text("")
+    assert llama_server_binary() == binary

@@ -119,13 +119,14 @@ def built_binary(script: str, folder: str, name: str, *, build: bool = False) ->
     from importlib.metadata import version
 
     root = Path(os.environ.get("COINFER_PEERS") or catalog.cache_dir() / "peers")
-    binary = root / f"{folder}-{version('llama-cpp-python')}" / "build" / "bin" / name
+    release = version("llama-cpp-python").split("+")[0]  # a local label (+coinfer.…) names our patches
+    binary = root / f"{folder}-{release}" / "build" / "bin" / name
     if binary.is_file() or not build:
         return binary if binary.is_file() else None
     path = _SCRIPTS / script
     if not path.is_file():
         raise ConfigError(f"{path} is missing: build peers from a coinfer checkout")
-    env = {**os.environ, "COINFER_PEERS": str(root), "LLAMA_CPP_PYTHON_VERSION": version("llama-cpp-python")}
+    env = {**os.environ, "COINFER_PEERS": str(root), "LLAMA_CPP_PYTHON_VERSION": release}
     subprocess.run(["bash", str(path)], check=True, env=env)
     return binary if binary.is_file() else None
 
