@@ -43,7 +43,7 @@ log = logging.getLogger(__name__)
 
 # The least rows of a matmul that llama.cpp's tiled K-quant kernel takes (the variable is
 # added by scripts/patches/llama-tiled-min-rows.patch; llama.cpp's own threshold is 8). On
-# this project's CPUs a step of 8 to 15 rows (a batch of 8, or 4 requests with a draft
+# this project's AVX2 machine a step of 8 to 15 rows (a batch of 8, or 4 requests with a draft
 # token each) ran 7-22% faster on the stock path, 16 to 24 rows ran even, and from 32 rows
 # (prompt chunks) the kernel wins; the speculative engine served at a batch of 8 ran 10%
 # faster with 16 (docs/bench/serve/one-off/tiled_matmul.txt). A user's own setting wins.
