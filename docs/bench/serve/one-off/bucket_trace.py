@@ -1,0 +1,54 @@
+"""Which n-gram drafts pay at a batch of 8: the 16 prompts of the 16-client level, all at
+once, 8 slots, in process as coinfer serve batches them (speculative: n-gram, floor 0, gate).
+Records every verified draft: step width, its bucket (match grade, warm), its length, tokens kept,
+and each step's seconds and rows. Usage: bucket_trace.py OUT [PER] [FIRST,LAST]"""
+import sys, time, json
+from collections import deque
+from coinfer.chat.local import open_local_chat
+from coinfer.chat.base import ChatRequest
+from coinfer.decoding.batch_speculation import BatchSpeculator
+from coinfer.decoding.ngram import NgramDrafter
+from coinfer.decoding.learned import Learned
+from coinfer.decoding.speculative import target_costs
+from coinfer.decoding.sampling import SamplingParams
+from coinfer.bench.workloads import build_suite
+
+out = sys.argv[1]
+per = int(sys.argv[2]) if len(sys.argv) > 2 else 11
+lo, hi = (int(x) for x in (sys.argv[3] if len(sys.argv) > 3 else "0,16").split(","))
+chat = open_local_chat("qwen2.5-coder-1.5b", n_ctx=4096)
+model = chat.model
+suite = build_suite(per_category=per)
+chat.chat(ChatRequest(messages=[{"role": "user", "content": "hi"}], max_tokens=4))
+spec = BatchSpeculator.over(NgramDrafter(), target_costs(model, Learned()), batch_floor=0.0)
+chat.speculator = spec
+buckets, drafts, steps, cur = {}, [], [], {}
+orig_pm = spec.drafter.propose_many
+def pm(contexts, k):
+    r = orig_pm(contexts, k)
+    for (key, _), d in zip(contexts, r):
+        buckets[key] = (getattr(d.bucket, "match", None), getattr(d.bucket, "warm", None), len(d.tokens))
+    return r
+spec.drafter.propose_many = pm
+orig_acc = spec.accepted
+def acc(key, context, draft, choices):
+    kept = orig_acc(key, context, draft, choices)
+    if draft:
+        drafts.append({"w": cur["w"], "b": buckets.get(key), "len": len(draft), "kept": len(kept) - 1, "step": len(steps)})
+    return kept
+spec.accepted = acc
+jobs = []
+for i in range(lo, hi):
+    prompt = model.chat_prompt(suite[i]["messages"])
+    jobs += chat.new_jobs(i, prompt, n=1, max_tokens=128, params=SamplingParams(temperature=0.0))
+waiting, running = deque(jobs), []
+t0 = time.perf_counter()
+while waiting or running:
+    cur["w"] = len(running); ts = time.perf_counter()
+    before = sum(len(j.tokens) for j in jobs); nd = len(drafts)
+    running = chat.step(waiting, running)
+    steps.append({"w": cur["w"], "s": time.perf_counter() - ts, "tok": sum(len(j.tokens) for j in jobs) - before, "drafting": len(drafts) > nd})
+wall = time.perf_counter() - t0
+toks = sum(len(j.tokens) for j in jobs)
+print(f"{toks/wall:.2f} tok/s ({toks} in {wall:.1f}s) gate {spec.gate.rates()}", flush=True)
+json.dump({"drafts": drafts, "steps": steps, "tok_s": toks / wall}, open(out, "w"))
