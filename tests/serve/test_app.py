@@ -74,8 +74,10 @@ def test_errors_are_openais_objects_with_the_right_status() -> None:
             client.chat.completions.create(
                 model="m1", messages=[{"role": "user", "content": "x"}], temperature=9
             )
-        with pytest.raises(openai.BadRequestError, match="chat completions only"):
+        with pytest.raises(openai.BadRequestError, match="chat completions only") as refused:
             client.completions.create(model="m1", prompt="x")
+        # the message and its hint, once, on one line
+        assert refused.value.body["message"] == "m1 serves chat completions only (POST /v1/chat/completions)"
         status, _, body = _http(server.url + "/chat/completions", b"{not json")
         assert status == 400 and body["error"]["type"] == "invalid_request_error"
         status, _, body = _http(server.url + "/chat/completions", b"[" * 100_000 + b"]" * 100_000)

@@ -47,11 +47,33 @@ def test_a_completion_body_reads_its_prompt_as_text() -> None:
         ("chat", {**CHAT, "messages": [{"role": "user", "content": [{"type": "image_url"}]}]}, "messages"),
         ("completion", {"prompt": ""}, "prompt"),
         ("completion", {"prompt": "x", "echo": True}, "echo"),
+        # fields that would change the answer if ignored
+        ("chat", {**CHAT, "tools": [{"type": "function", "function": {"name": "f"}}]}, "tools"),
+        ("chat", {**CHAT, "tools": [{"type": "function"}], "tool_choice": "auto"}, "tools"),
+        ("chat", {**CHAT, "functions": [{"name": "f"}]}, "functions"),
+        ("chat", {**CHAT, "presence_penalty": 0.5}, "presence_penalty"),
+        ("chat", {**CHAT, "frequency_penalty": -1}, "frequency_penalty"),
+        ("chat", {**CHAT, "logit_bias": {"151643": -100}}, "logit_bias"),
+        ("completion", {"prompt": "x", "frequency_penalty": 1}, "frequency_penalty"),
+        ("completion", {"prompt": "x", "suffix": "y"}, "suffix"),
+        ("completion", {"prompt": "x", "best_of": 3}, "best_of"),
     ],
 )
 def test_a_bad_field_is_named(kind: str, body: dict, field: str) -> None:  # type: ignore[type-arg]
     with pytest.raises(ConfigError, match=rf"^{field}\b"):
         read_body(kind, body)
+
+
+def test_fields_that_would_not_change_the_answer_are_accepted() -> None:
+    """What clients send by default or for their own books: neutral penalties, an empty
+    bias, tools the model is told not to call, ``user``; the request is as without them."""
+    plain = read_body("chat", CHAT)
+    neutral = {"presence_penalty": 0, "frequency_penalty": 0.0, "logit_bias": {}, "user": "u1"}
+    tools = {"tools": [{"type": "function", "function": {"name": "f"}}], "tool_choice": "none"}
+    assert read_body("chat", {**CHAT, **neutral, **tools}) == plain
+    assert read_body("completion", {"prompt": "x", "best_of": 1, "suffix": ""}) == read_body(
+        "completion", {"prompt": "x"}
+    )
 
 
 def test_a_body_that_is_not_an_object_is_refused() -> None:

@@ -217,8 +217,11 @@ class _UnknownModel(Exception):
 
 
 def _said(exc: CoinferError) -> str:
+    """An error as one line for a client: its message, then its hint in brackets (``str``
+    of a ``CoinferError`` puts the hint on a line of its own, for a terminal)."""
+    said = str(exc.args[0]) if exc.args else type(exc).__name__
     hint = getattr(exc, "hint", None)
-    return f"{exc} ({hint})" if hint else str(exc)
+    return f"{said} ({hint})" if hint else said
 
 
 async def _next(events: asyncio.Queue[Event], request: Request, ticket: Ticket) -> Event:

@@ -1,10 +1,14 @@
 """OpenAI request bodies, checked by pydantic: a bad body becomes one ``ConfigError`` that
 names the field (the server's 400), a good one a ``ServeRequest``.
 
-Fields OpenAI defines that coinfer does not act on (``user``, ``logit_bias``, ``tools`` …)
+Fields OpenAI defines that coinfer does not act on (``user``, ``metadata``, ``store`` …)
 are accepted and ignored, as other OpenAI-compatible servers do, except where ignoring
-them would change the answer silently: ``logprobs``, ``tools`` with ``tool_choice``
-forcing a call, ``n`` above ``MAX_N``, an unknown ``response_format``.
+them would change the answer silently, and those are refused with a 400 that names them:
+``logprobs``, ``tools`` (and the older ``functions``) unless ``tool_choice`` is ``none``
+(a model never told of the tools answers in text, and an agent takes that for its final
+answer; ``llama-server`` without ``--jinja`` refuses them too), a non-zero
+``presence_penalty`` or ``frequency_penalty``, a ``logit_bias``, a completion's ``suffix``
+or ``best_of`` above 1, ``n`` above ``MAX_N``, an unknown ``response_format``.
 
 A chat body may carry ``documents`` (coinfer's own field: ``[{"name": …, "text": …}]``;
 ``extra_body`` in OpenAI's client): what the Minion/MinionS engines read locally.
@@ -48,6 +52,9 @@ class _Body(BaseModel):
     seed: int | None = None
     stop: str | list[str] | None = None
     logprobs: bool | int | None = None
+    presence_penalty: float | None = None
+    frequency_penalty: float | None = None
+    logit_bias: dict[str, Any] | None = None
 
     @field_validator("stop")
     @classmethod
@@ -62,6 +69,20 @@ class _Body(BaseModel):
     def _no_logprobs(cls, value: bool | int | None) -> bool | int | None:
         if value:
             raise ValueError("coinfer does not return logprobs; leave it out")
+        return value
+
+    @field_validator("presence_penalty", "frequency_penalty")
+    @classmethod
+    def _no_penalty(cls, value: float | None) -> float | None:
+        if value:
+            raise ValueError("coinfer does not apply penalties; leave it out or send 0")
+        return value
+
+    @field_validator("logit_bias")
+    @classmethod
+    def _no_bias(cls, value: dict[str, Any] | None) -> dict[str, Any] | None:
+        if value:
+            raise ValueError("coinfer does not bias logits; leave it out")
         return value
 
 
@@ -94,6 +115,8 @@ class ChatBody(_Body):
     max_tokens: int | None = Field(None, ge=1, le=MAX_TOKENS)
     max_completion_tokens: int | None = Field(None, ge=1, le=MAX_TOKENS)
     response_format: dict[str, Any] | None = None
+    tools: list[Any] | None = None
+    functions: list[Any] | None = None
     tool_choice: Any = None
 
     @field_validator("response_format")
@@ -115,11 +138,36 @@ class ChatBody(_Body):
             raise ValueError("coinfer does not call tools; leave tool_choice out")
         return value
 
+    def refuse_tools(self) -> None:
+        """Tools the model would be asked to call are refused: coinfer does not tell a model
+        of them, so it would answer in text where the client awaits a call."""
+        if (self.tools or self.functions) and self.tool_choice != "none":
+            field = "tools" if self.tools else "functions"
+            raise ConfigError(
+                f"{field}: coinfer does not call tools", hint=f'leave {field} out, or send tool_choice "none"'
+            )
+
 
 class CompletionBody(_Body):
     prompt: str = Field(min_length=1)
     max_tokens: int = Field(16, ge=1, le=MAX_TOKENS)  # OpenAI's default for completions
     echo: bool = False
+    suffix: str | None = None
+    best_of: int | None = None
+
+    @field_validator("suffix")
+    @classmethod
+    def _no_suffix(cls, value: str | None) -> str | None:
+        if value:
+            raise ValueError("coinfer does not fill in between a prompt and a suffix; leave it out")
+        return value
+
+    @field_validator("best_of")
+    @classmethod
+    def _no_best_of(cls, value: int | None) -> int | None:
+        if value is not None and value != 1:
+            raise ValueError("coinfer does not pick the best of several samples; leave it out, or ask for n")
+        return value
 
     @field_validator("echo")
     @classmethod
@@ -196,6 +244,7 @@ def read_body(kind: str, data: Any, *, default_max_tokens: int = 512) -> ServeRe
         b = ChatBody.model_validate(data)
     except ValidationError as exc:
         raise _field_error(exc) from None
+    b.refuse_tools()
     fmt = b.response_format or {}
     schema: dict[str, Any] | None = None
     if fmt.get("type") == "json_schema":
