@@ -67,8 +67,8 @@ def _fake_serve(monkeypatch: pytest.MonkeyPatch, *argv: str) -> dict[str, object
         def start(self) -> None:
             raise KeyboardInterrupt  # as if stopped at once
 
-        def stop(self) -> None:
-            made["stopped"] = True
+        def stop(self, drain_s: float = 0.0, *, hurry: object = None) -> None:
+            made["stopped"], made["drain_s"] = True, drain_s
             for served in self.served.values():  # as the real server does
                 served.close()  # type: ignore[attr-defined]
 

@@ -1,7 +1,7 @@
 """Replicas behind HAProxy (``coinfer balance``): the configuration, and two real
 ``coinfer serve`` replicas behind a real HAProxy on loopback, driven by the official
 ``openai`` client: requests spread, a conversation sticks, a killed replica costs only
-its own clients."""
+its own clients, and one stopped gracefully (SIGTERM) costs nobody."""
 
 from __future__ import annotations
 
@@ -158,3 +158,50 @@ def test_replicas_spread_stick_and_survive_one_killed(smollm_path: Path) -> None
             # its conversation goes on, on the replica that is left
             reply, where = _ask(client, story[on0])
             assert where == "r1" and reply
+
+
+@needs_llama
+@needs_haproxy
+def test_a_replica_stopped_gracefully_finishes_its_streams_while_the_others_take_new_requests(
+    smollm_path: Path,
+) -> None:
+    """A rolling restart: SIGTERM one replica while it streams. Its stream runs to its end
+    (``--drain``); its health check takes it out, the requests that reach it meanwhile
+    get 503 and the balancer retries them on the other, so no client sees an error; it
+    then exits by itself."""
+    from openai import OpenAI
+
+    from coinfer.serve.process import ServerProcess
+
+    with (
+        ServerProcess(MODEL, ctx=512, max_batch=2, extra_args=["--drain", "60"]) as r0,
+        ServerProcess(MODEL, ctx=512, max_batch=2) as r1,
+    ):
+        replicas = [parse_replica(r0.url), parse_replica(r1.url)]
+        with Balancer(replicas, check_ms=300) as balancer:
+            client = OpenAI(base_url=balancer.url, api_key="unused", max_retries=0, timeout=120)
+            home = {
+                t: _ask(client, [{"role": "user", "content": f"Write one sentence about {t}."}])
+                for t in TOPICS
+            }
+            on0 = [t for t in TOPICS if home[t][1] == "r0"]
+            assert on0 and len(on0) < len(TOPICS)
+            story = [{"role": "user", "content": f"Write a long story about {on0[0]}."}]
+            alone = _ask(client, story, max_tokens=160)[0]
+
+            result: dict[str, Any] = {}
+            started = threading.Event()
+            streaming = threading.Thread(target=_stream, args=(client, story, result, started))
+            streaming.start()
+            assert started.wait(120)
+            os.kill(r0.pid, signal.SIGTERM)
+            # while r0 drains, its conversations are answered, by r1
+            during = [
+                _ask(client, [{"role": "user", "content": f"Write one sentence about {t}."}]) for t in on0
+            ]
+            streaming.join(120)
+
+            assert "error" not in result and result["text"] == alone  # the draining replica's stream, whole
+            assert [where for _, where in during] == ["r1"] * len(on0)
+            assert [reply for reply, _ in during] == [home[t][0] for t in on0]  # the same greedy answers
+            assert r0._proc is not None and r0._proc.wait(timeout=60) == 0  # it stopped by itself

@@ -35,6 +35,7 @@ from coinfer.errors import ConfigError
 __all__ = ["add_parser", "cmd_serve"]
 
 LOOPBACK = ("127.0.0.1", "::1", "localhost")
+DRAIN_S = 25.0  # under Kubernetes' default 30 s between SIGTERM and SIGKILL
 
 
 def _all_served(args: argparse.Namespace) -> dict[str, Any]:
@@ -109,16 +110,32 @@ def cmd_serve(args: argparse.Namespace) -> int:
     if args.host not in LOOPBACK and not key:
         err(f"warning: serving on {args.host} with no API key: anyone who can reach it can use it")
     server = Server(_all_served(args), host=args.host, port=args.port, api_key=key)
+    stop, hurry = threading.Event(), threading.Event()
+    drain_s = 0.0
     try:
         server.start()
         print(f"{READY_PREFIX}{', '.join(server.served)} at {server.url}", flush=True)
-        stop = threading.Event()
-        signal.signal(signal.SIGTERM, lambda *_: stop.set())
+        _on_stop_signals(stop, hurry)
         with suppress(KeyboardInterrupt):
             stop.wait()
+        drain_s = args.drain
+        if server.open_requests and drain_s > 0:
+            err(f"coinfer serve: draining: {server.open_requests} requests open, up to {drain_s:g} s "
+                "(new ones get 503; send the signal again to stop now)")  # fmt: skip
     finally:
-        server.stop()  # each served model closes its session and the parts the flags opened
+        # each served model closes its session and the parts the flags opened
+        server.stop(drain_s, hurry=hurry)
     return 0
+
+
+def _on_stop_signals(stop: threading.Event, hurry: threading.Event) -> None:
+    """SIGTERM or Ctrl-C sets ``stop`` (a graceful stop: the drain); a second one ``hurry``."""
+
+    def handle(*_: object) -> None:
+        (hurry if stop.is_set() else stop).set()
+
+    signal.signal(signal.SIGTERM, handle)
+    signal.signal(signal.SIGINT, handle)
 
 
 def add_parser(sub: Any) -> None:
@@ -144,6 +161,11 @@ def add_parser(sub: Any) -> None:
     p.add_argument(
         "--max-batch", type=int, default=8, help="requests decoded together (default: %(default)s)"
     )
+    p.add_argument(
+        "--drain", type=float, default=DRAIN_S,
+        help="on SIGTERM or Ctrl-C, seconds the open requests get to finish while new ones get 503 "
+        "and /health says draining; a second signal stops at once (default: %(default)s)",
+    )  # fmt: skip
     p.add_argument(
         "--max-queue", type=int, default=64,
         help="requests waiting or running before the server answers 429 (default: %(default)s)",

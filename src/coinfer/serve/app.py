@@ -20,6 +20,7 @@ import time
 import uuid
 from collections import OrderedDict
 from collections.abc import AsyncIterator, Callable, Mapping
+from contextlib import suppress
 from typing import Any
 
 from sse_starlette.sse import EventSourceResponse
@@ -123,11 +124,14 @@ class _Api:
     # ---- routes ------------------------------------------------------------------------
     async def health(self, request: Request) -> Response:
         """200 while every served model can serve; 503 (and why) once one lost a part for
-        good, so a load balancer's health check takes this replica out."""
+        good, or while the server drains before it stops, so a load balancer's health check
+        takes this replica out."""
         depths = {n: s.depth for n, s in self.served.items()}
         lost = {n: why for n, s in self.served.items() if (why := s.lost_part()) is not None}
         if lost:
             return JSONResponse({"status": "unavailable", "models": depths, "lost": lost}, status_code=503)
+        if any(s.draining for s in self.served.values()):  # stopping: finishing what it has, taking nothing
+            return JSONResponse({"status": "draining", "models": depths}, status_code=503)
         return JSONResponse({"status": "ok", "models": depths})
 
     async def metrics_text(self, request: Request) -> Response:
@@ -177,7 +181,9 @@ class _Api:
                 name, 404, f"no served model {exc.args[0]!r}: see GET /v1/models", "not_found_error"
             )
         except ServerBusy as exc:
-            return self._error(name, 429, str(exc), "rate_limit_error", {"Retry-After": str(exc.retry_after)})
+            return self._error(
+                name, 429, _said(exc), "rate_limit_error", {"Retry-After": str(exc.retry_after)}
+            )
         except ServerUnavailable as exc:
             return self._error(name, 503, _said(exc), "server_error")
         except (ConfigError, ContextOverflowError) as exc:
@@ -196,7 +202,8 @@ class _Api:
         events: asyncio.Queue[Event] = asyncio.Queue()
 
         def sink(event: Event) -> None:
-            loop.call_soon_threadsafe(events.put_nowait, event)
+            with suppress(RuntimeError):  # the loop closed (the server stopped): nobody is listening
+                loop.call_soon_threadsafe(events.put_nowait, event)
 
         ticket = served.submit(req, sink)
         try:
@@ -332,7 +339,9 @@ class _Answer:
                 if event.kind == "error":
                     error = event.error or CoinferError("the request failed")
                     yield json.dumps({"error": {"message": _said(error), "type": "server_error"}})
-                    self.metrics.answered(self.served.name, 500)
+                    self.metrics.answered(
+                        self.served.name, 503 if isinstance(error, ServerUnavailable) else 500
+                    )
                     return
                 if event.kind == "delta" and event.text:
                     choice = self._choice(event.index, event.text, None, chunk=True)

@@ -17,6 +17,11 @@ What the configuration does, and why:
   it out of the ring within a second; a request that finds it gone before then is sent
   to another (``redispatch``); the streams it was serving end with a broken connection,
   which the ``openai`` client raises as an error. The other replicas' streams go on.
+* **A replica stopped gracefully costs nobody.** A replica given SIGTERM drains
+  (``coinfer serve --drain``): its ``/health`` answers 503, so the checks take it out,
+  and a request that reaches it meanwhile gets a 503, which HAProxy retries on another
+  (``retry-on 503``: such a 503 comes before anything was generated). Its streams run to
+  their end.
 * The balancer passes ``Authorization`` through: each replica checks its own key. It adds
   ``X-Coinfer-Replica``: the replica that answered, for logs and for the tests.
 """
@@ -121,6 +126,9 @@ def haproxy_config(
         "    option httpchk GET /health",
         "    option redispatch 1",
         "    retries 2",
+        # a 503 is a replica that takes nothing now (draining to stop, or a part lost) and
+        # has generated nothing: the request goes to another (its body is buffered above)
+        "    retry-on conn-failure empty-response 503",
         *servers,
     ]
     return "\n".join(lines) + "\n"

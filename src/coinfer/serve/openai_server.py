@@ -1,7 +1,12 @@
 """The server: the app (``serve.app``) on uvicorn, on a thread of this process.
 
 ``Server({name: served}).start()`` binds (loopback unless told another host; port 0 picks
-a free one), serves until ``stop`` and then closes the served models. ``ChatServer(model)``
+a free one), serves until ``stop`` and then closes the served models. ``stop(drain_s)``
+stops gracefully, as an operator's rolling restart needs: new requests get 503 and
+``/health`` says ``draining`` (a load balancer takes the replica out), the open requests
+run to their end for up to ``drain_s`` seconds, and those still open then end with a
+clean error (a 503, or an error event in their stream) before the HTTP server exits.
+``ChatServer(model)``
 serves one ``ChatModel`` (a remote API, a scripted fake), its queued requests answered in
 batches.
 """
@@ -77,13 +82,26 @@ class Server:
             time.sleep(0.01)
         return self
 
-    def stop(self) -> None:
+    @property
+    def open_requests(self) -> int:
+        """Requests waiting or running, over every served model."""
+        return sum(s.depth for s in self.served.values())
+
+    def stop(self, drain_s: float = 0.0, *, hurry: threading.Event | None = None) -> None:
+        """Stop: refuse new requests, let the open ones finish for up to ``drain_s``
+        seconds (sooner once ``hurry`` is set), end the rest with an error their clients
+        receive, then stop the HTTP server and free the models."""
+        for s in self.served.values():
+            s.stop_taking()
+        deadline = time.monotonic() + drain_s
+        while self.open_requests and time.monotonic() < deadline and not (hurry and hurry.is_set()):
+            time.sleep(0.05)
+        for s in self.served.values():  # the HTTP side still runs: what is open hears why it ends
+            s.close()
         if self._server is not None:
             self._server.should_exit = True
         if self._thread is not None:
             self._thread.join(timeout=15)
-        for s in self.served.values():
-            s.close()
         if self._sock is not None:
             self._sock.close()
 

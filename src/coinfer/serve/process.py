@@ -54,6 +54,8 @@ class ServerProcess:
             model,
             "--port",
             "0",
+            "--drain",  # stopped by its parent (``stop``): what is open ends at once, as told
+            "0",
             *sized,
             *extra_args,
         ]

@@ -75,8 +75,9 @@ LOSS_GRACE_S = 2.0  # how long a failure waits for a watched part's loss to be r
 
 
 class ServerUnavailable(CoinferError):
-    """A part the model cannot serve without is lost for good (a pipeline's device that
-    died): answered 503, and ``/health`` says so, so a load balancer sends elsewhere."""
+    """The model cannot serve: a part it cannot serve without is lost for good (a
+    pipeline's device that died), or the server is shutting down. Answered 503, and
+    ``/health`` says so, so a load balancer sends elsewhere."""
 
 
 def _nothing_lost() -> str | None:
@@ -141,6 +142,7 @@ class Served(ABC):
         self._seconds = 5.0  # a request's time, a moving average (for Retry-After)
         self._thread = threading.Thread(target=self._serve, name=f"serve-{name}", daemon=True)
         self._closed = False
+        self.draining = False  # set by ``stop_taking``: new requests are refused, open ones go on
         # a line naming a part lost for good (its parts' watch, set by ``engines.served``), or None
         self.lost_part: Callable[[], str | None] = _nothing_lost
 
@@ -159,6 +161,8 @@ class Served(ABC):
 
     def submit(self, request: ServeRequest, sink: Sink) -> Ticket:
         self.check(request)
+        if self.draining:
+            raise self.shutting_down()
         lost = self.unavailable()
         if lost is not None:
             raise lost
@@ -175,6 +179,11 @@ class Served(ABC):
         self.inbox.put(ticket)
         return ticket
 
+    def stop_taking(self) -> None:
+        """Refuse new requests (503, ``shutting_down``) and let the open ones finish: the
+        first step of a graceful stop (``Server.stop``'s drain), before ``close``."""
+        self.draining = True
+
     def close(self) -> None:
         self._closed = True
         self.inbox.put(None)
@@ -184,9 +193,12 @@ class Served(ABC):
             self.fail_all(self.shutting_down())
         self.release()
 
-    def shutting_down(self) -> CoinferError:
-        """What a request that will not be served now is told."""
-        return CoinferError(f"{self.name} is shutting down", hint="send the request again once it is back")
+    def shutting_down(self) -> ServerUnavailable:
+        """What a request that will not be served now is told (a 503)."""
+        return ServerUnavailable(
+            f"{self.name} is shutting down",
+            hint="send the request to another replica, or again once this one is back",
+        )
 
     def release(self) -> None:  # noqa: B027 - a kind that holds nothing frees nothing
         """Free what the kind holds (after its worker stopped)."""
