@@ -63,6 +63,9 @@ def test_the_official_client_gets_answers_streams_and_the_coinfer_field() -> Non
 
         assert asyncio.run(twice()) == ["you said a", "you said b"]
         assert [m.id for m in client.models.list()] == ["m1"]
+        assert client.models.retrieve("m1").id == "m1"
+        with pytest.raises(openai.NotFoundError, match="no served model 'm2'"):
+            client.with_options(max_retries=0).models.retrieve("m2")
 
 
 def test_errors_are_openais_objects_with_the_right_status() -> None:

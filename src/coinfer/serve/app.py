@@ -1,7 +1,7 @@
 """The OpenAI-compatible HTTP API as a Starlette app over served models (``served``).
 
 Routes: ``POST /v1/chat/completions`` and ``/v1/completions`` (server-sent events with
-``stream``, else one JSON body), ``GET /v1/models``, ``/health``, ``/metrics`` and
+``stream``, else one JSON body), ``GET /v1/models`` (and ``/v1/models/<id>``), ``/health``, ``/metrics`` and
 ``/traces/<id>`` (the viewer's page of an answer; ``/traces/<id>.json`` its trace; the
 last ``KEEP_TRACES`` answers are kept). The request's ``model`` picks the served model (the
 first when left out). Every answer carries the engine's ``DecodeStats``, extras and its
@@ -137,18 +137,30 @@ class _Api:
     async def metrics_text(self, request: Request) -> Response:
         return Response(self.metrics.text(), media_type=CONTENT_TYPE_LATEST)
 
-    async def models(self, request: Request) -> Response:
+    def _model_objects(self) -> list[dict[str, Any]]:
+        """OpenAI's model objects: each served model, then the engine aliases of a model
+        that runs several engines on one target (``MODEL@ENGINE``)."""
         data = [
             {"id": n, "object": "model", "created": 0, "owned_by": "coinfer", "engine": s.engine}
             for n, s in self.served.items()
         ]
-        data += [  # a model that runs several engines on one target: each by its alias
+        return data + [
             {"id": f"{n}@{e}", "object": "model", "created": 0, "owned_by": "coinfer", "engine": e}
             for n, s in self.served.items()
             for e in s.engines()
             if len(s.engines()) > 1
         ]
-        return JSONResponse({"object": "list", "data": data})
+
+    async def models(self, request: Request) -> Response:
+        return JSONResponse({"object": "list", "data": self._model_objects()})
+
+    async def model(self, request: Request) -> Response:
+        """One model object (OpenAI's ``models.retrieve``), or 404."""
+        name = request.path_params["model"]
+        found = next((m for m in self._model_objects() if m["id"] == name), None)
+        if found is None:
+            return error_response(404, f"no served model {name!r}: see GET /v1/models", "not_found_error")
+        return JSONResponse(found)
 
     async def trace(self, request: Request) -> Response:
         """An answer's trace: the viewer's page, or with ``.json`` the trace itself."""
@@ -382,6 +394,7 @@ def build_app(served: Mapping[str, Served], *, api_key: str | None = None) -> AS
         Route("/metrics", api.metrics_text, methods=["GET"]),
         Route("/traces/{answer}", api.trace, methods=["GET"]),
         *[Route(p + "/models", api.models, methods=["GET"]) for p in ("/v1", "")],
+        *[Route(p + "/models/{model:path}", api.model, methods=["GET"]) for p in ("/v1", "")],
         *[Route(p + "/chat/completions", api.chat, methods=["POST"]) for p in ("/v1", "")],
         *[Route(p + "/completions", api.completions, methods=["POST"]) for p in ("/v1", "")],
     ]
