@@ -361,3 +361,85 @@ def test_a_token_is_output_with_the_forward_that_made_it() -> None:
     running = chat.step(waiting, running)  # the third token ends it: retired with this step
     assert job.tokens == [43, 44, 45] and job.finish == "length" and running == []
     assert len(model.forwards) == 3 and model.live_sequences == 0
+
+
+def _serve_all(chat: LocalChat, prompts: list[list[int]], max_tokens: int = 4) -> list:  # type: ignore[type-arg]
+    from collections import deque
+
+    from coinfer.decoding.sampling import SamplingParams
+
+    jobs = [
+        chat.new_jobs(i, p, n=1, max_tokens=max_tokens, params=SamplingParams())[0]
+        for i, p in enumerate(prompts)
+    ]
+    waiting, running = deque(jobs), []
+    while waiting or running:
+        running = chat.step(waiting, running)
+    return jobs
+
+
+def test_a_chat_whose_cache_gave_way_comes_back_from_host_memory() -> None:
+    """A chat's next turn after two other conversations took its kept slot: with a store,
+    its cache comes back from host memory and only the new turn is read; without, it is
+    read from its start. The tokens are the same either way."""
+    from coinfer.testing import ScriptedModel
+
+    def serve(store_bytes: int) -> tuple[list, list[int], ScriptedModel]:  # type: ignore[type-arg]
+        model = ScriptedModel(lambda prefix: 40 + len(prefix) % 7, n_ctx=1024)
+        chat = LocalChat(
+            model, max_concurrent=1, keep=1, min_reuse=16, prefill_chunk=1000, store_bytes=store_bytes
+        )
+        turn = [5 + i % 200 for i in range(300)]
+        (first,) = _serve_all(chat, [turn])
+        _serve_all(chat, [[7] * 100], max_tokens=2)  # others take the kept slot, one after another
+        _serve_all(chat, [[9] * 120], max_tokens=2)
+        read_before = len(model.forwards)
+        (second,) = _serve_all(chat, [[*turn, *first.tokens, 11, 12, 13]])
+        chat.close()
+        assert model.live_sequences == 0 and chat.stored_bytes == 0
+        return [first, second], model.forwards[read_before:], model
+
+    (first, stored), fed, model = serve(store_bytes=10_000)
+    (_, read), fed_fresh, _ = serve(store_bytes=0)
+    assert model.restored  # from host memory
+    assert stored.cached == 300 + 3 and fed[0] == 1 + 3  # the reply's last token (never fed) and the new turn
+    assert read.cached == 0 and fed_fresh[0] == 300 + 4 + 3  # the whole conversation again
+    assert stored.tokens == read.tokens == [40 + (307 + i) % 7 for i in range(4)]
+
+
+def test_the_store_keeps_to_its_budget_least_recently_used_first_and_a_chats_latest_turn() -> None:
+    from coinfer.testing import ScriptedModel
+
+    model = ScriptedModel(lambda prefix: 40 + len(prefix) % 7, n_ctx=2048)  # a stored token: one byte
+    chat = LocalChat(model, max_concurrent=1, keep=0, min_reuse=16, prefill_chunk=1000, store_bytes=600)
+    a, b, c = ([k] * 200 for k in (1, 2, 3))
+    (a_first,) = _serve_all(chat, [a])
+    _serve_all(chat, [b])
+    assert chat.stored_bytes == 2 * 203  # each prompt and the tokens fed after it (not the last)
+    (again,) = _serve_all(chat, [[*a, *a_first.tokens, 9, 9]])  # a's chat goes on, restored
+    assert again.cached == 203
+    assert chat.stored_bytes == 203 + 209  # b, and a a turn longer: a's first turn was dropped
+    _serve_all(chat, [c])  # past the budget: b, the least recently used, goes
+    (a_again,) = _serve_all(chat, [[*a, *a_first.tokens, 9, 9, *again.tokens, 8]])
+    (b_again,) = _serve_all(chat, [[*b, 9]])
+    assert b_again.cached == 0 and a_again.cached == 209 and chat.stored_bytes <= 600
+    chat.close()
+    assert model.live_sequences == 0
+
+
+def test_a_restored_cache_continues_as_if_its_tokens_were_read(smollm_llama) -> None:  # type: ignore[no-untyped-def]
+    """llama.cpp's copy of a sequence's cells, written into another sequence: the same
+    logits after it as after reading the tokens."""
+    import numpy as np
+
+    prompt = smollm_llama.chat_prompt(_ask("Write a haiku about the sea.").messages)
+    read = smollm_llama.new_sequence()
+    smollm_llama.extend(read, prompt)
+    state = smollm_llama.save_state(read)
+    assert state is not None and state.tokens == tuple(prompt) and state.nbytes > 1000 * len(prompt)
+    restored = smollm_llama.restore(state)
+    assert restored.tokens == prompt
+    after_read, after_restore = smollm_llama.extend(read, [42]), smollm_llama.extend(restored, [42])
+    assert np.array_equal(np.asarray(after_read), np.asarray(after_restore))
+    for seq in (read, restored):
+        smollm_llama.release(seq)

@@ -101,7 +101,7 @@ def test_the_model_flag_and_the_batch_reach_the_server(monkeypatch: pytest.Monke
     assert served.name == "smollm2-135m" and served.engine == "plain" and served.max_queue == 5
     assert made["chats"] == [{
         "spec": "smollm2-135m", "n_ctx": 1024, "parallel": 3, "keep": 2, "prefill_chunk": 512,
-        "backend": "llama.cpp", "n_threads": None, "device": None, "dtype": None,
+        "store_bytes": 2 << 30, "backend": "llama.cpp", "n_threads": None, "device": None, "dtype": None,
     }]  # fmt: skip
     assert made["stopped"] and made["model_closed"]  # the model the CLI loaded, closed by it
     assert made["captured"] == [[1, 2, 3]]  # on a GPU, every batch's shapes before the first request
@@ -131,6 +131,7 @@ def test_a_bad_config_file_is_one_line_and_a_hint(tmp_path: Path) -> None:
     assert_user_error(coinfer("serve", "-m", "smollm2-135m", "--engine", "dragon", timeout=60), "--corpus")
     floor = coinfer("serve", "-m", "smollm2-135m", "--engine", "collective", "--batch-floor", "2", timeout=60)
     assert_user_error(floor, "--batch-floor")
+    assert_user_error(coinfer("serve", "-m", "smollm2-135m", "--cache-ram", "-1", timeout=60), "--cache-ram")
 
 
 def test_serve_without_a_model_is_one_line_and_a_hint() -> None:

@@ -256,7 +256,17 @@ def run_load(config: LoadConfig) -> LoadResult:
     from coinfer.serve.process import ServerProcess
 
     prompts = load_prompts(config.requests)
-    extra = ["--engine", config.engine, "--max-queue", str(config.max_queue), "--keep", "0"]
+    # no kept or stored caches: memory and live sequences back where they were means nothing leaked
+    extra = [
+        "--engine",
+        config.engine,
+        "--max-queue",
+        str(config.max_queue),
+        "--keep",
+        "0",
+        "--cache-ram",
+        "0",
+    ]
     result = LoadResult(asdict(config))
     with (
         ServerProcess(config.model, ctx=config.ctx, max_batch=config.max_batch, extra_args=extra) as server,

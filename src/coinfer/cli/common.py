@@ -265,6 +265,7 @@ def open_chat_from_args(
         parallel=parallel,
         keep=keep,
         prefill_chunk=getattr(args, "prefill_chunk", None) or PREFILL_CHUNK,
+        store_bytes=int((getattr(args, "cache_ram", None) or 0) * 2**20),
         backend=args.backend,
         n_threads=args.threads,
         device=args.device,

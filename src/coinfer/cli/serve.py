@@ -36,6 +36,7 @@ __all__ = ["add_parser", "cmd_serve"]
 
 LOOPBACK = ("127.0.0.1", "::1", "localhost")
 DRAIN_S = 25.0  # under Kubernetes' default 30 s between SIGTERM and SIGKILL
+CACHE_RAM_MIB = 2048.0  # stored conversations' caches (llama-server's --cache-ram: 8192)
 
 
 def _all_served(args: argparse.Namespace) -> dict[str, Any]:
@@ -128,6 +129,17 @@ def cmd_serve(args: argparse.Namespace) -> int:
     return 0
 
 
+def _mebibytes(text: str) -> float:
+    """``--cache-ram``: a size in MiB, 0 or more."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not value >= 0:  # NaN too
+        raise argparse.ArgumentTypeError(f"expected MiB, 0 or more, got {text!r}")
+    return value
+
+
 def _on_stop_signals(stop: threading.Event, hurry: threading.Event) -> None:
     """SIGTERM or Ctrl-C sets ``stop`` (a graceful stop: the drain); a second one ``hurry``."""
 
@@ -177,6 +189,12 @@ def add_parser(sub: Any) -> None:
         help="finished conversations whose caches are kept, so a request that repeats one's "
         "prefix (the same document, a growing chat) is not read again (default: %(default)s)",
     )
+    p.add_argument(
+        "--cache-ram", type=_mebibytes, default=CACHE_RAM_MIB, metavar="MIB",
+        help="host memory (MiB) for the caches of finished conversations that give way in the model, "
+        "so a chat that comes back after others took the slots is not read again (0: none; default: "
+        "%(default)g)",
+    )  # fmt: skip
     p.add_argument(
         "--prefill-chunk", type=int, default=512,
         help="prompt tokens read per step between decoding steps, so a long prompt never stalls "

@@ -5,7 +5,8 @@ in one shared context; transformers: one ``DynamicCache`` each). ``extend`` appe
 tokens and returns their logits; with ``parents`` the tokens form a ``TokenTree`` whose
 nodes see only their ancestors, and the tree stays *pending* until ``commit_path`` keeps
 one root-to-node path of it or ``truncate`` drops it; ``fork`` starts a new sequence as a
-copy of another. The validation and bookkeeping
+copy of another; ``save_state`` copies a sequence's cache out to host memory and
+``restore`` makes a new sequence of it, where the backend can. The validation and bookkeeping
 live here once; a backend only implements the ``_``-prefixed hooks. Every misuse of a
 sequence handle is a ``SequenceError``.
 """
@@ -30,6 +31,7 @@ __all__ = [
     "ForwardClock",
     "Prompter",
     "Seq",
+    "SeqState",
     "SteerableModel",
     "TokenConstraint",
     "backend_seq",
@@ -49,6 +51,19 @@ class Seq:
 
     def __len__(self) -> int:
         return len(self.tokens)
+
+
+@dataclass(frozen=True, eq=False)
+class SeqState:
+    """A sequence's cache copied out to host memory (``save_state``): its ``tokens`` and the
+    backend's bytes of their cache, to ``restore`` as a new sequence without reading them."""
+
+    tokens: tuple[int, ...]
+    data: bytes
+
+    @property
+    def nbytes(self) -> int:
+        return len(self.data)
 
 
 @dataclass
@@ -193,6 +208,30 @@ class SteerableModel(Prompter):
             self.release(new)
             raise
         new.tokens = list(seq.tokens)
+        return new
+
+    def save_state(self, seq: Seq) -> SeqState | None:
+        """``seq``'s cache copied out to host memory, to ``restore`` later as a new sequence
+        (a conversation's cache kept where no sequence slot or cell holds it); None where
+        the backend cannot copy a cache out."""
+        self._check_live(seq)
+        if seq.pending is not None:
+            raise SequenceError(
+                "cannot save a sequence with a pending token tree: commit or truncate it first"
+            )
+        data = self._save_state(seq)
+        return None if data is None else SeqState(tuple(seq.tokens), data)
+
+    def restore(self, state: SeqState) -> Seq:
+        """A new sequence holding ``state``'s tokens and their cache (``save_state``), as
+        the forward that read them left it: nothing is recomputed."""
+        new = self.new_sequence()
+        try:
+            self._restore(new, state.data)
+        except BaseException:
+            self.release(new)
+            raise
+        new.tokens = list(state.tokens)
         return new
 
     def extend(
@@ -458,6 +497,12 @@ class SteerableModel(Prompter):
 
     @abstractmethod
     def _fork(self, source: Seq, new: Seq) -> None: ...
+
+    def _save_state(self, seq: Seq) -> bytes | None:
+        return None  # a backend that can copy a cache out says how
+
+    def _restore(self, seq: Seq, data: bytes) -> None:
+        raise ModelError(f"{self.name} on {self.backend} cannot restore a saved cache")
 
     @abstractmethod
     def _commit_path(self, seq: Seq, path: list[int]) -> None: ...

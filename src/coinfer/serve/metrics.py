@@ -51,11 +51,18 @@ class ServerMetrics:
             "coinfer_live_sequences", "Sequences holding cache cells (running, kept)", ["model"],
             registry=r,
         )  # fmt: skip
+        stored = Gauge(
+            "coinfer_stored_cache_bytes", "Host memory of finished conversations' caches stored for reuse",
+            ["model"], registry=r,
+        )  # fmt: skip
         for name, served in depths.items():
             depth.labels(name).set_function(_reading(served, "depth"))
             model = getattr(served, "model", None)
             if model is not None and hasattr(model, "live_sequences"):
                 live.labels(name).set_function(_reading(model, "live_sequences"))
+            chat = getattr(served, "chat", None)
+            if chat is not None and hasattr(chat, "stored_bytes"):
+                stored.labels(name).set_function(_reading(chat, "stored_bytes"))
         self._slot_gaps(depths)
 
     def _slot_gaps(self, served: Mapping[str, Any]) -> None:

@@ -25,7 +25,8 @@ class ScriptedModel(SteerableModel):
     or a distribution ``{token: probability}`` after it (the logits are their logs; a token
     left out has probability about 1e-13), for engines that read a model's confidence.
 
-    ``released``: ids of released sequences; ``forwards``: the token count of every forward
+    ``released``: ids of released sequences; ``restored``: of sequences made from a saved
+    state (``restore``); ``forwards``: the token count of every forward
     (``extend`` and each ``extend_many`` item); ``threads``: every ``set_threads`` count.
     For requests served together (``SharedModel``): ``batch_sizes``, the forwards each
     ``extend_batch`` merged; every ``extend_batch`` waits for the event ``go`` (set: no
@@ -51,6 +52,7 @@ class ScriptedModel(SteerableModel):
         self.n_ctx = n_ctx
         self.name = name
         self.released: list[int] = []
+        self.restored: list[int] = []  # sequences made from a saved state
         self.forwards: list[int] = []
         self.threads: list[int] = []
         self._threads = 1
@@ -105,6 +107,12 @@ class ScriptedModel(SteerableModel):
 
     def _fork(self, source: Seq, new: Seq) -> None:
         return None  # the base class copies the tokens; nothing else is cached
+
+    def _save_state(self, seq: Seq) -> bytes | None:
+        return bytes(len(seq.tokens))  # nothing is cached but the tokens: a byte a token, for budgets
+
+    def _restore(self, seq: Seq, data: bytes) -> None:
+        self.restored.append(seq.id)
 
     def _commit_path(self, seq: Seq, path: list[int]) -> None:
         return None  # the base class keeps the tokens; nothing else is cached
