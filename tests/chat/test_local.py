@@ -443,3 +443,24 @@ def test_a_restored_cache_continues_as_if_its_tokens_were_read(smollm_llama) -> 
     assert np.array_equal(np.asarray(after_read), np.asarray(after_restore))
     for seq in (read, restored):
         smollm_llama.release(seq)
+
+
+def test_a_stored_copy_the_model_cannot_take_back_is_dropped_and_the_prompt_read() -> None:
+    from coinfer.errors import ModelError
+    from coinfer.testing import ScriptedModel
+
+    model = ScriptedModel(lambda prefix: 40 + len(prefix) % 7, n_ctx=1024)
+    chat = LocalChat(model, max_concurrent=1, keep=0, min_reuse=16, prefill_chunk=1000, store_bytes=10_000)
+    turn = [5 + i % 200 for i in range(100)]
+    (first,) = _serve_all(chat, [turn])
+    assert chat.stored_bytes == 103
+
+    def full(seq: object, data: bytes) -> None:
+        raise ModelError("no cells for it")
+
+    model._restore = full  # type: ignore[method-assign]
+    (second,) = _serve_all(chat, [[*turn, *first.tokens, 11]])
+    assert second.cached == 0 and second.tokens == [40 + (105 + i) % 7 for i in range(4)]
+    assert chat.stored_bytes == 105 + 3  # the copy that failed went; the new turn was stored
+    chat.close()
+    assert model.live_sequences == 0

@@ -67,7 +67,7 @@ from coinfer.decoding.cost_curve import CostCurve
 from coinfer.decoding.drafters import common_prefix
 from coinfer.decoding.sampling import SamplingParams, probs_from_logits, sample
 from coinfer.decoding.split import SplitJudge, planned_cut
-from coinfer.errors import ConfigError, ContextOverflowError
+from coinfer.errors import ConfigError, ContextOverflowError, ModelError
 from coinfer.models.base import Seq, SeqState, SteerableModel, TokenConstraint
 
 __all__ = ["PREFILL_CHUNK", "LocalChat", "open_local_chat"]
@@ -429,7 +429,7 @@ class LocalChat(ChatModel):
             if shared and running and used + job.reserve > self.model.n_ctx:
                 break
             waiting.popleft()
-            job.seq = self._cache_for(source, common, len(running))
+            job.seq, common = self._cache_for(source, common, len(running))
             job.read = job.cached = common
             running.append(job)
             used += job.reserve
@@ -474,32 +474,43 @@ class LocalChat(ChatModel):
         while self.stored_bytes > self.store_bytes:
             self.stored_bytes -= self._stored.popitem(last=False)[1].nbytes
 
-    def _cache_for(self, source: Seq | SeqState | None, common: int, running: int) -> Seq:
-        """A job's sequence: a new one; or a copy of ``source`` cut to the ``common``
-        prefix: a running job's, or a kept one's where a slot is free for it, ``source``
-        staying kept for the next request that shares it (a system prompt, a document);
-        else the kept ``source`` itself; or one restored from a stored copy (which stays
-        stored, now the most recently used)."""
+    def _cache_for(self, source: Seq | SeqState | None, common: int, running: int) -> tuple[Seq, int]:
+        """A job's sequence and the prompt tokens it holds: a new one; or a copy of
+        ``source`` cut to the ``common`` prefix: a running job's, or a kept one's where a
+        slot is free for it, ``source`` staying kept for the next request that shares it (a
+        system prompt, a document); else the kept ``source`` itself; or one restored from a
+        stored copy (``_restored``)."""
         if source is None:
-            return self.model.new_sequence()
+            return self.model.new_sequence(), 0
         if isinstance(source, SeqState):
-            seq = self.model.restore(source)
-            self.model.truncate(seq, common)
-            for key, state in self._stored.items():
-                if state is source:
-                    self._stored.move_to_end(key)
-                    break
-            return seq
+            return self._restored(source, common)
         if source in self._kept:
             self._kept.remove(source)
             slots = self.model.max_sequences
             if slots is not None and running + len(self._kept) + 2 > slots:
                 self.model.truncate(source, common)  # no slot for a copy: the job takes it
-                return source
+                return source, common
             self._kept.append(source)  # it stays kept, now the most recently used
         seq = self.model.fork(source)  # a running job's goes on beside its copy
         self.model.truncate(seq, common)
-        return seq
+        return seq, common
+
+    def _restored(self, state: SeqState, common: int) -> tuple[Seq, int]:
+        """A sequence restored from a stored copy, cut to the ``common`` prefix; the copy
+        stays stored, now the most recently used. Where the model cannot take it back (a
+        shared cache without the cells for the whole copy), the copy goes and the job reads
+        its prompt from the start."""
+        key = next((k for k, s in self._stored.items() if s is state), None)
+        try:
+            seq = self.model.restore(state)
+        except ModelError:
+            if key is not None:
+                self.stored_bytes -= self._stored.pop(key).nbytes
+            return self.model.new_sequence(), 0
+        self.model.truncate(seq, common)
+        if key is not None:
+            self._stored.move_to_end(key)
+        return seq, common
 
     def _reading_shared(self, prompt: list[int], running: list[_Job]) -> bool:
         """Whether a running job is still reading a prefix (``min_wait`` tokens or more)
