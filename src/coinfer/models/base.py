@@ -59,7 +59,7 @@ class SeqState:
     backend's bytes of their cache, to ``restore`` as a new sequence without reading them."""
 
     tokens: tuple[int, ...]
-    data: bytes
+    data: bytes | bytearray
 
     @property
     def nbytes(self) -> int:
@@ -498,10 +498,10 @@ class SteerableModel(Prompter):
     @abstractmethod
     def _fork(self, source: Seq, new: Seq) -> None: ...
 
-    def _save_state(self, seq: Seq) -> bytes | None:
+    def _save_state(self, seq: Seq) -> bytes | bytearray | None:
         return None  # a backend that can copy a cache out says how
 
-    def _restore(self, seq: Seq, data: bytes) -> None:
+    def _restore(self, seq: Seq, data: bytes | bytearray) -> None:
         raise ModelError(f"{self.name} on {self.backend} cannot restore a saved cache")
 
     @abstractmethod

@@ -111,7 +111,7 @@ class ScriptedModel(SteerableModel):
     def _save_state(self, seq: Seq) -> bytes | None:
         return bytes(len(seq.tokens))  # nothing is cached but the tokens: a byte a token, for budgets
 
-    def _restore(self, seq: Seq, data: bytes) -> None:
+    def _restore(self, seq: Seq, data: bytes | bytearray) -> None:
         self.restored.append(seq.id)
 
     def _commit_path(self, seq: Seq, path: list[int]) -> None:
