@@ -42,7 +42,15 @@ import numpy as np
 from coinfer.bench.serve_load import Stream, Work, clients_at_once
 from coinfer.errors import ConfigError
 
-__all__ = ["SYSTEMS", "ConcurrencyConfig", "level_requests", "level_row", "markdown_table", "run_concurrency"]
+__all__ = [
+    "SYSTEMS",
+    "ConcurrencyConfig",
+    "level_requests",
+    "level_row",
+    "markdown_table",
+    "run_concurrency",
+    "start_system",
+]
 
 # name -> (server, its flags); coinfer's flags follow ``coinfer serve``, llama-server's its own
 SYSTEMS: dict[str, tuple[str, list[str]]] = {
@@ -158,19 +166,26 @@ def _rate(streams: list[Stream], wall_s: float) -> float:
 
 def _start(name: str, config: ConcurrencyConfig) -> tuple[str, Callable[[], None]] | None:
     """``name``'s server, alone: its OpenAI base URL and how to stop it (None: not built)."""
+    kind, flags = SYSTEMS[name]
+    return start_system(kind, flags, model=config.model, ctx=config.ctx, slots=config.slots)
+
+
+def start_system(
+    kind: str, flags: list[str], *, model: str, ctx: int, slots: int
+) -> tuple[str, Callable[[], None]] | None:
+    """A ``coinfer`` or ``llama-server`` server of ``model`` with ``flags``, alone: its
+    OpenAI base URL and how to stop it (None: llama-server is not built here)."""
     from coinfer import catalog
     from coinfer.bench.peers import launch_llama_server, llama_server_binary
     from coinfer.serve.process import ServerProcess, stop_process
 
-    kind, flags = SYSTEMS[name]
     if kind == "coinfer":
-        server = ServerProcess(config.model, ctx=config.ctx, max_batch=config.slots, extra_args=flags).start()
+        server = ServerProcess(model, ctx=ctx, max_batch=slots, extra_args=flags).start()
         return server.url, server.stop
     binary = llama_server_binary()
     if binary is None:
         return None
-    path = str(catalog.prepare(config.model))
-    proc, base = launch_llama_server(binary, path, flags, None, slots=config.slots, ctx=config.ctx)
+    proc, base = launch_llama_server(binary, str(catalog.prepare(model)), flags, None, slots=slots, ctx=ctx)
     return base + "/v1", lambda: stop_process(proc, 30.0)
 
 

@@ -1,7 +1,8 @@
 """``coinfer bench serve``: the server under a storm of streaming clients (``bench.serve_load``),
 its speed against llama.cpp's own server as a client sees it (``bench.serve_speed``),
-both under 1 to 32 concurrent clients (``bench.serve_concurrency``), and every engine at 1
-and 4 clients (``bench.serve_engines``)."""
+both under 1 to 32 concurrent clients (``bench.serve_concurrency``), every engine at 1
+and 4 clients (``bench.serve_engines``), and multi-turn chats with think time
+(``bench.serve_chat``)."""
 
 from __future__ import annotations
 
@@ -24,7 +25,21 @@ def cmd_bench_serve(args: argparse.Namespace) -> int:
         _concurrency(args)
     if args.part in ("engines", "all"):
         _engines(args)
+    if args.part in ("chat", "all"):
+        _chat(args)
     return 0 if passed else 1
+
+
+def _chat(args: argparse.Namespace) -> None:
+    from coinfer.bench.serve_chat import ChatConfig, markdown_table, run_chat
+
+    config = ChatConfig(
+        model=args.concurrency_model, clients=4 if args.quick else args.chat_clients, turns=args.turns,
+        think_s=args.think, max_tokens=args.chat_tokens, slots=args.max_batch, repeats=args.repeats,
+        systems=tuple(args.chat_systems.split(",")) if args.chat_systems else ChatConfig().systems,
+    )  # fmt: skip
+    report = run_chat(config, log=err)
+    _publish(args, "chat", report, markdown_table(report), shown="systems")
 
 
 def _engines(args: argparse.Namespace) -> None:
@@ -151,7 +166,7 @@ def add_serve_bench(bench: Any) -> None:
     p.add_argument(
         "--part",
         default="all",
-        choices=["load", "speed", "concurrency", "engines", "all"],
+        choices=["load", "speed", "concurrency", "engines", "chat", "all"],
         help="what to run (default: all)",
     )
     p.add_argument("--concurrency-model", default="qwen2.5-coder-1.5b", help="the concurrency part's model")
@@ -183,12 +198,26 @@ def add_serve_bench(bench: Any) -> None:
         "10-20%% from one run to the next; default: %(default)s)",
     )  # fmt: skip
     p.add_argument("--engine-levels", default="1,4", help="the engines part's client counts (default: 1,4)")
+    p.add_argument("--chat-clients", type=int, default=12, help="the chat part's conversations at once")
+    p.add_argument("--turns", type=int, default=3, help="the chat part's turns per conversation")
+    p.add_argument(
+        "--think",
+        type=float,
+        default=5.0,
+        help="the chat part's seconds between a reply and the next question",
+    )
+    p.add_argument("--chat-tokens", type=int, default=96, help="the chat part's tokens per answer")
+    p.add_argument(
+        "--chat-systems", default=None,
+        help="the chat part's servers, comma-separated (default: coinfer-speculative, "
+        "coinfer-speculative-nostore, llama-server-ngram-mod)",
+    )  # fmt: skip
     p.add_argument("--speed-model", default="qwen2.5-coder-1.5b", help="the speed part's model")
     p.add_argument("--speed-tokens", type=int, default=192, help="the speed part's tokens per answer")
     p.add_argument(
         "--quick",
         action="store_true",
-        help="load: 8 clients and 8 requests; speed, concurrency: one prompt per category",
+        help="load: 8 clients and 8 requests; speed, concurrency: one prompt per category; chat: 4 clients",
     )
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_bench_serve)
