@@ -26,14 +26,11 @@ that read (a few chunks) and copies it, so a crowd that opens with one system pr
 reads it once, not once each.
 
 A kept cache that gives way is not lost where ``store_bytes`` allows: it is copied out to
-host memory (``SteerableModel.save_state``; on llama.cpp 28 KB a token of Qwen2.5-1.5B),
-the least recently used copies going first past that budget, as llama-server's
-``--cache-ram`` keeps its slots' prompts. A new conversation that shares a longer prefix
-with a stored copy than with any cache in a slot gets a sequence restored from it (10 ms
-for 158 tokens, where reading them took 2.5 s on a 2-core CPU), so a chat whose user
-thinks for a while between turns, while other conversations take the slots, is not read
-again from its start. A stored copy that a newer one extends (the same chat, a turn
-later) is dropped.
+host memory (``chat.cache_store``; on llama.cpp 28 KB a token of Qwen2.5-1.5B). A new
+conversation that shares a longer prefix with a stored copy than with any cache in a slot
+gets a sequence restored from it (1-1.5 ms for 350 tokens, where reading them again takes
+about 2 s on a 2-core CPU), so a chat whose user thinks between turns, while other
+conversations take the slots, is not read again from its start.
 
 Given a ``speculator`` (``decoding.batch_speculation``), the jobs that decode greedily
 draft: in a step that reads no prompt, every drafting job's proposal rides in the one
@@ -53,14 +50,16 @@ from __future__ import annotations
 
 import itertools
 import time
-from collections import OrderedDict, deque
+from collections import deque
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
 
 from coinfer.chat.base import ChatModel, ChatRequest, ChatResult, Usage
+from coinfer.chat.cache_store import CacheStore
+from coinfer.chat.job import Job
 from coinfer.decoding.batch_shape import Passes
 from coinfer.decoding.batch_speculation import BatchSpeculator
 from coinfer.decoding.cost_curve import CostCurve
@@ -68,7 +67,7 @@ from coinfer.decoding.drafters import common_prefix
 from coinfer.decoding.sampling import SamplingParams, probs_from_logits, sample
 from coinfer.decoding.split import SplitJudge, planned_cut
 from coinfer.errors import ConfigError, ContextOverflowError, ModelError
-from coinfer.models.base import Seq, SeqState, SteerableModel, TokenConstraint
+from coinfer.models.base import Seq, SeqState, SteerableModel
 
 __all__ = ["PREFILL_CHUNK", "LocalChat", "open_local_chat"]
 
@@ -82,51 +81,6 @@ PREFILL_CHUNK = 512  # prompt tokens read per step, shared by the prompts being 
 MIN_REUSE = 16
 MIN_WAIT = 64  # a new request waits for a running one's read of a prefix they share this long
 SMOOTHING, REFRESH = 0.3, 64  # the decoding steps' cost curve: a new measurement's weight, a point's age
-
-
-@dataclass
-class _Job:
-    """One sample of one request, from its prompt to its finish."""
-
-    request: int
-    prompt: list[int]
-    max_tokens: int
-    params: SamplingParams
-    rng: np.random.Generator
-    tokens: list[int] = field(default_factory=list)
-    finish: str | None = None
-    seq: Seq | None = None
-    logits: np.ndarray | None = None  # the next token's, once fed
-    choice: int | None = None  # instead, where the step read greedy choices: the next token
-    unread: int | None = None  # its latest token, output but not yet read by the model
-    constraint: TokenConstraint | None = None  # the JSON schema's grammar, where enforced
-    key: int = 0  # unique among every job of its chat (a drafter's per-request state)
-    speculate: bool = False  # drafts when a step allows (greedy, no grammar, a speculator)
-    drafted: int = 0  # draft tokens verified for it
-    accepted: int = 0  # of them, kept
-    verified: int = 0  # forwards that verified a draft of it
-    read: int = 0  # prompt tokens in its cache (read, or reused from a kept one)
-    cached: int = 0  # of them, reused from a kept cache (a prefix another request read)
-
-    @property
-    def fed(self) -> bool:
-        """Whether the model has read the job's latest tokens (its next token is known)."""
-        return self.logits is not None or self.choice is not None
-
-    @property
-    def reading(self) -> bool:
-        """Whether part of its prompt is still to be read."""
-        return self.read < len(self.prompt)
-
-    @property
-    def greedy(self) -> bool:
-        """Whether the next token is the argmax of the logits alone (no grammar to apply)."""
-        return self.params.greedy and self.constraint is None
-
-    @property
-    def reserve(self) -> int:
-        """Cache cells the job may fill: its prompt and its whole budget."""
-        return len(self.prompt) + self.max_tokens
 
 
 class LocalChat(ChatModel):
@@ -154,9 +108,7 @@ class LocalChat(ChatModel):
         self.max_concurrent = max_concurrent
         self.keep, self.min_reuse, self.min_wait = keep, min_reuse, max(min_reuse, min_wait)
         self._kept: list[Seq] = []  # finished conversations' caches, oldest first
-        # caches that gave way, copied out to host memory: least recently used first
-        self.store_bytes, self._stored = store_bytes, OrderedDict[int, SeqState]()
-        self._stored_ids, self.stored_bytes = itertools.count(), 0  # host memory the stored copies take
+        self.store = CacheStore(store_bytes)  # caches that gave way, copied out to host memory
         self._seed, self._calls = seed, 0
         self._keys = itertools.count()
         self.speculator: BatchSpeculator | None = None  # drafts for the jobs that speculate
@@ -168,8 +120,12 @@ class LocalChat(ChatModel):
         """Free the kept and stored caches (the model itself belongs to the caller)."""
         while self._kept:
             self.model.release(self._kept.pop())
-        self._stored.clear()
-        self.stored_bytes = 0
+        self.store.clear()
+
+    @property
+    def stored_bytes(self) -> int:
+        """Host memory the stored copies of caches take."""
+        return self.store.nbytes
 
     def chat(self, request: ChatRequest) -> ChatResult:
         return self.chat_batch([request])[0]
@@ -179,16 +135,16 @@ class LocalChat(ChatModel):
         self._run(jobs)
         return self.results(len(requests), jobs)
 
-    def jobs_for(self, requests: Sequence[ChatRequest]) -> list[_Job]:
+    def jobs_for(self, requests: Sequence[ChatRequest]) -> list[Job]:
         """One call's requests as jobs for ``step`` (request i's samples have ``request == i``)."""
         self._calls += 1
         return [job for i, r in enumerate(requests) for job in self._jobs(i, r)]
 
-    def results(self, count: int, jobs: list[_Job]) -> list[ChatResult]:
+    def results(self, count: int, jobs: list[Job]) -> list[ChatResult]:
         """The answers of one call's ``count`` requests, from its finished jobs."""
         return [self._result(i, [j for j in jobs if j.request == i]) for i in range(count)]
 
-    def _jobs(self, index: int, request: ChatRequest) -> list[_Job]:
+    def _jobs(self, index: int, request: ChatRequest) -> list[Job]:
         return self.new_jobs(
             index, self.model.chat_prompt(request.messages), n=request.n, max_tokens=request.max_tokens,
             params=SamplingParams(temperature=request.temperature, seed=request.seed),
@@ -198,7 +154,7 @@ class LocalChat(ChatModel):
     def new_jobs(
         self, index: int, prompt: list[int], *, n: int, max_tokens: int, params: SamplingParams,
         json_schema: Mapping[str, Any] | None = None, speculate: bool = True,
-    ) -> list[_Job]:  # fmt: skip
+    ) -> list[Job]:  # fmt: skip
         """The ``n`` samples of one request as jobs for ``step`` (sample s seeded with
         ``params.seed + s`` when a seed is given); ``speculate``: whether they draft where
         the chat has a speculator and they decode greedily."""
@@ -214,28 +170,28 @@ class LocalChat(ChatModel):
             seed = params.seed + s if params.seed is not None else None
             rng = np.random.default_rng(seed if seed is not None else [self._seed, self._calls, index, s])
             constraint = self.model.json_constraint(json_schema) if json_schema else None
-            job = _Job(index, prompt, budget, replace(params, seed=seed), rng, constraint=constraint)
+            job = Job(index, prompt, budget, replace(params, seed=seed), rng, constraint=constraint)
             job.key = next(self._keys)
             job.speculate = speculate and self.speculator is not None and job.greedy
             jobs.append(job)
         return jobs
 
-    def _run(self, jobs: list[_Job]) -> None:
+    def _run(self, jobs: list[Job]) -> None:
         """Decode every job to its finish, up to ``max_concurrent`` at a time."""
-        waiting, running = deque(jobs), list[_Job]()
+        waiting, running = deque(jobs), list[Job]()
         try:
             while waiting or running:
                 running = self.step(waiting, running)
         finally:
             self.abandon(jobs)
 
-    def abandon(self, jobs: Sequence[_Job]) -> None:
+    def abandon(self, jobs: Sequence[Job]) -> None:
         """Release the caches ``jobs`` still hold (after a failure, or for good measure at
         the end: a finished job has already given its cache up)."""
         for job in jobs:
             self._retire(job, force=True)
 
-    def step(self, waiting: deque[_Job], running: list[_Job]) -> list[_Job]:
+    def step(self, waiting: deque[Job], running: list[Job]) -> list[Job]:
         """One step of continuous batching: admit what fits from ``waiting``, retire the
         cancelled jobs, feed the model once (the prompts' next chunks and each running
         job's latest token), then output each job's next token and retire the finished
@@ -277,7 +233,7 @@ class LocalChat(ChatModel):
                 job.choice = job.logits = None
         return self._take_next(running)
 
-    def _take_next(self, running: list[_Job]) -> list[_Job]:
+    def _take_next(self, running: list[Job]) -> list[Job]:
         """Each job's next token, output as soon as the forward gives it (the next step
         reads it), and the jobs that it ended retired: a stream's first token and its end
         reach its client with the forward that made them, not a forward later (another
@@ -288,7 +244,7 @@ class LocalChat(ChatModel):
                 job.unread = self._next_token(job)
         return [j for j in running if not self._retire(j)]
 
-    def _forwards(self, feed: list[tuple[_Job, list[int]]]) -> list[list[tuple[_Job, list[int]]]]:
+    def _forwards(self, feed: list[tuple[Job, list[int]]]) -> list[list[tuple[Job, list[int]]]]:
         """A decoding step's rows in one forward, or in two where paired measurements say
         two cost less (``split.planned_cut``): on a CPU a forward's cost is not monotonic
         in its rows, as llama.cpp changes kernels with a batch's size (on this project's
@@ -300,7 +256,7 @@ class LocalChat(ChatModel):
         at = planned_cut([len(ids) for _, ids in feed], self.step_costs, self.split_judge)
         return [feed[:at], feed[at:]] if at else [feed]
 
-    def _batch_order(self, item: tuple[_Job, list[int]]) -> int:
+    def _batch_order(self, item: tuple[Job, list[int]]) -> int:
         return self.model.batch_order(_seq(item[0]))
 
     def _measured(self, rows: int, split: bool, seconds: float) -> None:
@@ -308,10 +264,10 @@ class LocalChat(ChatModel):
         self.step_costs.record(rows, seconds, SMOOTHING, REFRESH)
         self.split_judge.measured(rows, split=split, seconds=seconds)
 
-    def _prompt_chunks(self, running: list[_Job]) -> list[tuple[_Job, list[int]]]:
+    def _prompt_chunks(self, running: list[Job]) -> list[tuple[Job, list[int]]]:
         """The next chunk of each prompt being read, oldest first, ``prefill_chunk`` tokens
         in all this step (each reading job at least one, so none waits forever)."""
-        feed: list[tuple[_Job, list[int]]] = []
+        feed: list[tuple[Job, list[int]]] = []
         budget = self.prefill_chunk
         for job in running:
             if job.reading and job.finish is None:
@@ -321,7 +277,7 @@ class LocalChat(ChatModel):
                 budget = max(0, budget - take)
         return feed
 
-    def _speculate(self, feed: list[tuple[_Job, list[int]]], speculator: BatchSpeculator) -> tuple[int, int]:
+    def _speculate(self, feed: list[tuple[Job, list[int]]], speculator: BatchSpeculator) -> tuple[int, int]:
         """One step over every greedy job's next token, the drafting ones' drafts after it;
         each drafting job keeps what the target agrees with (rolled back past it). Where
         the step is evened (``StepDrafts.width``), a job's rows past its draft are filler,
@@ -362,7 +318,7 @@ class LocalChat(ChatModel):
         """How the model runs a step in which each of ``seqs`` brings some rows."""
         return lambda rows: self.model.pass_rows(list(zip(seqs, rows, strict=True)))
 
-    def _filled(self, job: _Job, fed: list[int], width: int | None) -> list[int]:
+    def _filled(self, job: Job, fed: list[int], width: int | None) -> list[int]:
         """``fed`` filled up to ``width`` rows (repeating its last token), as far as the
         job's window allows: the target's choices there are not used, the cache is rolled
         back past them."""
@@ -371,12 +327,12 @@ class LocalChat(ChatModel):
         room = self.model.n_ctx - len(_seq(job)) - 1 - len(fed)
         return fed + [fed[-1]] * max(0, min(width - len(fed), room))
 
-    def _room(self, job: _Job) -> int:
+    def _room(self, job: Job) -> int:
         """Draft tokens ``job`` may verify: within its budget and its window, its next
         token fed first."""
         return max(0, min(job.max_tokens - len(job.tokens) - 1, self.model.n_ctx - len(_seq(job)) - 2))
 
-    def _keep_draft(self, job: _Job, draft: list[int], kept: list[int], filler: int = 0) -> None:
+    def _keep_draft(self, job: Job, draft: list[int], kept: list[int], filler: int = 0) -> None:
         """Roll the cache back past the rejected draft (and the ``filler`` rows after it),
         output the agreed draft tokens (an end token or the budget ends the job), and make
         the target's own token next."""
@@ -391,7 +347,7 @@ class LocalChat(ChatModel):
                 return
         job.choice = kept[-1]
 
-    def _feed(self, feed: list[tuple[_Job, list[int]]]) -> None:
+    def _feed(self, feed: list[tuple[Job, list[int]]]) -> None:
         """One forward over every job's new tokens. A greedy job gets only its choice back
         (one id, not a vocabulary of logits); one that samples or follows a grammar, its logits."""
         items = [(_seq(j), ids) for j, ids in feed]
@@ -406,7 +362,7 @@ class LocalChat(ChatModel):
             else:
                 job.logits = logits
 
-    def cancel(self, job: _Job, waiting: deque[_Job]) -> None:
+    def cancel(self, job: Job, waiting: deque[Job]) -> None:
         """Stop ``job`` (its client went away): out of ``waiting``, or retired, its cache
         released, at the next ``step``."""
         job.finish = job.finish or "cancelled"
@@ -414,7 +370,7 @@ class LocalChat(ChatModel):
             waiting.remove(job)
             self._retire(job, force=True)
 
-    def _admit(self, waiting: deque[_Job], running: list[_Job]) -> None:
+    def _admit(self, waiting: deque[Job], running: list[Job]) -> None:
         """Start waiting jobs while slots and (on a shared cache) cells allow: each gets a
         sequence (a copy of a kept or running one holding part of its prompt, if any), its
         prompt read from there."""
@@ -453,26 +409,12 @@ class LocalChat(ChatModel):
 
     def _give_way(self, seq: Seq) -> None:
         """Release a finished conversation's cache, a copy of it stored first where the
-        budget allows (``_store``)."""
-        if self.store_bytes:
-            self._store(seq)
+        budget allows."""
+        if self.store.budget and len(seq.tokens) >= self.min_reuse:
+            state = self.model.save_state(seq)
+            if state is not None:
+                self.store.add(state)
         self.model.release(seq)
-
-    def _store(self, seq: Seq) -> None:
-        """Copy ``seq``'s cache out to host memory: stored copies it extends go (a chat's
-        earlier turn), then the least recently used, until the budget holds."""
-        if len(seq.tokens) < self.min_reuse:
-            return
-        state = self.model.save_state(seq)
-        if state is None or state.nbytes > self.store_bytes:
-            return
-        for key, old in list(self._stored.items()):
-            if len(old.tokens) <= len(state.tokens) and state.tokens[: len(old.tokens)] == old.tokens:
-                self.stored_bytes -= self._stored.pop(key).nbytes
-        self._stored[next(self._stored_ids)] = state
-        self.stored_bytes += state.nbytes
-        while self.stored_bytes > self.store_bytes:
-            self.stored_bytes -= self._stored.popitem(last=False)[1].nbytes
 
     def _cache_for(self, source: Seq | SeqState | None, common: int, running: int) -> tuple[Seq, int]:
         """A job's sequence and the prompt tokens it holds: a new one; or a copy of
@@ -500,19 +442,16 @@ class LocalChat(ChatModel):
         stays stored, now the most recently used. Where the model cannot take it back (a
         shared cache without the cells for the whole copy), the copy goes and the job reads
         its prompt from the start."""
-        key = next((k for k, s in self._stored.items() if s is state), None)
         try:
             seq = self.model.restore(state)
         except ModelError:
-            if key is not None:
-                self.stored_bytes -= self._stored.pop(key).nbytes
+            self.store.drop(state)
             return self.model.new_sequence(), 0
         self.model.truncate(seq, common)
-        if key is not None:
-            self._stored.move_to_end(key)
+        self.store.used(state)
         return seq, common
 
-    def _reading_shared(self, prompt: list[int], running: list[_Job]) -> bool:
+    def _reading_shared(self, prompt: list[int], running: list[Job]) -> bool:
         """Whether a running job is still reading a prefix (``min_wait`` tokens or more)
         that ``prompt`` shares: requests that arrive together with one system prompt or
         document read it once, the first for all. A shorter share (a chat template's
@@ -524,7 +463,7 @@ class LocalChat(ChatModel):
                     return True
         return False
 
-    def _reusable(self, prompt: list[int], running: Sequence[_Job] = ()) -> tuple[Seq | SeqState | None, int]:
+    def _reusable(self, prompt: list[int], running: Sequence[Job] = ()) -> tuple[Seq | SeqState | None, int]:
         """The cache sharing the longest prefix with ``prompt`` (a kept one, a running
         job's, or a stored copy, where it shares more than those in slots) and how many
         tokens of it to keep, when that is at least ``min_reuse``."""
@@ -535,16 +474,15 @@ class LocalChat(ChatModel):
             n = common_prefix(seq.tokens, prompt)
             if n > common:
                 best, common = seq, n
-        for state in self._stored.values():
-            n = common_prefix(state.tokens, prompt)
-            if n > common:
-                best, common = state, n
+        state, n = self.store.longest(prompt)
+        if n > common:
+            best, common = state, n
         common = _cut(common, len(prompt), self.model)
         if best is None or common < self.min_reuse:
             return None, 0
         return best, common
 
-    def _next_token(self, job: _Job) -> int | None:
+    def _next_token(self, job: Job) -> int | None:
         """The job's next token (its greedy choice, or sampled); None (and ``finish`` set)
         when it is done."""
         if job.choice is not None:
@@ -553,7 +491,7 @@ class LocalChat(ChatModel):
             token = self._sampled(job)
         return token if self._took(job, token) else None
 
-    def _took(self, job: _Job, token: int) -> bool:
+    def _took(self, job: Job, token: int) -> bool:
         """Output ``token`` for ``job``; False (and ``finish`` set) when that ends it: an
         end token (not output) or the budget."""
         if token in self.model.eos_ids:
@@ -567,7 +505,7 @@ class LocalChat(ChatModel):
             return False
         return True
 
-    def _sampled(self, job: _Job) -> int:
+    def _sampled(self, job: Job) -> int:
         """A token sampled from the job's logits, within its grammar where it has one."""
         assert job.logits is not None
         logits, job.logits = job.logits, None
@@ -579,7 +517,7 @@ class LocalChat(ChatModel):
             token = sample(probs_from_logits(allowed, job.params), job.rng)
         return token
 
-    def _retire(self, job: _Job, *, force: bool = False) -> bool:
+    def _retire(self, job: Job, *, force: bool = False) -> bool:
         """Keep a finished job's cache for reuse (the oldest kept one goes), or release it
         (any job's, when ``force``: after a failure the cache may not match); whether it was done."""
         if job.constraint is not None and (job.finish is not None or force):
@@ -599,7 +537,7 @@ class LocalChat(ChatModel):
         job.seq = None
         return job.finish is not None
 
-    def _result(self, index: int, jobs: list[_Job]) -> ChatResult:
+    def _result(self, index: int, jobs: list[Job]) -> ChatResult:
         texts = [self.model.detokenize(j.tokens) for j in jobs]
         usage = Usage(
             prompt_tokens=sum(len(j.prompt) for j in jobs),
@@ -609,7 +547,7 @@ class LocalChat(ChatModel):
         return ChatResult(texts, [j.finish or "length" for j in jobs], usage)
 
 
-def _seq(job: _Job) -> Seq:
+def _seq(job: Job) -> Seq:
     """A running job's sequence (admitted jobs always have one)."""
     assert job.seq is not None, "a job fed before it was admitted"
     return job.seq

@@ -198,6 +198,20 @@ def add_serve_bench(bench: Any) -> None:
         "10-20%% from one run to the next; default: %(default)s)",
     )  # fmt: skip
     p.add_argument("--engine-levels", default="1,4", help="the engines part's client counts (default: 1,4)")
+    _add_chat_flags(p)
+    p.add_argument("--speed-model", default="qwen2.5-coder-1.5b", help="the speed part's model")
+    p.add_argument("--speed-tokens", type=int, default=192, help="the speed part's tokens per answer")
+    p.add_argument(
+        "--quick",
+        action="store_true",
+        help="load: 8 clients and 8 requests; speed, concurrency: one prompt per category; chat: 4 clients",
+    )
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_bench_serve)
+
+
+def _add_chat_flags(p: argparse.ArgumentParser) -> None:
+    """The chat part's: conversations, turns, think time, tokens and servers."""
     p.add_argument("--chat-clients", type=int, default=12, help="the chat part's conversations at once")
     p.add_argument("--turns", type=int, default=3, help="the chat part's turns per conversation")
     p.add_argument(
@@ -212,12 +226,3 @@ def add_serve_bench(bench: Any) -> None:
         help="the chat part's servers, comma-separated (default: coinfer-speculative, "
         "coinfer-speculative-nostore, llama-server-ngram-mod)",
     )  # fmt: skip
-    p.add_argument("--speed-model", default="qwen2.5-coder-1.5b", help="the speed part's model")
-    p.add_argument("--speed-tokens", type=int, default=192, help="the speed part's tokens per answer")
-    p.add_argument(
-        "--quick",
-        action="store_true",
-        help="load: 8 clients and 8 requests; speed, concurrency: one prompt per category; chat: 4 clients",
-    )
-    p.add_argument("--json", action="store_true")
-    p.set_defaults(func=cmd_bench_serve)

@@ -35,6 +35,7 @@ from coinfer.models.chat_template import ChatTemplate
 from coinfer.models.gguf_layout import check_gguf
 from coinfer.models.llamacpp_hooks import layer_progress_callback, route_logs
 from coinfer.models.llamacpp_split import equal_groups, split_passes
+from coinfer.models.llamacpp_state import copy_in, copy_out
 from coinfer.models.tree import TokenTree
 
 __all__ = ["TILED_MIN_ROWS", "TILED_MIN_ROWS_ENV", "LlamaCppModel"]
@@ -332,28 +333,10 @@ class LlamaCppModel(SteerableModel):
         self._lc.llama_memory_seq_cp(self._mem, src.llama_id, dst.llama_id, -1, -1)
 
     def _save_state(self, seq: Seq) -> bytearray | None:
-        """The sequence's cells, as llama.cpp writes one sequence's state, straight into
-        the buffer kept (28 KB a token for Qwen2.5-1.5B's f16 cache; 2 ms for 350 tokens
-        on a 2-core CPU, 7 ms when copied once more)."""
-        lid = backend_seq(seq, LlamaSeq).llama_id
-        size = self._lc.llama_state_seq_get_size(self._ctx.ctx, lid)
-        data = bytearray(size)
-        if self._lc.llama_state_seq_get_data(self._ctx.ctx, _c_bytes(data), size, lid) != size:
-            raise ModelError(f"llama.cpp could not copy a sequence of {self.name} out")
-        return data
+        return copy_out(self._lc, self._ctx.ctx, backend_seq(seq, LlamaSeq).llama_id, self.name)
 
     def _restore(self, seq: Seq, data: bytes | bytearray) -> None:
-        """Write a saved state into the new sequence's cells (1-3 ms for 350 tokens of
-        Qwen2.5-1.5B, where reading 158 took 2.5 s on a 2-core CPU); its logits after are
-        the same as after reading the tokens (measured: no difference at all)."""
-        lid = backend_seq(seq, LlamaSeq).llama_id
-        src = (
-            _c_bytes(data)
-            if isinstance(data, bytearray)
-            else (ctypes.c_uint8 * len(data)).from_buffer_copy(data)
-        )
-        if self._lc.llama_state_seq_set_data(self._ctx.ctx, src, len(data), lid) == 0:
-            raise ModelError(f"llama.cpp could not restore a saved cache into {self.name}")
+        copy_in(self._lc, self._ctx.ctx, backend_seq(seq, LlamaSeq).llama_id, data, self.name)
 
     def _commit_path(self, seq: Seq, path: list[int]) -> None:
         seq = backend_seq(seq, LlamaSeq)
@@ -603,8 +586,3 @@ class LlamaCppModel(SteerableModel):
         for obj in ("_batch", "_ctx", "_model"):
             if hasattr(self, obj):
                 getattr(self, obj).close()
-
-
-def _c_bytes(buffer: bytearray) -> Any:
-    """``buffer`` as a C byte array over the same memory (no copy)."""
-    return (ctypes.c_uint8 * len(buffer)).from_buffer(buffer)

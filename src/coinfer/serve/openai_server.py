@@ -22,7 +22,8 @@ from typing import Any
 from coinfer.chat.base import ChatModel
 from coinfer.errors import ConfigError
 from coinfer.serve.app import build_app
-from coinfer.serve.served import ChatServed, Served
+from coinfer.serve.chat_served import ChatServed
+from coinfer.serve.served import Served
 
 __all__ = ["ChatServer", "Server"]
 

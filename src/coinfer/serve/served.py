@@ -16,8 +16,8 @@ Three kinds:
   time (or ``session.concurrent()`` at once, each on its own thread), stopped between
   rounds when cancelled (``serve.batched.BatchServed``: a session
   that batches, requests joining its running batch);
-* ``ChatServed``: any ``ChatModel`` (a remote API, a scripted fake): queued requests go
-  to ``chat_batch`` together, each answered in one piece.
+* ``ChatServed`` (``serve.chat_served``): any ``ChatModel`` (a remote API, a scripted
+  fake): queued requests go to ``chat_batch`` together, each answered in one piece.
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
-from coinfer.chat.base import ChatModel, Usage
+from coinfer.chat.base import Usage
 from coinfer.chat.shared import drain, leftovers
 from coinfer.decoding.detok import IncrementalDetokenizer
 from coinfer.decoding.engine import Request, Session
@@ -48,7 +48,6 @@ from coinfer.serve.stops import StopScanner
 log = logging.getLogger(__name__)
 
 __all__ = [
-    "ChatServed",
     "Event",
     "PlainServed",
     "Served",
@@ -559,48 +558,3 @@ class SessionServed(Served):
         billed = self.session.billed(last) if last is not None else None
         usage = Usage(**billed) if billed else Usage(len(prompt) or stats.prompt_tokens, produced, 1)
         self.finished(ticket, usage)
-
-
-class ChatServed(Served):
-    """Any ``ChatModel``: the requests waiting go to ``chat_batch`` together."""
-
-    engine = "chat"
-
-    def __init__(
-        self, model: ChatModel, *, name: str | None = None, max_batch: int = 8, max_queue: int = 64
-    ) -> None:
-        super().__init__(name or model.name, max_queue=max_queue, concurrency=max_batch)
-        self.model, self.max_batch = model, max_batch
-
-    def check(self, request: ServeRequest) -> None:
-        if request.messages is None:
-            raise ConfigError(f"{self.name} serves chat completions only", hint="POST /v1/chat/completions")
-
-    def serve(self) -> None:
-        pending: deque[Ticket] = deque()
-        while True:
-            arrived = self.take(block=not pending)
-            if arrived is None:
-                return
-            pending.extend(arrived)
-            batch = [pending.popleft() for _ in range(min(self.max_batch, len(pending)))]
-            gone = [t for t in batch if t.cancelled.is_set()]
-            for t in gone:
-                self.failed(t, ConfigError("the client went away"))
-            self._answer([t for t in batch if t not in gone])
-
-    def _answer(self, batch: list[Ticket]) -> None:
-        try:
-            requests = [t.request.chat_request() for t in batch]
-            results = self.model.chat_batch(requests)
-        except CoinferError as exc:
-            for t in batch:
-                self.failed(t, exc)
-            return
-        for ticket, result in zip(batch, results, strict=True):
-            ticket.sink(Event("start"))
-            for i, (text, reason) in enumerate(zip(result.texts, result.finish_reasons, strict=True)):
-                out, stopped = StopScanner(ticket.request.stop).push(text, final=True)
-                ticket.sink(Event("delta", index=i, text=out))
-                ticket.sink(Event("end", index=i, finish="stop" if stopped else reason))
-            self.finished(ticket, result.usage)
