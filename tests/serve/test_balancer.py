@@ -195,6 +195,7 @@ def test_a_replica_stopped_gracefully_finishes_its_streams_while_the_others_take
             streaming.start()
             assert started.wait(120)
             os.kill(r0.pid, signal.SIGTERM)
+            _wait_draining(r0.url)  # the signal reached it (a request just before is r0's own, whole)
             # while r0 drains, its conversations are answered, by r1
             during = [
                 _ask(client, [{"role": "user", "content": f"Write one sentence about {t}."}]) for t in on0
@@ -205,3 +206,21 @@ def test_a_replica_stopped_gracefully_finishes_its_streams_while_the_others_take
             assert [where for _, where in during] == ["r1"] * len(on0)
             assert [reply for reply, _ in during] == [home[t][0] for t in on0]  # the same greedy answers
             assert r0._proc is not None and r0._proc.wait(timeout=60) == 0  # it stopped by itself
+
+
+def _wait_draining(url: str) -> None:
+    """Until the replica at ``url`` answers ``/health`` with 503 (draining)."""
+    import time
+    import urllib.error
+    import urllib.request
+
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        try:
+            with urllib.request.urlopen(url.removesuffix("/v1") + "/health", timeout=5):
+                pass
+        except urllib.error.HTTPError as exc:
+            if exc.code == 503:
+                return
+        time.sleep(0.01)
+    raise AssertionError(f"{url} did not start draining")
