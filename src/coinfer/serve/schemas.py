@@ -19,7 +19,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator
 
 from coinfer.chat.base import ChatRequest
 from coinfer.errors import ConfigError
@@ -38,6 +38,24 @@ MAX_N = 8  # samples per request
 MAX_STOPS = 4  # stop strings per request, as OpenAI allows
 MAX_TOKENS = 1 << 20  # a request's budget; each model's window caps it further
 MAX_DOCUMENTS = 64  # documents per request (the body's byte cap bounds their text)
+
+
+# fields coinfer does not act on and that would change the answer if ignored: refused when
+# set to anything but nothing, zero, false or empty
+_REFUSED = {
+    "logprobs": "coinfer does not return logprobs; leave it out",
+    "presence_penalty": "coinfer does not apply penalties; leave it out or send 0",
+    "frequency_penalty": "coinfer does not apply penalties; leave it out or send 0",
+    "logit_bias": "coinfer does not bias logits; leave it out",
+    "suffix": "coinfer does not fill in between a prompt and a suffix; leave it out",
+    "echo": "coinfer does not echo the prompt; leave echo out",
+}
+
+
+def _refused_if_set(value: Any, info: ValidationInfo) -> Any:
+    if value:
+        raise ValueError(_REFUSED[str(info.field_name)])
+    return value
 
 
 class _Body(BaseModel):
@@ -64,26 +82,10 @@ class _Body(BaseModel):
             raise ValueError(f"at most {MAX_STOPS} stop strings, none empty")
         return value
 
-    @field_validator("logprobs")
+    @field_validator("logprobs", "presence_penalty", "frequency_penalty", "logit_bias")
     @classmethod
-    def _no_logprobs(cls, value: bool | int | None) -> bool | int | None:
-        if value:
-            raise ValueError("coinfer does not return logprobs; leave it out")
-        return value
-
-    @field_validator("presence_penalty", "frequency_penalty")
-    @classmethod
-    def _no_penalty(cls, value: float | None) -> float | None:
-        if value:
-            raise ValueError("coinfer does not apply penalties; leave it out or send 0")
-        return value
-
-    @field_validator("logit_bias")
-    @classmethod
-    def _no_bias(cls, value: dict[str, Any] | None) -> dict[str, Any] | None:
-        if value:
-            raise ValueError("coinfer does not bias logits; leave it out")
-        return value
+    def _not_acted_on(cls, value: Any, info: ValidationInfo) -> Any:
+        return _refused_if_set(value, info)
 
 
 class _Message(BaseModel):
@@ -155,25 +157,16 @@ class CompletionBody(_Body):
     suffix: str | None = None
     best_of: int | None = None
 
-    @field_validator("suffix")
+    @field_validator("suffix", "echo")
     @classmethod
-    def _no_suffix(cls, value: str | None) -> str | None:
-        if value:
-            raise ValueError("coinfer does not fill in between a prompt and a suffix; leave it out")
-        return value
+    def _not_acted_on_here(cls, value: Any, info: ValidationInfo) -> Any:
+        return _refused_if_set(value, info)
 
     @field_validator("best_of")
     @classmethod
     def _no_best_of(cls, value: int | None) -> int | None:
         if value is not None and value != 1:
             raise ValueError("coinfer does not pick the best of several samples; leave it out, or ask for n")
-        return value
-
-    @field_validator("echo")
-    @classmethod
-    def _no_echo(cls, value: bool) -> bool:
-        if value:
-            raise ValueError("coinfer does not echo the prompt; leave echo out")
         return value
 
 
