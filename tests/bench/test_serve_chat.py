@@ -7,7 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from coinfer.bench.serve_chat import Chat, ChatConfig, Turn, markdown_table, system_row
+from coinfer.bench.serve_chat import Chat, ChatConfig, markdown_table, system_row
+from coinfer.bench.serve_load import Stream
 from coinfer.errors import ConfigError
 from tests.conftest import needs_llama
 
@@ -15,9 +16,11 @@ pytest.importorskip("openai")
 
 
 def _chat(opening: int, ttfts: list[float], cached: list[int]) -> Chat:
-    return Chat(
-        opening, [Turn(t, f"t{i}", 10, 100, c) for i, (t, c) in enumerate(zip(ttfts, cached, strict=True))]
-    )
+    turns = [
+        Stream(opening, f"t{i}", first_s=t, tokens=10, prompt_tokens=100, cached_tokens=c)
+        for i, (t, c) in enumerate(zip(ttfts, cached, strict=True))
+    ]
+    return Chat(opening, turns)
 
 
 def test_a_run_counts_turn_one_apart_and_the_held_out_chats_apart() -> None:

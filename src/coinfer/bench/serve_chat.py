@@ -27,6 +27,8 @@ from typing import Any
 
 import numpy as np
 
+from coinfer.bench.serve_concurrency import _cell, _firsts, _pct, start_system
+from coinfer.bench.serve_load import Stream, stream_chat
 from coinfer.errors import ConfigError
 
 __all__ = ["SYSTEMS", "ChatConfig", "markdown_table", "run_chat", "system_row"]
@@ -68,54 +70,20 @@ class ChatConfig:
 
 
 @dataclass
-class Turn:
-    """One turn as its client saw it."""
-
-    ttft_s: float | None = None
-    text: str = ""
-    tokens: int = 0
-    prompt_tokens: int = 0
-    cached_tokens: int = 0
-    error: str | None = None
-
-
-@dataclass
 class Chat:
-    """One conversation: its opening's index in the suite and its turns."""
+    """One conversation: its opening's index in the suite and its turns, each as its client
+    saw it (``Stream.prompt``: the opening's index too)."""
 
     opening: int
-    turns: list[Turn] = field(default_factory=list)
+    turns: list[Stream] = field(default_factory=list)
 
 
-async def _turn(client: Any, model: str, messages: list[dict[str, str]], max_tokens: int) -> Turn:
-    import openai
-
-    out, t0 = Turn(), time.perf_counter()
-    try:
-        chunks = await client.chat.completions.create(
-            model=model, messages=messages, temperature=0, max_tokens=max_tokens, stream=True,
-            stream_options={"include_usage": True},
-        )  # fmt: skip
-        async for c in chunks:
-            if c.choices and c.choices[0].delta.content:
-                out.ttft_s = out.ttft_s if out.ttft_s is not None else time.perf_counter() - t0
-                out.text += c.choices[0].delta.content
-            if c.usage is not None:
-                out.tokens, out.prompt_tokens = c.usage.completion_tokens, c.usage.prompt_tokens
-                details = c.usage.prompt_tokens_details
-                out.cached_tokens = (details.cached_tokens if details is not None else 0) or out.cached_tokens
-            timings = (c.model_extra or {}).get("timings")  # llama-server's own record
-            if isinstance(timings, dict) and "cache_n" in timings:
-                out.cached_tokens = int(timings["cache_n"])
-    except openai.OpenAIError as exc:
-        out.error = f"{type(exc).__name__}: {exc}"
-    return out
-
-
-async def _conversation(client: Any, config: ChatConfig, index: int, opening: list[dict[str, str]]) -> Chat:
+async def _conversation(
+    client: Any, config: ChatConfig, index: int, opening: list[dict[str, str]], deadline: float
+) -> Chat:
     chat, messages = Chat(index), list(opening)
     for t in range(config.turns):
-        turn = await _turn(client, config.model, messages, config.max_tokens)
+        turn = await stream_chat(client, config.model, messages, config.max_tokens, index, deadline)
         chat.turns.append(turn)
         if turn.error is not None or t == config.turns - 1:
             break
@@ -133,9 +101,11 @@ async def _chats(
     import openai
 
     client = openai.AsyncOpenAI(base_url=url, api_key="bench", timeout=config.deadline_s, max_retries=0)
-    t0 = time.perf_counter()
+    t0, deadline = time.perf_counter(), time.monotonic() + config.deadline_s
     try:
-        chats = await asyncio.gather(*[_conversation(client, config, i, o) for i, o in enumerate(openings)])
+        chats = await asyncio.gather(
+            *[_conversation(client, config, i, o, deadline) for i, o in enumerate(openings)]
+        )
     finally:
         await client.close()
     return list(chats), time.perf_counter() - t0
@@ -145,8 +115,6 @@ Run = tuple[list[Chat], float]  # one run: its conversations and its wall second
 
 
 def _one_run(name: str, config: ChatConfig, openings: list[list[dict[str, str]]]) -> Run | None:
-    from coinfer.bench.serve_concurrency import start_system
-
     kind, flags = SYSTEMS[name]
     started = start_system(kind, flags, model=config.model, ctx=config.ctx, slots=config.slots)
     if started is None:
@@ -158,16 +126,10 @@ def _one_run(name: str, config: ChatConfig, openings: list[list[dict[str, str]]]
         stop()
 
 
-def _median(values: list[float]) -> float | None:
-    return round(float(np.median(values)), 3) if values else None
-
-
 def _later_ttft(chats: list[Chat], held_out: bool | None = None) -> float | None:
     """The median time to first token of turns 2 on (of the held-out or tuned chats alone)."""
     picked = [c for c in chats if held_out is None or (c.opening % 4 == 3) == held_out]
-    return _median(
-        [t.ttft_s for c in picked for t in c.turns[1:] if t.error is None and t.ttft_s is not None]
-    )
+    return _pct(_firsts([t for c in picked for t in c.turns[1:]]), 0.5)
 
 
 def system_row(runs: list[Run]) -> dict[str, Any]:
@@ -183,7 +145,7 @@ def _run_row(chats: list[Chat], wall_s: float) -> dict[str, Any]:
     return {
         "wall_s": round(wall_s, 2),
         "tok_s": round(sum(t.tokens for t in done) / wall_s, 3) if wall_s > 0 else 0.0,
-        "ttft_turn1_p50_s": _median([t.ttft_s for c in chats for t in c.turns[:1] if t.ttft_s is not None]),
+        "ttft_turn1_p50_s": _pct(_firsts([t for c in chats for t in c.turns[:1]]), 0.5),
         "ttft_later_p50_s": _later_ttft(chats),
         "ttft_later_tuned_p50_s": _later_ttft(chats, held_out=False),
         "ttft_later_held_out_p50_s": _later_ttft(chats, held_out=True),
@@ -221,10 +183,6 @@ def run_chat(config: ChatConfig, *, log: Callable[[str], None]) -> dict[str, Any
         ],
         "systems": {name: system_row(r) for name, r in runs.items() if r},
     }
-
-
-def _cell(value: float | None, unit: str = "") -> str:
-    return "-" if value is None else f"{value:.2f}{unit}"
 
 
 def markdown_table(report: dict[str, Any]) -> str:

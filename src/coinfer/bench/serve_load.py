@@ -74,6 +74,8 @@ class Stream:
     first_s: float | None = None
     last_s: float | None = None
     tokens: int = 0  # the server's count (the stream's usage)
+    prompt_tokens: int = 0  # the server's count of its prompt
+    cached_tokens: int = 0  # of them, taken from a cache (coinfer's usage; llama-server's timings.cache_n)
     sent_s: float | None = None  # when it was sent, in seconds from its level's start (``clients_at_once``)
     seconds: dict[str, float] = field(default_factory=dict)  # where the engine says its time went (MinionS)
 
@@ -155,7 +157,8 @@ async def stream_chat(
             seen = 0
             async for c in chunks:
                 if c.usage is not None:
-                    s.tokens = c.usage.completion_tokens
+                    s.tokens, s.prompt_tokens = c.usage.completion_tokens, c.usage.prompt_tokens
+                s.cached_tokens = cached_said(c) or s.cached_tokens
                 if c.choices:
                     if c.choices[0].delta.content:
                         s.last_s = time.perf_counter() - t0
@@ -180,6 +183,16 @@ async def stream_chat(
             s.error = f"{type(exc).__name__}: {exc}"
             break
     return s
+
+
+def cached_said(chunk: Any) -> int:
+    """The prompt tokens a chunk says came from a cache: its usage's (OpenAI's field, which
+    coinfer fills), or llama-server's own ``timings.cache_n``; 0 where it says nothing."""
+    timings = (chunk.model_extra or {}).get("timings")
+    if isinstance(timings, dict) and "cache_n" in timings:
+        return int(timings["cache_n"])
+    details = chunk.usage.prompt_tokens_details if chunk.usage is not None else None
+    return int((details.cached_tokens if details is not None else 0) or 0)
 
 
 def seconds_said(chunk: Any) -> dict[str, float]:
