@@ -20,7 +20,6 @@ import argparse
 import os
 import signal
 import threading
-from contextlib import suppress
 from pathlib import Path
 from typing import Any
 
@@ -116,9 +115,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
     try:
         server.start()
         print(f"{READY_PREFIX}{', '.join(server.served)} at {server.url}", flush=True)
-        _on_stop_signals(stop, hurry)
-        with suppress(KeyboardInterrupt):
-            stop.wait()
+        _on_stop_signals(stop, hurry)  # from here Ctrl-C, as SIGTERM, sets ``stop``: no KeyboardInterrupt
+        stop.wait()
         drain_s = args.drain
         if server.open_requests and drain_s > 0:
             err(f"coinfer serve: draining: {server.open_requests} requests open, up to {drain_s:g} s "
