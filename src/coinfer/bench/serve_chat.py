@@ -27,7 +27,7 @@ from typing import Any
 
 import numpy as np
 
-from coinfer.bench.serve_concurrency import _cell, _firsts, _pct, start_system
+from coinfer.bench.serve_concurrency import cell, firsts, pct, start_system
 from coinfer.bench.serve_load import Stream, stream_chat
 from coinfer.errors import ConfigError
 
@@ -129,7 +129,7 @@ def _one_run(name: str, config: ChatConfig, openings: list[list[dict[str, str]]]
 def _later_ttft(chats: list[Chat], held_out: bool | None = None) -> float | None:
     """The median time to first token of turns 2 on (of the held-out or tuned chats alone)."""
     picked = [c for c in chats if held_out is None or (c.opening % 4 == 3) == held_out]
-    return _pct(_firsts([t for c in picked for t in c.turns[1:]]), 0.5)
+    return pct(firsts([t for c in picked for t in c.turns[1:]]), 0.5)
 
 
 def system_row(runs: list[Run]) -> dict[str, Any]:
@@ -145,7 +145,7 @@ def _run_row(chats: list[Chat], wall_s: float) -> dict[str, Any]:
     return {
         "wall_s": round(wall_s, 2),
         "tok_s": round(sum(t.tokens for t in done) / wall_s, 3) if wall_s > 0 else 0.0,
-        "ttft_turn1_p50_s": _pct(_firsts([t for c in chats for t in c.turns[:1]]), 0.5),
+        "ttft_turn1_p50_s": pct(firsts([t for c in chats for t in c.turns[:1]]), 0.5),
         "ttft_later_p50_s": _later_ttft(chats),
         "ttft_later_tuned_p50_s": _later_ttft(chats, held_out=False),
         "ttft_later_held_out_p50_s": _later_ttft(chats, held_out=True),
@@ -197,8 +197,8 @@ def markdown_table(report: dict[str, Any]) -> str:
         for i, r in enumerate(row["runs"], 1):
             share = r["later_cached_tokens"] / r["later_prompt_tokens"] if r["later_prompt_tokens"] else 0.0
             lines.append(
-                f"| {name} | {i} | {r['tok_s']:.2f} | {_cell(r['ttft_turn1_p50_s'], ' s')} | "
-                f"{_cell(r['ttft_later_p50_s'], ' s')} | {_cell(r['ttft_later_held_out_p50_s'], ' s')} | "
+                f"| {name} | {i} | {r['tok_s']:.2f} | {cell(r['ttft_turn1_p50_s'], ' s')} | "
+                f"{cell(r['ttft_later_p50_s'], ' s')} | {cell(r['ttft_later_held_out_p50_s'], ' s')} | "
                 f"{r['later_cached_tokens']}/{r['later_prompt_tokens']} ({share:.0%}) | {len(r['errors'])} |"
             )
     return "\n".join(lines) + "\n"

@@ -45,9 +45,12 @@ from coinfer.errors import ConfigError
 __all__ = [
     "SYSTEMS",
     "ConcurrencyConfig",
+    "cell",
+    "firsts",
     "level_requests",
     "level_row",
     "markdown_table",
+    "pct",
     "run_concurrency",
     "start_system",
 ]
@@ -93,7 +96,7 @@ class ConcurrencyConfig:
             raise ConfigError(f"unknown systems {sorted(unknown)}", hint=f"choose among {', '.join(SYSTEMS)}")
 
 
-def _pct(values: list[float], q: float) -> float | None:
+def pct(values: list[float], q: float) -> float | None:
     """The ``q`` quantile (0-1) of ``values`` by linear interpolation; None when empty."""
     return round(float(np.quantile(values, q)), 4) if values else None
 
@@ -102,8 +105,8 @@ def _half(streams: list[Stream], reference: dict[int, str], held_out: bool) -> d
     mine = [s for s in streams if (s.prompt % 4 == 3) == held_out and s.error is None]
     return {
         "requests": len(mine),
-        "ttft_p50_s": _pct(_firsts(mine), 0.5),
-        "itl_p50_s": _pct([x for s in mine if (x := s.inter_token_s) is not None], 0.5),
+        "ttft_p50_s": pct(firsts(mine), 0.5),
+        "itl_p50_s": pct([x for s in mine if (x := s.inter_token_s) is not None], 0.5),
         "identical": sum(s.text == reference.get(s.prompt) for s in mine),
     }
 
@@ -117,7 +120,7 @@ def level_row(clients: int, runs: list[Run], reference: dict[int, str]) -> dict[
     streams = [s for run, _ in runs for s in run]
     done = [s for s in streams if s.error is None]
     rates = [_rate(run, wall_s) for run, wall_s in runs]
-    firsts = _firsts(done)
+    first_s = firsts(done)
     gaps = [x for s in done if (x := s.inter_token_s) is not None]
     return {
         "clients": clients,
@@ -127,11 +130,11 @@ def level_row(clients: int, runs: list[Run], reference: dict[int, str]) -> dict[
         "wall_s": round(sum(wall_s for _, wall_s in runs), 2),
         "tok_s": round(float(np.median(rates)), 3),
         "tok_s_runs": rates,
-        "ttft_p50_s": _pct(firsts, 0.5),
+        "ttft_p50_s": pct(first_s, 0.5),
         "ttft_p50_s_runs": [_median_ttft(run) for run, _ in runs],
-        "ttft_p95_s": _pct(firsts, 0.95),
-        "itl_p50_s": _pct(gaps, 0.5),
-        "itl_p95_s": _pct(gaps, 0.95),
+        "ttft_p95_s": pct(first_s, 0.95),
+        "itl_p50_s": pct(gaps, 0.5),
+        "itl_p95_s": pct(gaps, 0.95),
         "errors": [f"prompt {s.prompt}: {s.error}" for s in streams if s.error is not None],
         "rate_limited": sum(s.rate_limited for s in streams),
         "identical": sum(s.text == reference.get(s.prompt) for s in done),
@@ -148,14 +151,14 @@ def _timeline(s: Stream) -> list[float | int | None]:
     return [s.prompt, s.sent_s, first, last, s.tokens]
 
 
-def _firsts(streams: list[Stream]) -> list[float]:
+def firsts(streams: list[Stream]) -> list[float]:
     """The times to first token of the requests that finished."""
     return [s.first_s for s in streams if s.error is None and s.first_s is not None]
 
 
 def _median_ttft(streams: list[Stream]) -> float | None:
     """A run's median time to first token, over the requests that finished."""
-    return _pct(_firsts(streams), 0.5)
+    return pct(firsts(streams), 0.5)
 
 
 def _rate(streams: list[Stream], wall_s: float) -> float:
@@ -297,7 +300,7 @@ def shared_opening(tokens: int) -> list[dict[str, str]]:
     return [{"role": "system", "content": "Answer with this module in mind:\n\n" + text[: 4 * tokens]}]
 
 
-def _cell(value: float | None, unit: str = "") -> str:
+def cell(value: float | None, unit: str = "") -> str:
     return "-" if value is None else f"{value:.2f}{unit}"
 
 
@@ -321,10 +324,10 @@ def markdown_table(report: dict[str, Any]) -> str:
             itl = [None if x is None else x * 1000 for x in (r["itl_p50_s"], r["itl_p95_s"])]
             held = r["held_out"]
             lines.append(
-                f"| {name} | {r['clients']} | {_rates(r)} | {_cell(r['ttft_p50_s'], ' s')} / "
-                f"{_cell(r['ttft_p95_s'], ' s')} | {_cell(itl[0])} / {_cell(itl[1])} | {len(r['errors'])} | "
+                f"| {name} | {r['clients']} | {_rates(r)} | {cell(r['ttft_p50_s'], ' s')} / "
+                f"{cell(r['ttft_p95_s'], ' s')} | {cell(itl[0])} / {cell(itl[1])} | {len(r['errors'])} | "
                 f"{r['rate_limited']} | {r['identical']}/{r['requests']} | "
-                f"{_cell(held['ttft_p50_s'], ' s')}, {held['identical']}/{held['requests']} |"
+                f"{cell(held['ttft_p50_s'], ' s')}, {held['identical']}/{held['requests']} |"
             )
     return "\n".join(lines) + "\n"
 
