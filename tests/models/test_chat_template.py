@@ -36,6 +36,29 @@ def test_bad_messages_and_missing_templates_say_what_to_do() -> None:
         refusing.render(MESSAGES)
 
 
+TOOLS_TEMPLATE = (
+    "{% if tools %}<tools>{% for t in tools %}{{ t.function.name }};{% endfor %}</tools>{% endif %}"
+    "{% for m in messages %}[{{ m.role }}]{{ m.content }}"
+    "{% for c in m.tool_calls or [] %}<call>{{ c.function.arguments | tojson }}</call>{% endfor %}"
+    "{% endfor %}"
+)
+TOOL = {"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object"}}}
+
+
+def test_tools_reach_a_template_that_takes_them_and_are_refused_by_one_that_does_not() -> None:
+    call = {"type": "function", "function": {"name": "get_weather", "arguments": {"city": "Paris"}}}
+    chat = [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "", "tool_calls": [call]}]
+    template = ChatTemplate(TOOLS_TEMPLATE)
+    assert template.takes_tools and not ChatTemplate(CHATML_TEMPLATE).takes_tools
+    assert template.render(chat, tools=[TOOL]) == (
+        '<tools>get_weather;</tools>[user]hi[assistant]<call>{"city": "Paris"}</call>'
+    )
+    assert template.render(chat[:1]) == "[user]hi"
+    with pytest.raises(ConfigError, match="does not take tools") as refused:
+        ChatTemplate(CHATML_TEMPLATE).render(chat[:1], tools=[TOOL])
+    assert "tool_choice" in (refused.value.hint or "")
+
+
 @needs_llama
 @needs_torch
 @pytest.mark.parametrize("name", ["smollm2-135m", pytest.param("qwen2.5-coder-0.5b", marks=pytest.mark.slow)])

@@ -19,13 +19,32 @@ _ANY = json_values
 _PART = st.fixed_dictionaries(
     {"type": st.sampled_from(["text", "image_url"]) | _ANY}, optional={"text": _ANY}
 )
+_NAME = st.sampled_from(["f", "get_weather", "no spaces", ""]) | _ANY
+_CALL = st.fixed_dictionaries(
+    {
+        "function": st.fixed_dictionaries(
+            {"name": _NAME}, optional={"arguments": st.text(max_size=20) | _ANY}
+        )
+        | _ANY
+    },
+    optional={"id": _ANY, "type": st.sampled_from(["function", "custom"]) | _ANY},
+)
 _MESSAGE = st.fixed_dictionaries(
     {"role": st.sampled_from(["system", "user", "assistant", "developer", "tool", ""]) | _ANY},
     optional={
         "content": st.text() | st.none() | st.lists(_PART, max_size=3) | _ANY,
         "name": _ANY,
+        "tool_calls": st.lists(_CALL, max_size=2) | _ANY,
+        "tool_call_id": _ANY,
     },
 )  # fmt: skip
+_TOOL = st.fixed_dictionaries(
+    {"type": st.just("function") | _ANY},
+    optional={"function": st.fixed_dictionaries({"name": _NAME}, optional={"parameters": _ANY}) | _ANY},
+)
+_CHOICE = st.sampled_from(["none", "auto", "required"]) | st.fixed_dictionaries(
+    {"type": st.just("function"), "function": st.fixed_dictionaries({"name": _NAME})}
+)
 _SCHEMA = st.fixed_dictionaries(
     {"type": st.sampled_from(["text", "json_object", "json_schema", "xml"]) | _ANY},
     optional={"json_schema": st.fixed_dictionaries({}, optional={"schema": _ANY, "name": _ANY}) | _ANY},
@@ -48,8 +67,9 @@ chat_bodies = st.fixed_dictionaries(
         **_COMMON,
         "max_completion_tokens": st.integers(-5, 1 << 22) | _ANY,
         "response_format": _SCHEMA | _ANY,
-        "tools": st.lists(_ANY, max_size=2) | _ANY,
-        "tool_choice": st.sampled_from(["none", "auto", "required"]) | _ANY,
+        "tools": st.lists(_TOOL | _ANY, max_size=2) | _ANY,
+        "tool_choice": _CHOICE | _ANY,
+        "parallel_tool_calls": st.booleans() | _ANY,
         "documents": st.lists(st.fixed_dictionaries({"name": _ANY, "text": _ANY}), max_size=3) | _ANY,
     },
 )
@@ -72,6 +92,14 @@ def test_any_chat_body_is_a_request_or_a_config_error(body: Any) -> None:
     if request is not None:
         assert request.messages and 1 <= request.n <= MAX_N and request.max_tokens >= 1
         request.chat_request()  # and it becomes a chat request the engines take
+        if request.tools is not None:  # tools the model can be told of, a forced call's schema
+            assert request.tools.names() and request.tools.choice in (
+                "auto",
+                "required",
+                *request.tools.names(),
+            )
+            if request.tools.choice != "auto":
+                assert request.json_schema == request.tools.forced_schema()
 
 
 @given(completion_bodies | _ANY)

@@ -8,6 +8,7 @@ from coinfer.errors import ConfigError
 from coinfer.serve.schemas import read_body
 
 CHAT = {"model": "m", "messages": [{"role": "user", "content": "hi"}]}
+TOOL = {"type": "function", "function": {"name": "f", "parameters": {"type": "object"}}}
 
 
 def test_a_chat_body_becomes_a_request_with_openais_defaults() -> None:
@@ -48,8 +49,38 @@ def test_a_completion_body_reads_its_prompt_as_text() -> None:
         ("completion", {"prompt": ""}, "prompt"),
         ("completion", {"prompt": "x", "echo": True}, "echo"),
         # fields that would change the answer if ignored
-        ("chat", {**CHAT, "tools": [{"type": "function", "function": {"name": "f"}}]}, "tools"),
         ("chat", {**CHAT, "tools": [{"type": "function"}], "tool_choice": "auto"}, "tools"),
+        ("chat", {**CHAT, "tools": [{"type": "function", "function": {"name": "no spaces"}}]}, "tools"),
+        (
+            "chat",
+            {**CHAT, "tools": [TOOL], "tool_choice": {"type": "function", "function": {"name": "g"}}},
+            "tool_choice",
+        ),
+        ("chat", {**CHAT, "tools": [TOOL], "tool_choice": "sometimes"}, "tool_choice"),
+        (
+            "chat",
+            {**CHAT, "tools": [TOOL], "tool_choice": "required", "response_format": {"type": "json_object"}},
+            "response_format",
+        ),
+        (
+            "chat",
+            {
+                **CHAT,
+                "messages": [
+                    {
+                        "role": "assistant",
+                        "tool_calls": [
+                            {
+                                "id": "c1",
+                                "type": "function",
+                                "function": {"name": "f", "arguments": "{not json"},
+                            }
+                        ],
+                    }
+                ],
+            },
+            "messages",
+        ),
         ("chat", {**CHAT, "functions": [{"name": "f"}]}, "functions"),
         ("chat", {**CHAT, "presence_penalty": 0.5}, "presence_penalty"),
         ("chat", {**CHAT, "frequency_penalty": -1}, "frequency_penalty"),
@@ -79,3 +110,33 @@ def test_fields_that_would_not_change_the_answer_are_accepted() -> None:
 def test_a_body_that_is_not_an_object_is_refused() -> None:
     with pytest.raises(ConfigError, match="JSON object"):
         read_body("chat", ["messages"])
+
+
+def test_tools_become_the_requests_tools_and_calls_in_the_chat_are_read() -> None:
+    """Tools are called ``auto`` by default, as OpenAI's; ``required`` or one function
+    constrains the reply to a call; an assistant's calls reach the template with their
+    arguments as objects, and a tool's result with its call's id."""
+    r = read_body("chat", {**CHAT, "tools": [TOOL]})
+    assert r.tools is not None and (r.tools.choice, r.tools.names(), r.tools.parallel) == (
+        "auto",
+        ("f",),
+        True,
+    )
+    assert r.tools.specs == (TOOL,) and r.json_schema is None
+    named = {"type": "function", "function": {"name": "f"}}
+    r = read_body("chat", {**CHAT, "tools": [TOOL], "tool_choice": named, "parallel_tool_calls": False})
+    assert r.tools is not None and (r.tools.choice, r.tools.parallel) == ("f", False)
+    properties = {"name": {"const": "f"}, "arguments": {"type": "object"}}
+    assert r.json_schema == {"type": "object", "properties": properties, "required": ["name", "arguments"]}
+    chat = [
+        {"role": "user", "content": "hi"},
+        {"role": "assistant", "content": None,
+         "tool_calls": [{"id": "c1", "function": {"name": "f", "arguments": '{"x": 1}'}}]},
+        {"role": "tool", "tool_call_id": "c1", "content": "42"},
+    ]  # fmt: skip
+    assert read_body("chat", {**CHAT, "messages": chat, "tools": [TOOL]}).messages == [
+        {"role": "user", "content": "hi"},
+        {"role": "assistant", "content": "",
+         "tool_calls": [{"id": "c1", "type": "function", "function": {"name": "f", "arguments": {"x": 1}}}]},
+        {"role": "tool", "content": "42", "tool_call_id": "c1"},
+    ]  # fmt: skip

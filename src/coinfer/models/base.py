@@ -134,9 +134,16 @@ class Prompter(ABC):
     def detokenize(self, ids: Sequence[int]) -> str:
         """Token ids to text (control tokens rendered as text)."""
 
-    def chat_prompt(self, messages: Sequence[Message], *, add_generation_prompt: bool = True) -> list[int]:
-        """The model's own chat template applied to ``messages``, as token ids."""
-        text = self.template.render(messages, add_generation_prompt=add_generation_prompt)
+    def chat_prompt(
+        self,
+        messages: Sequence[Message],
+        *,
+        add_generation_prompt: bool = True,
+        tools: Sequence[Mapping[str, Any]] | None = None,
+    ) -> list[int]:
+        """The model's own chat template applied to ``messages`` (and the ``tools`` it
+        lists), as token ids."""
+        text = self.template.render(messages, add_generation_prompt=add_generation_prompt, tools=tools)
         ids = self.tokenize(text, special=True)
         if (
             self.template.add_bos

@@ -72,14 +72,33 @@ class ChatTemplate:
         except TemplateError as exc:
             raise ModelError(f"the model's chat template does not parse: {exc}") from exc
 
-    def render(self, messages: Sequence[Message], *, add_generation_prompt: bool = True) -> str:
-        """The prompt text for ``messages``; the assistant turn is opened when asked."""
+    @property
+    def takes_tools(self) -> bool:
+        """Whether the template tells the model of tools (it reads a ``tools`` variable)."""
+        return bool(self.source) and "tools" in str(self.source)
+
+    def render(
+        self,
+        messages: Sequence[Message],
+        *,
+        add_generation_prompt: bool = True,
+        tools: Sequence[Mapping[str, Any]] | None = None,
+    ) -> str:
+        """The prompt text for ``messages``; the assistant turn is opened when asked.
+        ``tools``: OpenAI's function tools, which the template lists for the model (a
+        template that takes none refuses them rather than drop them)."""
         if not self.source:
             raise ModelError(
                 "this model has no chat template in its metadata",
                 hint="pass --raw to send the prompt as plain text",
             )
         check_messages(messages)
+        if tools and not self.takes_tools:
+            raise ConfigError(
+                "this model's chat template does not take tools, so the model would never hear of them",
+                hint='serve a model whose template does (qwen2.5-coder-1.5b), or send tool_choice "none"',
+            )
+        extra = {"tools": [dict(t) for t in tools]} if tools else {}
         from jinja2.exceptions import TemplateError
 
         try:
@@ -89,6 +108,7 @@ class ChatTemplate:
                     add_generation_prompt=add_generation_prompt,
                     bos_token=self.bos_token,
                     eos_token=self.eos_token,
+                    **extra,
                 )
             )
         except TemplateError as exc:

@@ -110,8 +110,14 @@ class SharedModel(SteerableModel):
     def detokenize(self, ids: Sequence[int]) -> str:
         return self.model.detokenize(ids)
 
-    def chat_prompt(self, messages: Sequence[Message], *, add_generation_prompt: bool = True) -> list[int]:
-        return self.model.chat_prompt(messages, add_generation_prompt=add_generation_prompt)
+    def chat_prompt(
+        self,
+        messages: Sequence[Message],
+        *,
+        add_generation_prompt: bool = True,
+        tools: Sequence[Mapping[str, Any]] | None = None,
+    ) -> list[int]:
+        return self.model.chat_prompt(messages, add_generation_prompt=add_generation_prompt, tools=tools)
 
     def text_prompt(self, text: str) -> list[int]:
         return self.model.text_prompt(text)

@@ -19,7 +19,7 @@ import json
 import time
 import uuid
 from collections import OrderedDict
-from collections.abc import AsyncIterator, Callable, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from contextlib import suppress
 from typing import Any
 
@@ -34,6 +34,7 @@ from coinfer.errors import CoinferError, ConfigError, ContextOverflowError
 from coinfer.serve.metrics import CONTENT_TYPE_LATEST, ServerMetrics
 from coinfer.serve.schemas import ServeRequest, read_body
 from coinfer.serve.served import Event, Served, ServerBusy, ServerUnavailable, Ticket
+from coinfer.serve.tool_calls import ToolCall, ToolCallScanner
 from coinfer.serve.viewer import page
 
 __all__ = ["KEEP_TRACES", "MAX_BODY", "build_app"]
@@ -267,19 +268,34 @@ class _Answer:
         self.started = time.perf_counter()
         self.first_at: float | None = None
         self.ends: dict[int, Event] = {}
+        self.scanners: dict[int, ToolCallScanner] = {}  # a stream's samples, with tools
 
     def _head(self, chunk: bool) -> dict[str, Any]:
         obj = self.object + (".chunk" if chunk and self.req.kind == "chat" else "")
         return {"id": self.id, "object": obj, "created": self.created, "model": self.served.name}
 
-    def _choice(self, index: int, text: str | None, finish: str | None, *, chunk: bool) -> dict[str, Any]:
+    def _choice(
+        self, index: int, text: str | None, finish: str | None, *, chunk: bool, calls: Sequence[ToolCall] = ()
+    ) -> dict[str, Any]:
         if self.req.kind == "completion":
             return {"index": index, "text": text or "", "logprobs": None, "finish_reason": finish}
         if chunk:
-            delta = {} if text is None else {"content": text}
+            delta: dict[str, Any] = {} if text is None else {"content": text}
+            if calls:
+                delta["tool_calls"] = [c.as_openai(k) for k, c in enumerate(calls)]
             return {"index": index, "delta": delta, "logprobs": None, "finish_reason": finish}
-        message = {"role": "assistant", "content": text or ""}
+        message: dict[str, Any] = {"role": "assistant", "content": text or ("" if not calls else None)}
+        if calls:
+            message["tool_calls"] = [c.as_openai() for c in calls]
         return {"index": index, "message": message, "logprobs": None, "finish_reason": finish}
+
+    def _final(self, index: int, text: str) -> dict[str, Any]:
+        """A whole answer's choice: its text, or the tool calls it made and the text before."""
+        finish = _finish(self.ends[index].finish if index in self.ends else None)
+        if self.req.tools is None:
+            return self._choice(index, text, finish, chunk=False)
+        content, calls = self.req.tools.read(text)
+        return self._choice(index, content, "tool_calls" if calls else finish, chunk=False, calls=calls)
 
     def coinfer(self) -> dict[str, Any]:
         """The engine's record: stats and extras of each choice (the first's at the top)."""
@@ -320,15 +336,7 @@ class _Answer:
                 texts.setdefault(event.index, []).append(event.text)
             if event.kind == "done":
                 break
-        choices = [
-            self._choice(
-                i,
-                "".join(texts.get(i, [])),
-                _finish(self.ends[i].finish if i in self.ends else None),
-                chunk=False,
-            )  # fmt: skip
-            for i in range(self.req.n)
-        ]
+        choices = [self._final(i, "".join(texts.get(i, []))) for i in range(self.req.n)]
         self.done(event.usage)
         return {
             **self._head(False),
@@ -336,6 +344,29 @@ class _Answer:
             "usage": _usage(event.usage),
             "coinfer": self.coinfer(),
         }
+
+    def _shown(self, index: int, text: str) -> str:
+        """What of a sample's new text a stream shows now: with tools, text that may begin
+        a call waits for the end (``ToolCallScanner``)."""
+        if self.req.tools is None:
+            return text
+        return self.scanners.setdefault(index, self.req.tools.scanner()).push(text)
+
+    def _end_chunks(self, event: Event) -> list[dict[str, Any]]:
+        """A stream's last chunks of a sample: what a tool scanner held back (as text, or
+        as the calls it was), then the finish with the ``coinfer`` field."""
+        index, finish, chunks = event.index, _finish(event.finish), []
+        scanner = self.scanners.pop(index, None)
+        if scanner is not None:
+            rest, calls = scanner.finish()
+            if rest:
+                chunks.append(self._choice(index, rest, None, chunk=True))
+            if calls:
+                chunks.append(self._choice(index, None, None, chunk=True, calls=calls))
+                finish = "tool_calls"
+        last = self._choice(index, None if self.req.kind == "chat" else "", finish, chunk=True)
+        payloads = [{**self._head(True), "choices": [c]} for c in chunks]
+        return payloads + [{**self._head(True), "choices": [last], "coinfer": self.coinfer()}]
 
     async def chunks(self, events: asyncio.Queue[Event], ticket: Ticket) -> AsyncIterator[str]:
         """The stream's ``data:`` payloads: a first chunk with the role (chat), the text as
@@ -356,12 +387,13 @@ class _Answer:
                     )
                     return
                 if event.kind == "delta" and event.text:
-                    choice = self._choice(event.index, event.text, None, chunk=True)
-                    yield json.dumps({**self._head(True), "choices": [choice]})
+                    text = self._shown(event.index, event.text)
+                    if text:
+                        choice = self._choice(event.index, text, None, chunk=True)
+                        yield json.dumps({**self._head(True), "choices": [choice]})
                 elif event.kind == "end":
-                    choice = self._choice(event.index, None if self.req.kind == "chat" else "",
-                                          _finish(event.finish), chunk=True)  # fmt: skip
-                    yield json.dumps({**self._head(True), "choices": [choice], "coinfer": self.coinfer()})
+                    for payload in self._end_chunks(event):
+                        yield json.dumps(payload)
                 elif event.kind == "done":
                     if self.req.include_usage:
                         yield json.dumps({**self._head(True), "choices": [], "usage": _usage(event.usage)})

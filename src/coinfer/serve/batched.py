@@ -25,6 +25,7 @@ from coinfer.serve.served import (
     Served,
     Ticket,
     engine_request,
+    refuse_unprompted_tools,
     refuse_what_one_sample_engines_cannot,
     sampling_of,
 )
@@ -66,6 +67,7 @@ class BatchServed(Served):
 
     def check(self, request: ServeRequest) -> None:
         refuse_what_one_sample_engines_cannot(self.engine, request)
+        refuse_unprompted_tools(self.session, request)
 
     def release(self) -> None:
         self.session.close()

@@ -8,7 +8,7 @@ from collections import deque
 from coinfer.chat.base import ChatModel
 from coinfer.errors import CoinferError, ConfigError
 from coinfer.serve.schemas import ServeRequest
-from coinfer.serve.served import Event, Served, Ticket
+from coinfer.serve.served import Event, Served, Ticket, refuse_tools
 from coinfer.serve.stops import StopScanner
 
 __all__ = ["ChatServed"]
@@ -28,6 +28,7 @@ class ChatServed(Served):
     def check(self, request: ServeRequest) -> None:
         if request.messages is None:
             raise ConfigError(f"{self.name} serves chat completions only", hint="POST /v1/chat/completions")
+        refuse_tools(self.name, request)
 
     def serve(self) -> None:
         pending: deque[Ticket] = deque()

@@ -4,11 +4,16 @@ names the field (the server's 400), a good one a ``ServeRequest``.
 Fields OpenAI defines that coinfer does not act on (``user``, ``metadata``, ``store`` …)
 are accepted and ignored, as other OpenAI-compatible servers do, except where ignoring
 them would change the answer silently, and those are refused with a 400 that names them:
-``logprobs``, ``tools`` (and the older ``functions``) unless ``tool_choice`` is ``none``
-(a model never told of the tools answers in text, and an agent takes that for its final
-answer; ``llama-server`` without ``--jinja`` refuses them too), a non-zero
-``presence_penalty`` or ``frequency_penalty``, a ``logit_bias``, a completion's ``suffix``
-or ``best_of`` above 1, ``n`` above ``MAX_N``, an unknown ``response_format``.
+``logprobs``, the older ``functions`` unless ``tool_choice`` is ``none`` (send them as
+``tools``), a non-zero ``presence_penalty`` or ``frequency_penalty``, a ``logit_bias``, a
+completion's ``suffix`` or ``best_of`` above 1, ``n`` above ``MAX_N``, an unknown
+``response_format``.
+
+``tools`` (with ``tool_choice`` ``auto``, ``required`` or one function, and
+``parallel_tool_calls``) become the request's ``Tools`` (``serve.tool_calls``); a
+``tool_choice`` of ``none`` leaves them out of the prompt. Assistant messages may carry
+``tool_calls`` (their ``arguments`` read from JSON, as chat templates take them) and
+``tool`` messages the results.
 
 A chat body may carry ``documents`` (coinfer's own field: ``[{"name": …, "text": …}]``;
 ``extra_body`` in OpenAI's client): what the Minion/MinionS engines read locally.
@@ -16,6 +21,7 @@ A chat body may carry ``documents`` (coinfer's own field: ``[{"name": …, "text
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -23,6 +29,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationIn
 
 from coinfer.chat.base import ChatRequest
 from coinfer.errors import ConfigError
+from coinfer.serve.tool_calls import MAX_TOOLS, Tools
 
 __all__ = [
     "MAX_N",
@@ -88,11 +95,53 @@ class _Body(BaseModel):
         return _refused_if_set(value, info)
 
 
+class _Function(BaseModel):
+    model_config = ConfigDict(extra="allow")
+
+    name: str = Field(pattern=r"^[A-Za-z0-9_-]{1,64}$")
+    description: str | None = None
+    parameters: dict[str, Any] | None = None
+
+
+class _Tool(BaseModel):
+    model_config = ConfigDict(extra="allow")
+
+    type: Literal["function"]
+    function: _Function
+
+
+class _CalledFunction(BaseModel):
+    name: str = Field(min_length=1)
+    arguments: str | dict[str, Any]
+
+    def argument_object(self) -> dict[str, Any]:
+        """The arguments as an object (OpenAI sends JSON text; chat templates take objects)."""
+        if isinstance(self.arguments, dict):
+            return self.arguments
+        try:
+            value = json.loads(self.arguments or "{}")
+        except json.JSONDecodeError:
+            value = None
+        if not isinstance(value, dict):
+            raise ConfigError(f"messages: the arguments of a call to {self.name} are not a JSON object")
+        return value
+
+
+class _ToolCall(BaseModel):
+    model_config = ConfigDict(extra="allow")
+
+    id: str | None = None
+    type: Literal["function"] = "function"
+    function: _CalledFunction
+
+
 class _Message(BaseModel):
     model_config = ConfigDict(extra="allow")
 
-    role: Literal["system", "user", "assistant", "developer"]
+    role: Literal["system", "user", "assistant", "developer", "tool"]
     content: str | list[dict[str, Any]] | None = None
+    tool_calls: list[_ToolCall] | None = None
+    tool_call_id: str | None = None
 
     def text(self) -> str:
         """The text of the message; content parts other than text are refused."""
@@ -104,6 +153,21 @@ class _Message(BaseModel):
                 raise ConfigError("messages: only text content parts are served", hint="send the text alone")
             parts.append(part["text"])
         return "".join(parts)
+
+    def as_template_message(self) -> dict[str, Any]:
+        """The message as chat templates take it: text content, a developer as a system,
+        calls with their arguments as objects."""
+        role = "system" if self.role == "developer" else self.role
+        out: dict[str, Any] = {"role": role, "content": self.text()}
+        if self.tool_calls:
+            out["tool_calls"] = [
+                {"id": c.id, "type": "function",
+                 "function": {"name": c.function.name, "arguments": c.function.argument_object()}}
+                for c in self.tool_calls
+            ]  # fmt: skip
+        if self.tool_call_id is not None:
+            out["tool_call_id"] = self.tool_call_id
+        return out
 
 
 class _Document(BaseModel):
@@ -117,9 +181,10 @@ class ChatBody(_Body):
     max_tokens: int | None = Field(None, ge=1, le=MAX_TOKENS)
     max_completion_tokens: int | None = Field(None, ge=1, le=MAX_TOKENS)
     response_format: dict[str, Any] | None = None
-    tools: list[Any] | None = None
+    tools: list[_Tool] | None = Field(None, max_length=MAX_TOOLS)
     functions: list[Any] | None = None
     tool_choice: Any = None
+    parallel_tool_calls: bool | None = None
 
     @field_validator("response_format")
     @classmethod
@@ -133,21 +198,37 @@ class ChatBody(_Body):
                 raise ValueError("json_schema.schema must be a JSON schema object")
         return value
 
-    @field_validator("tool_choice")
-    @classmethod
-    def _tools(cls, value: Any) -> Any:
-        if value not in (None, "none", "auto"):
-            raise ValueError("coinfer does not call tools; leave tool_choice out")
-        return value
+    def refuse_functions(self) -> None:
+        """The older ``functions`` are refused unless none is to be called: coinfer reads
+        calls back as ``tool_calls``, which a client that sent ``functions`` does not read."""
+        if self.functions and self.tool_choice != "none":
+            raise ConfigError("functions: coinfer calls tools, not the older functions",
+                              hint='send them as tools, or send tool_choice "none"')  # fmt: skip
 
-    def refuse_tools(self) -> None:
-        """Tools the model would be asked to call are refused: coinfer does not tell a model
-        of them, so it would answer in text where the client awaits a call."""
-        if (self.tools or self.functions) and self.tool_choice != "none":
-            field = "tools" if self.tools else "functions"
+    def request_tools(self) -> Tools | None:
+        """The tools the model is to be told of, and how it must call them; None without
+        tools or with ``tool_choice`` ``none``."""
+        choice = "auto" if self.tool_choice is None else self.tool_choice  # OpenAI's default with tools
+        if choice == "none" or not self.tools:
+            if choice not in ("none", "auto"):
+                raise ConfigError("tool_choice: there are no tools to call", hint="send tools, or leave it")
+            return None
+        specs = tuple(t.model_dump(exclude_none=True) for t in self.tools)
+        names = [t.function.name for t in self.tools]
+        if isinstance(choice, dict):
+            name = (choice.get("function") or {}).get("name") if choice.get("type") == "function" else None
+            if name not in names:
+                raise ConfigError(
+                    f"tool_choice: names no declared tool (tools: {', '.join(names)})",
+                    hint='send {"type": "function", "function": {"name": ...}} with a name from tools',
+                )
+            choice = name
+        elif choice not in ("auto", "required"):
             raise ConfigError(
-                f"{field}: coinfer does not call tools", hint=f'leave {field} out, or send tool_choice "none"'
+                "tool_choice: must be none, auto, required or a function",
+                hint='send {"type": "function", "function": {"name": ...}} to force one',
             )
+        return Tools(specs, str(choice), parallel=self.parallel_tool_calls is not False)
 
 
 class CompletionBody(_Body):
@@ -176,7 +257,7 @@ class ServeRequest:
     (``prompt``, read as plain text)."""
 
     model: str | None
-    messages: list[dict[str, str]] | None
+    messages: list[dict[str, Any]] | None
     prompt: str | None
     n: int
     max_tokens: int
@@ -188,6 +269,7 @@ class ServeRequest:
     include_usage: bool
     json_schema: dict[str, Any] | None = None
     documents: tuple[tuple[str, str], ...] | None = None  # (name, text)
+    tools: Tools | None = None  # what the model is told it may call (a chat's)
 
     def question(self) -> str:
         """The chat's last user message: what a question-answering engine answers."""
@@ -237,21 +319,30 @@ def read_body(kind: str, data: Any, *, default_max_tokens: int = 512) -> ServeRe
         b = ChatBody.model_validate(data)
     except ValidationError as exc:
         raise _field_error(exc) from None
-    b.refuse_tools()
-    fmt = b.response_format or {}
-    schema: dict[str, Any] | None = None
-    if fmt.get("type") == "json_schema":
-        schema = fmt["json_schema"]["schema"]
-    elif fmt.get("type") == "json_object":
-        schema = {"type": "object"}
+    b.refuse_functions()
+    tools = b.request_tools()
+    schema = _reply_schema(b.response_format or {}, tools)
     budget = b.max_completion_tokens or b.max_tokens or default_max_tokens
-    messages = [
-        {"role": "system" if m.role == "developer" else m.role, "content": m.text()} for m in b.messages
-    ]
+    messages = [m.as_template_message() for m in b.messages]
     documents = tuple((d.name, d.text) for d in b.documents) if b.documents else None
     return ServeRequest(
-        messages=messages, prompt=None, json_schema=schema, documents=documents, **_common(b, budget)
-    )
+        messages=messages, prompt=None, json_schema=schema, documents=documents, tools=tools,
+        **_common(b, budget),
+    )  # fmt: skip
+
+
+def _reply_schema(fmt: dict[str, Any], tools: Tools | None) -> dict[str, Any] | None:
+    """The JSON schema the reply must follow: ``response_format``'s, or a forced tool
+    call's (``tool_choice`` ``required`` or a function); not both."""
+    forced = tools.forced_schema() if tools is not None else None
+    if fmt.get("type") in ("json_schema", "json_object"):
+        if forced is not None:
+            raise ConfigError(
+                "response_format: a reply cannot both follow a schema and be a forced tool call",
+                hint='send tool_choice "auto", or leave response_format out',
+            )
+        return fmt["json_schema"]["schema"] if fmt["type"] == "json_schema" else {"type": "object"}
+    return forced
 
 
 def parse_chat_body(data: Any) -> ChatRequest:

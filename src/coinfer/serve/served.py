@@ -57,6 +57,8 @@ __all__ = [
     "Ticket",
     "engine_request",
     "prompt_ids",
+    "refuse_tools",
+    "refuse_unprompted_tools",
     "refuse_what_one_sample_engines_cannot",
     "sampling_of",
 ]
@@ -273,7 +275,10 @@ def as_coinfer_error(exc: BaseException) -> CoinferError:
 
 
 def prompt_ids(model: Any, request: ServeRequest) -> list[int]:
-    """A chat in the model's template, or a completion's prompt as plain text."""
+    """A chat in the model's template (with the tools it may call), or a completion's
+    prompt as plain text."""
+    if request.messages is not None and request.tools is not None:
+        return list(model.chat_prompt(request.messages, tools=request.tools.specs))
     if request.messages is not None:
         return list(model.chat_prompt(request.messages))
     return list(model.text_prompt(request.prompt or ""))
@@ -423,10 +428,31 @@ def refuse_what_one_sample_engines_cannot(engine: str, request: ServeRequest) ->
     """An engine other than plain decoding's batch answers one sample, unconstrained."""
     if request.n != 1:
         raise ConfigError(f"--engine {engine} serves one sample per request", hint="send n=1")
+    if request.tools is not None and request.tools.forced_schema() is not None:
+        raise ConfigError(
+            f"--engine {engine} cannot force a tool call (tool_choice {request.tools.choice!r})",
+            hint='send tool_choice "auto", or serve --engine plain or speculative',
+        )
     if request.json_schema is not None:
         raise ConfigError(
             f"--engine {engine} does not constrain replies to a schema", hint="serve --engine plain"
         )
+
+
+def refuse_tools(what: str, request: ServeRequest) -> None:
+    """Tools are refused where no chat template of ours tells the model of them: it would
+    answer in text where the client awaits a call."""
+    if request.tools is not None:
+        raise ConfigError(
+            f"{what} does not tell its model of tools", hint='leave tools out, or send tool_choice "none"'
+        )
+
+
+def refuse_unprompted_tools(session: Session, request: ServeRequest) -> None:
+    """Tools are refused where the engine writes its model's prompts itself (one that
+    ``answers`` a question) or has no model of ours to prompt."""
+    if session.model is None or session.answers:
+        refuse_tools(f"--engine {session.engine.name}", request)
 
 
 def engine_request(session: Session, r: ServeRequest) -> Request:
@@ -471,6 +497,7 @@ class SessionServed(Served):
 
     def check(self, request: ServeRequest) -> None:
         refuse_what_one_sample_engines_cannot(self.engine, request)
+        refuse_unprompted_tools(self.session, request)
         if self.session.answers:
             if request.messages is None:
                 raise ConfigError(f"--engine {self.engine} answers chats", hint="POST /v1/chat/completions")

@@ -1,0 +1,204 @@
+"""OpenAI tool calls on a model whose chat template takes tools.
+
+The tools a request declares go into the prompt through the model's own chat template
+(Qwen2.5's and Hermes' templates list them in the system turn and ask for each call as
+``<tool_call>{"name": …, "arguments": …}</tool_call>``). The reply is read back into
+OpenAI's ``tool_calls``:
+
+* every ``<tool_call>`` block, the text before the first one being the message's content;
+* or, as llama.cpp's Hermes parser also takes it, a reply that is nothing but one call's
+  JSON object (or a list of them), bare or in a ```json fence: the Qwen2.5-Coder models
+  answer so;
+
+and only where every call names a declared tool with a JSON object for its arguments.
+Anything else stays the reply's text, whole: a reply is never cut or guessed at.
+``tool_choice`` ``"required"`` or one function forces a call by constraining the reply to
+the calls' JSON schema (``forced_schema``), where the engine can constrain its tokens.
+
+A stream shows content as it comes, except text that may begin a call: from a
+``<tool_call>`` tag on (or a partial one at the end), or from the start when the reply
+opens like a bare call. That is held to the end and then sent as the calls, or as text if
+it was none (``ToolCallScanner``).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import uuid
+from dataclasses import dataclass, field
+from typing import Any
+
+__all__ = ["MAX_TOOLS", "TAG", "ToolCall", "ToolCallScanner", "Tools"]
+
+MAX_TOOLS = 128  # as OpenAI allows
+TAG, END_TAG = "<tool_call>", "</tool_call>"
+_BLOCK = re.compile(r"<tool_call>\s*(.*?)\s*(?:</tool_call>|$)", re.DOTALL)
+_FENCE = re.compile(r"^```(?:json|JSON)?[ \t]*\n?(.*?)\n?\s*```$", re.DOTALL)
+_FENCE_OPEN = re.compile(r"```(?:json|JSON)?[ \t]*\n?\s*")
+_ANY_OBJECT = {"type": "object"}
+
+
+def _call_id() -> str:
+    return f"call_{uuid.uuid4().hex[:24]}"
+
+
+@dataclass(frozen=True)
+class ToolCall:
+    """One call the model made: a declared tool's name and its arguments as JSON text."""
+
+    name: str
+    arguments: str
+    id: str = field(default_factory=_call_id)
+
+    def as_openai(self, index: int | None = None) -> dict[str, Any]:
+        """OpenAI's shape: a message's ``tool_calls`` item, or a stream's (with ``index``)."""
+        function = {"name": self.name, "arguments": self.arguments}
+        out = {"id": self.id, "type": "function", "function": function}
+        return out if index is None else {"index": index, **out}
+
+
+@dataclass(frozen=True)
+class Tools:
+    """A request's tools (OpenAI's ``{"type": "function", "function": {…}}`` items) and
+    its ``tool_choice``: ``"auto"``, ``"required"``, or the one tool's name it must call;
+    ``parallel``: whether a reply may carry several calls."""
+
+    specs: tuple[dict[str, Any], ...]
+    choice: str = "auto"
+    parallel: bool = True
+
+    def names(self) -> tuple[str, ...]:
+        return tuple(str(s["function"]["name"]) for s in self.specs)
+
+    def forced_schema(self) -> dict[str, Any] | None:
+        """The JSON schema a reply must follow to be a call (``required``, or a named
+        tool), or None where the model may answer in text (``auto``)."""
+        if self.choice == "auto":
+            return None
+        wanted = [s["function"] for s in self.specs if self.choice in ("required", s["function"]["name"])]
+        alternatives = [
+            {
+                "type": "object",
+                "properties": {"name": {"const": f["name"]}, "arguments": f.get("parameters") or _ANY_OBJECT},
+                "required": ["name", "arguments"],
+            }
+            for f in wanted
+        ]
+        return alternatives[0] if len(alternatives) == 1 else {"anyOf": alternatives}
+
+    def read(self, text: str) -> tuple[str | None, list[ToolCall]]:
+        """The reply's content and its calls; ``(text, [])`` when it made none."""
+        at = text.find(TAG)
+        if at >= 0:
+            calls = self._tagged(text[at:])
+            content = text[:at].rstrip() or None
+        else:
+            calls, content = self._bare(text), None
+        if not calls:
+            return text, []
+        return content, calls if self.parallel else calls[:1]
+
+    def scanner(self) -> ToolCallScanner:
+        return ToolCallScanner(self)
+
+    # ---- reading calls -----------------------------------------------------------------
+    def _tagged(self, text: str) -> list[ToolCall]:
+        """Every ``<tool_call>`` block of ``text`` (which begins with one), or none when a
+        block is not a call or text other than blocks follows."""
+        blocks = list(_BLOCK.finditer(text))
+        if "".join(text[a.end() : b.start()] for a, b in zip(blocks, blocks[1:], strict=False)).strip():
+            return []
+        if text[blocks[-1].end() :].strip():
+            return []
+        calls = [self._call(_json(b.group(1))) for b in blocks]
+        return [c for c in calls if c is not None] if all(calls) else []
+
+    def _bare(self, text: str) -> list[ToolCall]:
+        """The calls of a reply that is nothing but their JSON, bare or fenced."""
+        body = text.strip()
+        fenced = _FENCE.match(body)
+        value = _json(fenced.group(1) if fenced else body)
+        items = value if isinstance(value, list) and value else [value]
+        calls = [self._call(item) for item in items]
+        return [c for c in calls if c is not None] if all(calls) else []
+
+    def _call(self, value: Any) -> ToolCall | None:
+        """A call when ``value`` names a declared tool and gives it an object of arguments."""
+        if not isinstance(value, dict) or value.get("name") not in self.names():
+            return None
+        arguments = value.get("arguments", value.get("parameters", {}))
+        if isinstance(arguments, str):
+            arguments = _json(arguments)
+        if not isinstance(arguments, dict):
+            return None
+        return ToolCall(str(value["name"]), json.dumps(arguments, ensure_ascii=False))
+
+
+def _json(text: str) -> Any:
+    try:
+        return json.loads(text)
+    except (json.JSONDecodeError, RecursionError):
+        return None
+
+
+def _bare_opening(text: str) -> str:
+    """Whether a reply that begins with ``text`` opens like a bare call: ``yes``, ``no``,
+    or ``maybe`` (too little has come to tell)."""
+    s = text.lstrip()
+    if not s or "```json".startswith(s) or "```JSON".startswith(s):
+        return "maybe"
+    if s[0] == "{":
+        return "yes"
+    fence = _FENCE_OPEN.match(s)
+    if fence is None:
+        return "no"
+    if fence.end() == len(s):
+        return "maybe"
+    return "yes" if s[fence.end()] == "{" else "no"
+
+
+def _partial_tag(text: str) -> int:
+    """How many characters at the end of ``text`` begin ``<tool_call>``."""
+    for n in range(min(len(TAG) - 1, len(text)), 0, -1):
+        if text.endswith(TAG[:n]):
+            return n
+    return 0
+
+
+class ToolCallScanner:
+    """One streamed sample: ``push`` text as it comes and send what it returns as content;
+    ``finish`` gives what is left to send as content and the calls."""
+
+    def __init__(self, tools: Tools) -> None:
+        self.tools = tools
+        self.sent = ""  # content sent so far
+        self.held = ""
+        self.holding = False  # a call may have begun: everything from here waits for the end
+
+    def push(self, text: str) -> str:
+        """What of the text so far may be sent as content now."""
+        text = self.held + text
+        if self.holding:
+            self.held = text
+            return ""
+        if not self.sent:
+            opening = _bare_opening(text)
+            if opening != "no":
+                self.held, self.holding = text, opening == "yes"
+                return ""
+        at = text.find(TAG)
+        if at >= 0:
+            self.held, self.holding = text[at:], True
+            out = text[:at]
+        else:
+            keep = _partial_tag(text)
+            self.held, out = text[len(text) - keep :], text[: len(text) - keep]
+        self.sent += out
+        return out
+
+    def finish(self) -> tuple[str, list[ToolCall]]:
+        """The content not yet sent, and the calls (the held text, read at the end)."""
+        content, calls = self.tools.read(self.sent + self.held)
+        held, self.held = self.held, ""
+        return ((content or "")[len(self.sent) :], calls) if calls else (held, [])
