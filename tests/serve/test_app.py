@@ -86,6 +86,16 @@ def test_errors_are_openais_objects_with_the_right_status() -> None:
         status, _, body = _http(server.url + "/chat/completions", b"[" * 100_000 + b"]" * 100_000)
         assert status == 400 and "nests too deeply" in body["error"]["message"]  # not a 500
         assert _http(server.url + "/nowhere")[0] == 404
+        # a chat model whose prompts coinfer does not write cannot be told of tools
+        weather = {"type": "function", "function": {"name": "get_weather"}}
+        with pytest.raises(openai.BadRequestError, match="does not tell its model of tools"):
+            client.chat.completions.create(
+                model="m1", messages=[{"role": "user", "content": "x"}], tools=[weather]
+            )
+        told_not_to = client.chat.completions.create(
+            model="m1", messages=[{"role": "user", "content": "x"}], tools=[weather], tool_choice="none"
+        )
+        assert told_not_to.choices[0].message.content == "you said x"
 
 
 def test_a_key_is_needed_everywhere_but_health(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -100,3 +100,16 @@ def test_requests_still_waiting_when_the_server_stops_are_told_so(declared: int)
     assert kinds.count("done") >= 1 and "error" in kinds
     errors = [e.error for e in ends if e is not None and e.kind == "error"]
     assert all("shutting down" in str(err) for err in errors)
+
+
+def test_an_engine_that_writes_its_own_prompts_refuses_tools() -> None:
+    """An engine that answers the chat's question prompts its models itself: tools would
+    never reach them, so the request is refused before it is queued."""
+    from coinfer.errors import ConfigError
+
+    served = SessionServed(_Meeting(1, 1), name="m")
+    tool = {"type": "function", "function": {"name": "f"}}
+    body = {"model": "m", "messages": [{"role": "user", "content": "q"}], "tools": [tool]}
+    with pytest.raises(ConfigError, match="--engine meeting does not tell its model of tools"):
+        served.check(read_body("chat", body))
+    served.check(read_body("chat", {**body, "tool_choice": "none"}))
