@@ -172,33 +172,35 @@ class ToolCallScanner:
 
     def __init__(self, tools: Tools) -> None:
         self.tools = tools
-        self.sent = ""  # content sent so far
-        self.held = ""
+        self.sent: list[str] = []  # the content sent so far, in pieces
+        self.held: list[str] = []  # the text not sent yet
         self.holding = False  # a call may have begun: everything from here waits for the end
 
     def push(self, text: str) -> str:
         """What of the text so far may be sent as content now."""
-        text = self.held + text
         if self.holding:
-            self.held = text
+            self.held.append(text)
             return ""
+        text = "".join(self.held) + text  # a few characters (a tag's beginning, an opening)
         if not self.sent:
             opening = _bare_opening(text)
             if opening != "no":
-                self.held, self.holding = text, opening == "yes"
+                self.held, self.holding = [text], opening == "yes"
                 return ""
         at = text.find(TAG)
         if at >= 0:
-            self.held, self.holding = text[at:], True
+            self.held, self.holding = [text[at:]], True
             out = text[:at]
         else:
             keep = _partial_tag(text)
-            self.held, out = text[len(text) - keep :], text[: len(text) - keep]
-        self.sent += out
+            self.held, out = [text[len(text) - keep :]], text[: len(text) - keep]
+        if out:
+            self.sent.append(out)
         return out
 
     def finish(self) -> tuple[str, list[ToolCall]]:
         """The content not yet sent, and the calls (the held text, read at the end)."""
-        content, calls = self.tools.read(self.sent + self.held)
-        held, self.held = self.held, ""
-        return ((content or "")[len(self.sent) :], calls) if calls else (held, [])
+        sent, held = "".join(self.sent), "".join(self.held)
+        self.held = []
+        content, calls = self.tools.read(sent + held)
+        return ((content or "")[len(sent) :], calls) if calls else (held, [])
