@@ -6,6 +6,7 @@ tools, through the official client."""
 from __future__ import annotations
 
 import json
+import urllib.request
 
 import pytest
 from hypothesis import given
@@ -163,6 +164,9 @@ def test_the_official_client_gets_tool_calls_from_a_real_model() -> None:
         after = client.chat.completions.create(messages=history, **{**ask, "max_tokens": 4})  # type: ignore[call-overload]
         assert after.usage is not None and reply.usage is not None
         assert after.usage.prompt_tokens > reply.usage.prompt_tokens + reply.usage.completion_tokens
+        with urllib.request.urlopen(server.url.removesuffix("/v1") + "/metrics", timeout=10) as resp:
+            metrics = resp.read().decode()
+        assert 'coinfer_tool_answers_total{model="qwen2.5-coder-0.5b",outcome="calls"} 3.0' in metrics
         with pytest.raises(BadRequestError, match="cannot both follow a schema"):
             client.chat.completions.create(
                 messages=question, tool_choice="required", response_format={"type": "json_object"}, **ask

@@ -295,6 +295,7 @@ class _Answer:
         if self.req.tools is None:
             return self._choice(index, text, finish, chunk=False)
         content, calls = self.req.tools.read(text)
+        self.metrics.tool_answer(self.served.name, called=bool(calls))
         return self._choice(index, content, "tool_calls" if calls else finish, chunk=False, calls=calls)
 
     def coinfer(self) -> dict[str, Any]:
@@ -356,9 +357,10 @@ class _Answer:
         """A stream's last chunks of a sample: what a tool scanner held back (as text, or
         as the calls it was), then the finish with the ``coinfer`` field."""
         index, finish, chunks = event.index, _finish(event.finish), []
-        scanner = self.scanners.pop(index, None)
-        if scanner is not None:
+        if self.req.tools is not None:  # a sample that sent no text has no scanner yet
+            scanner = self.scanners.pop(index, None) or self.req.tools.scanner()
             rest, calls = scanner.finish()
+            self.metrics.tool_answer(self.served.name, called=bool(calls))
             if rest:
                 chunks.append(self._choice(index, rest, None, chunk=True))
             if calls:

@@ -1,9 +1,9 @@
 """``/metrics`` in Prometheus's text format (``prometheus_client``, one registry per server):
-requests by model and outcome, tokens read and written, draft tokens verified and
-accepted, requests waiting or running per model, histograms of the request's time and of
-the time to its first token, and, for a model on static caches (``HFStaticModel``), the
-forwards that ran over gaps between a batch's slots (requests that finished mid-batch)
-and the empty rows they ran."""
+requests by model and outcome, tokens read and written, answers to requests with tools
+as calls or as text, draft tokens verified and accepted, requests waiting or running per
+model, histograms of the request's time and of the time to its first token, and, for a
+model on static caches (``HFStaticModel``), the forwards that ran over gaps between a
+batch's slots (requests that finished mid-batch) and the empty rows they ran."""
 
 from __future__ import annotations
 
@@ -36,6 +36,10 @@ class ServerMetrics:
         self.cached_tokens = Counter(
             "coinfer_prompt_tokens_cached", "Prompt tokens an earlier request's cache held (prefix hits)",
             ["model"], registry=r,
+        )  # fmt: skip
+        self.tool_answers = Counter(
+            "coinfer_tool_answers", "Answers to requests with tools, by whether they were calls or text",
+            ["model", "outcome"], registry=r,
         )  # fmt: skip
         self.drafted = Counter("coinfer_draft_tokens", "Draft tokens verified", ["model"], registry=r)
         self.accepted = Counter("coinfer_accepted_tokens", "Draft tokens accepted", ["model"], registry=r)
@@ -81,6 +85,11 @@ class ServerMetrics:
 
     def answered(self, model: str, status: int) -> None:
         self.requests.labels(model, str(status)).inc()
+
+    def tool_answer(self, model: str, *, called: bool) -> None:
+        """A sample of a request with tools ended as calls, or as text (a model that never
+        calls shows here as text only)."""
+        self.tool_answers.labels(model, "calls" if called else "text").inc()
 
     def finished(self, model: str, *, seconds: float, ttft: float | None, usage: Any, stats: Any) -> None:
         """A request that ran to its end: its time, tokens and the drafts' record."""
