@@ -140,3 +140,6 @@ def test_tools_become_the_requests_tools_and_calls_in_the_chat_are_read() -> Non
          "tool_calls": [{"id": "c1", "type": "function", "function": {"name": "f", "arguments": {"x": 1}}}]},
         {"role": "tool", "content": "42", "tool_call_id": "c1"},
     ]  # fmt: skip
+    # a chat model behind an API gets OpenAI's shape back: the arguments as JSON text
+    sent = read_body("chat", {**CHAT, "messages": chat}).chat_request().messages[1]
+    assert sent["tool_calls"][0]["function"] == {"name": "f", "arguments": '{"x": 1}'}
