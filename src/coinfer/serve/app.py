@@ -284,7 +284,7 @@ class _Answer:
             if calls:
                 delta["tool_calls"] = [c.as_openai(k) for k, c in enumerate(calls)]
             return {"index": index, "delta": delta, "logprobs": None, "finish_reason": finish}
-        message: dict[str, Any] = {"role": "assistant", "content": text or ("" if not calls else None)}
+        message: dict[str, Any] = {"role": "assistant", "content": text or (None if calls else "")}
         if calls:
             message["tool_calls"] = [c.as_openai() for c in calls]
         return {"index": index, "message": message, "logprobs": None, "finish_reason": finish}

@@ -428,7 +428,7 @@ def refuse_what_one_sample_engines_cannot(engine: str, request: ServeRequest) ->
     """An engine other than plain decoding's batch answers one sample, unconstrained."""
     if request.n != 1:
         raise ConfigError(f"--engine {engine} serves one sample per request", hint="send n=1")
-    if request.tools is not None and request.tools.forced_schema() is not None:
+    if request.tools is not None and request.tools.forces:
         raise ConfigError(
             f"--engine {engine} cannot force a tool call (tool_choice {request.tools.choice!r})",
             hint='send tool_choice "auto", or serve --engine plain or speculative',

@@ -71,10 +71,15 @@ class Tools:
     def names(self) -> tuple[str, ...]:
         return tuple(str(s["function"]["name"]) for s in self.specs)
 
+    @property
+    def forces(self) -> bool:
+        """Whether the reply must be a call (``required``, or a named tool)."""
+        return self.choice != "auto"
+
     def forced_schema(self) -> dict[str, Any] | None:
-        """The JSON schema a reply must follow to be a call (``required``, or a named
-        tool), or None where the model may answer in text (``auto``)."""
-        if self.choice == "auto":
+        """The JSON schema a reply must follow to be a call, or None where the model may
+        answer in text (``auto``)."""
+        if not self.forces:
             return None
         wanted = [s["function"] for s in self.specs if self.choice in ("required", s["function"]["name"])]
         alternatives = [
