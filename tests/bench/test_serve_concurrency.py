@@ -67,36 +67,45 @@ def test_unknown_systems_and_bad_levels_are_refused() -> None:
         ConcurrencyConfig(repeats=0)
 
 
+def test_the_systems_take_turns_going_first_round_by_round() -> None:
+    from coinfer.bench.serve_concurrency import run_order
+
+    order = [f"{name}@{clients}" for _, clients, name in run_order(["plain", "spec"], (1, 4), 3)]
+    assert order == [
+        "plain@1", "spec@1", "plain@4", "spec@4",
+        "spec@1", "plain@1", "spec@4", "plain@4",
+        "plain@1", "spec@1", "plain@4", "spec@4",
+    ]  # fmt: skip
+
+
 @needs_llama
-def test_each_server_alone_at_two_levels_twice_answers_every_request_as_alone(smollm_path: Path) -> None:
+def test_a_server_alone_at_two_levels_twice_answers_every_request_as_alone(smollm_path: Path) -> None:
+    """One system (a server start per run is most of this test's time; the order of
+    several is ``run_order``'s, above): the speculative engine, batched."""
     from coinfer.bench.serve_concurrency import run_concurrency
 
     config = ConcurrencyConfig(
         model="smollm2-135m", levels=(1, 4), max_tokens=8, per_category=1, ctx=1024,
-        systems=("coinfer-plain", "coinfer-speculative"), repeats=2,
+        systems=("coinfer-speculative",), repeats=2,
     )  # fmt: skip
     lines: list[str] = []
     report = run_concurrency(config, log=lines.append)
-    for name in config.systems:  # the speculative engine batched as plain decoding is
-        one, four = report["systems"][name]
-        assert (one["clients"], one["requests"], four["clients"], four["requests"]) == (1, 6, 4, 8)
-        for row in (one, four):
-            assert row["errors"] == [] and 0 < row["tokens"] <= 8 * row["requests"] and row["tok_s"] > 0
-            assert row["runs"] == 2 and len(row["tok_s_runs"]) == 2 and row["tok_s"] > 0
-            assert row["tuned"]["requests"] + row["held_out"]["requests"] == row["requests"]
-        assert one["identical"] == 6  # the second run alone gives the first's texts
-        for run in four["timelines"]:  # when each was sent, and its first and last token, in the run
-            assert all(0 <= sent < first <= last and tokens > 0 for _, sent, first, last, tokens in run)
-        # batched, llama.cpp's logits move slightly with the batch's shape (the README's known
-        # gap): a near-tie may flip one greedy text, and the bench counts it
-        assert four["identical"] >= 6
-    # the alone runs first, then the rounds, the systems in the reverse order every other round
+    one, four = report["systems"]["coinfer-speculative"]
+    assert (one["clients"], one["requests"], four["clients"], four["requests"]) == (1, 6, 4, 8)
+    for row in (one, four):
+        assert row["errors"] == [] and 0 < row["tokens"] <= 8 * row["requests"] and row["tok_s"] > 0
+        assert row["runs"] == 2 and len(row["tok_s_runs"]) == 2 and row["tok_s"] > 0
+        assert row["tuned"]["requests"] + row["held_out"]["requests"] == row["requests"]
+    assert one["identical"] == 6  # the second run alone gives the first's texts
+    for run in four["timelines"]:  # when each was sent, and its first and last token, in the run
+        assert all(0 <= sent < first <= last and tokens > 0 for _, sent, first, last, tokens in run)
+    # batched, llama.cpp's logits move slightly with the batch's shape (the README's known
+    # gap): a near-tie may flip one greedy text, and the bench counts it
+    assert four["identical"] >= 6
+    # the alone run first (the 1-client level's first run), then the rest of the rounds
     order = [line.split()[0] + f"@{line.split()[1]}" for line in lines]
-    assert order == [
-        "coinfer-plain@1", "coinfer-speculative@1",
-        "coinfer-plain@4", "coinfer-speculative@4",
-        "coinfer-speculative@1", "coinfer-plain@1", "coinfer-speculative@4", "coinfer-plain@4",
-    ]  # fmt: skip
+    assert order == ["coinfer-speculative@1", "coinfer-speculative@4", "coinfer-speculative@1",
+                     "coinfer-speculative@4"]  # fmt: skip
     assert [p["held_out"] for p in report["prompts"]] == [False, False, False]
 
 

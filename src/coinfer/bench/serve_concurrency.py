@@ -33,7 +33,7 @@ tokens (a team assistant's long instructions, a shared document: the start of CP
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -52,6 +52,7 @@ __all__ = [
     "markdown_table",
     "pct",
     "run_concurrency",
+    "run_order",
     "start_system",
 ]
 
@@ -251,18 +252,27 @@ def _interleaved_runs(
     """Every level's runs, ``repeats`` rounds of one run per system, the systems in the
     reverse order every other round; the alone runs count as the 1-client level's first."""
     runs: dict[tuple[str, int], list[Run]] = {(n, c): [] for n in alone for c in config.levels}
-    names = list(alone)
-    for round_ in range(config.repeats):
-        for clients in config.levels:
-            for name in names if round_ % 2 == 0 else names[::-1]:
-                if round_ == 0 and clients == 1:
-                    runs[(name, clients)].append(alone[name])
-                    continue
-                ran = _level(name, config, prompts, clients)
-                assert ran is not None  # built: it ran alone
-                _log_run(log, name, clients, ran)
-                runs[(name, clients)].append(ran)
+    for round_, clients, name in run_order(list(alone), config.levels, config.repeats):
+        if round_ == 0 and clients == 1:
+            runs[(name, clients)].append(alone[name])
+            continue
+        ran = _level(name, config, prompts, clients)
+        assert ran is not None  # built: it ran alone
+        _log_run(log, name, clients, ran)
+        runs[(name, clients)].append(ran)
     return runs
+
+
+def run_order(names: Sequence[str], levels: Sequence[int], repeats: int) -> list[tuple[int, int, str]]:
+    """(round, clients, system) in the order they run: each round every level, each level
+    every system, the systems in the reverse order every other round (so neither always
+    goes first on a machine that warms or cools as it runs)."""
+    return [
+        (round_, clients, name)
+        for round_ in range(repeats)
+        for clients in levels
+        for name in (names if round_ % 2 == 0 else names[::-1])
+    ]
 
 
 def run_concurrency(config: ConcurrencyConfig, *, log: Callable[[str], None]) -> dict[str, Any]:

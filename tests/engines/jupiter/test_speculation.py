@@ -62,16 +62,20 @@ def test_greedy_speculative_decoding_writes_plain_decodings_text(
 
 def test_static_caches_on_two_devices_write_the_dynamic_caches_text(model_and_heads: tuple[str, str]) -> None:
     """The GPU path's stages (``--kv static``), run here on the CPU through the same wire;
-    both devices were profiled (and their layers planned) as static-cache stages."""
-    (dynamic,) = _run(model_and_heads, 1, [{}])
+    both devices were profiled (and their layers planned) as static-cache stages. The
+    dynamic cache's text is plain decoding's (the greedy test), computed here in process."""
+    from coinfer.models.load import load_model
+    from tests.conftest import plain
+
+    dynamic = plain(load_model(model_and_heads[0], backend="transformers"), PROMPT, 32).tokens
     profiled: list[str] = []
     naive, sd, sampled, sampled_sd = _run(model_and_heads, 2, [
         {}, {"decode": "sd", "tree_width": 2}, {"sampling": {"temperature": 0.9, "seed": 7}},
         {"decode": "sd", "sampling": {"temperature": 0.9, "seed": 7}},
     ], kv="static", profiled=profiled)  # fmt: skip
     assert profiled == ["static cpu float32"] * 2
-    assert naive[0] == dynamic[0] and sd[0] == dynamic[0]
-    assert sd[1] > 0 and sd[2] < len(dynamic[0]) - 1  # the heads' trees were verified and kept
+    assert naive[0] == dynamic and sd[0] == dynamic
+    assert sd[1] > 0 and sd[2] < len(dynamic) - 1  # the heads' trees were verified and kept
     assert sampled_sd[0] == sampled[0]
 
 
