@@ -44,6 +44,9 @@ def _calls(text: str, tools: Tools = TOOLS) -> tuple[str | None, list[tuple[str,
         f"[{CALL}]",
         '{"name": "get_weather", "parameters": {"city": "Paris"}}',
         '{"name": "get_weather", "arguments": "{\\"city\\": \\"Paris\\"}"}',  # arguments as JSON text
+        '<|python_tag|>{"name": "get_weather", "parameters": {"city": "Paris"}}',  # Llama 3.x
+        f"[TOOL_CALLS] [{CALL}]",  # Mistral's templates before v11
+        '[TOOL_CALLS]get_weather[ARGS]{"city": "Paris"}',  # Mistral's v11 templates
     ],
 )
 def test_a_reply_that_is_a_call_becomes_tool_calls(reply: str) -> None:
@@ -58,6 +61,22 @@ def test_text_before_the_calls_is_the_content_and_several_calls_are_kept() -> No
     assert _calls(reply, one) == ("Let me look.", [("get_weather", {"city": "Paris"})])
     content, calls = TOOLS.read(reply)
     assert len({c.id for c in calls}) == 2 and all(c.id.startswith("call_") for c in calls)
+
+
+def test_llama_and_mistral_markers_carry_several_calls_and_mistral_gets_ids_its_template_takes() -> None:
+    second = '{"name": "get_time", "parameters": {}}'
+    llama = f'<|python_tag|>{{"name": "get_weather", "parameters": {{"city": "Paris"}}}}; {second}'
+    assert _calls(llama) == (None, [("get_weather", {"city": "Paris"}), ("get_time", {})])
+    mistral = 'Checking. [TOOL_CALLS]get_weather[ARGS]{"city": "Paris"}[TOOL_CALLS]get_time[ARGS]{}'
+    assert _calls(mistral) == ("Checking.", [("get_weather", {"city": "Paris"}), ("get_time", {})])
+    _, calls = TOOLS.read(mistral)  # its template refuses a history with ids of another shape
+    assert all(len(c.id) == 9 and c.id.isalnum() for c in calls) and calls[0].id != calls[1].id
+    for not_calls in (
+        "[TOOL_CALLS]rm_rf[ARGS]{}",
+        "[TOOL_CALLS]get_weather[ARGS][1]",
+        f"<|python_tag|>{CALL}; x",
+    ):
+        assert _calls(not_calls) == (not_calls, [])
 
 
 @pytest.mark.parametrize(
@@ -188,6 +207,14 @@ _FRAGMENTS = st.sampled_from(
         "}",
         "Hi.",
         '"name"',
+        "[",
+        "]",
+        ", ",
+        "<|python_tag|>",
+        "[TOOL_CALLS]",
+        "[TOOL_",
+        "get_weather[ARGS]",
+        ";",
     ]
 )
 

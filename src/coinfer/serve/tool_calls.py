@@ -9,15 +9,20 @@ OpenAI's ``tool_calls``:
 * or, as llama.cpp's Hermes parser also takes it, a reply that is nothing but one call's
   JSON object (or a list of them), bare or in a ```json fence: the Qwen2.5-Coder models
   answer so;
+* or what follows a family's call marker, the text before it being the content: Llama
+  3.x's ``<|python_tag|>`` before a call's JSON (``{"name": …, "parameters": …}``, several
+  parted by ``;``), and Mistral's ``[TOOL_CALLS]`` before a list of calls or, in its newer
+  templates, before each call as ``name[ARGS]{…}``. A Mistral call gets a 9-character id,
+  the only kind its template takes back;
 
 and only where every call names a declared tool with a JSON object for its arguments.
 Anything else stays the reply's text, whole: a reply is never cut or guessed at.
 ``tool_choice`` ``"required"`` or one function forces a call by constraining the reply to
 the calls' JSON schema (``forced_schema``), where the engine can constrain its tokens.
 
-A stream shows content as it comes, except text that may begin a call: from a
-``<tool_call>`` tag on (or a partial one at the end), or from the start when the reply
-opens like a bare call. That is held to the end and then sent as the calls, or as text if
+A stream shows content as it comes, except text that may begin a call: from a tag or
+marker on (``OPENERS``, or the beginning of one at the end), or from the start when the
+reply opens like a bare call. That is held to the end and then sent as the calls, or as text if
 it was none (``ToolCallScanner``).
 """
 
@@ -25,14 +30,18 @@ from __future__ import annotations
 
 import json
 import re
+import secrets
+import string
 import uuid
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
-__all__ = ["MAX_TOOLS", "TAG", "ToolCall", "ToolCallScanner", "Tools"]
+__all__ = ["MAX_TOOLS", "OPENERS", "TAG", "ToolCall", "ToolCallScanner", "Tools", "first_opener"]
 
 MAX_TOOLS = 128  # as OpenAI allows
 TAG, END_TAG = "<tool_call>", "</tool_call>"
+PYTHON_TAG, MISTRAL_CALLS, MISTRAL_ARGS = "<|python_tag|>", "[TOOL_CALLS]", "[ARGS]"
+OPENERS = (TAG, PYTHON_TAG, MISTRAL_CALLS)  # what begins a reply's calls, by model family
 _BLOCK = re.compile(r"<tool_call>\s*(.*?)\s*(?:</tool_call>|$)", re.DOTALL)
 _FENCE = re.compile(r"^```(?:json|JSON)?[ \t]*\n?(.*?)\n?\s*```$", re.DOTALL)
 _FENCE_OPEN = re.compile(r"```(?:json|JSON)?[ \t]*\n?\s*")
@@ -41,6 +50,11 @@ _ANY_OBJECT = {"type": "object"}
 
 def _call_id() -> str:
     return f"call_{uuid.uuid4().hex[:24]}"
+
+
+def _mistral_id() -> str:
+    """Mistral's templates refuse a history whose call ids are not 9 letters or digits."""
+    return "".join(secrets.choice(string.ascii_letters + string.digits) for _ in range(9))
 
 
 @dataclass(frozen=True)
@@ -94,15 +108,16 @@ class Tools:
 
     def read(self, text: str) -> tuple[str | None, list[ToolCall]]:
         """The reply's content and its calls; ``(text, [])`` when it made none."""
-        at = text.find(TAG)
-        if at >= 0:
+        at, opener = first_opener(text)
+        if opener == TAG:
             calls = self._tagged(text[at:])
-            content = text[:at].rstrip() or None
+        elif opener is not None:
+            calls = self._marked(text[at:], opener)
         else:
-            calls, content = self._bare(text), None
+            at, calls = 0, self._bare(text)
         if not calls:
             return text, []
-        return content, calls if self.parallel else calls[:1]
+        return text[:at].rstrip() or None, calls if self.parallel else calls[:1]
 
     def scanner(self) -> ToolCallScanner:
         return ToolCallScanner(self)
@@ -116,16 +131,35 @@ class Tools:
             return []
         if text[blocks[-1].end() :].strip():
             return []
-        calls = [self._call(_json(b.group(1))) for b in blocks]
-        return [c for c in calls if c is not None] if all(calls) else []
+        return self._each([_json(b.group(1)) for b in blocks])
 
     def _bare(self, text: str) -> list[ToolCall]:
         """The calls of a reply that is nothing but their JSON, bare or fenced."""
         body = text.strip()
         fenced = _FENCE.match(body)
         value = _json(fenced.group(1) if fenced else body)
-        items = value if isinstance(value, list) and value else [value]
-        calls = [self._call(item) for item in items]
+        return self._each(value if isinstance(value, list) and value else [value])
+
+    def _marked(self, text: str, marker: str) -> list[ToolCall]:
+        """The calls after a family's marker (``text`` begins with it), or none when
+        anything after it is not a call."""
+        if marker == PYTHON_TAG:  # Llama 3.x: one call's JSON, or several parted by ";"
+            values = [_json(part) for part in text[len(marker) :].split(";")]
+            whole = self._bare(text[len(marker) :])
+            return whole or (self._each(values) if len(values) > 1 else [])
+        calls: list[ToolCall] = []
+        for piece in text.split(marker)[1:]:  # Mistral: a list of calls, or name[ARGS]{…} each
+            name, args, arguments = piece.partition(MISTRAL_ARGS)
+            found = self._each([{"name": name.strip(), "arguments": _json(arguments)}]) if args else []
+            found = found or self._bare(piece)
+            if not found:
+                return []
+            calls += [replace(c, id=_mistral_id()) for c in found]
+        return calls
+
+    def _each(self, values: list[Any]) -> list[ToolCall]:
+        """A call for each value, or none unless every value is one."""
+        calls = [self._call(v) for v in values]
         return [c for c in calls if c is not None] if all(calls) else []
 
     def _call(self, value: Any) -> ToolCall | None:
@@ -140,6 +174,12 @@ class Tools:
         return ToolCall(str(value["name"]), json.dumps(arguments, ensure_ascii=False))
 
 
+def first_opener(text: str) -> tuple[int, str | None]:
+    """Where the first of the ``OPENERS`` in ``text`` begins, and which; ``(-1, None)``."""
+    found = [(at, o) for o in OPENERS if (at := text.find(o)) >= 0]
+    return min(found) if found else (-1, None)
+
+
 def _json(text: str) -> Any:
     try:
         return json.loads(text)
@@ -148,25 +188,26 @@ def _json(text: str) -> Any:
 
 
 def _bare_opening(text: str) -> str:
-    """Whether a reply that begins with ``text`` opens like a bare call: ``yes``, ``no``,
-    or ``maybe`` (too little has come to tell)."""
+    """Whether a reply that begins with ``text`` opens like a bare call (an object, or a
+    list of them): ``yes``, ``no``, or ``maybe`` (too little has come to tell)."""
     s = text.lstrip()
     if not s or "```json".startswith(s) or "```JSON".startswith(s):
         return "maybe"
-    if s[0] == "{":
-        return "yes"
     fence = _FENCE_OPEN.match(s)
-    if fence is None:
-        return "no"
-    if fence.end() == len(s):
+    if fence is not None:
+        s = s[fence.end() :]
+    if not s:
         return "maybe"
-    return "yes" if s[fence.end()] == "{" else "no"
+    if s[0] == "[":  # a list: of calls if an object comes first
+        s = s[1:].lstrip()
+        return "maybe" if not s else "yes" if s[0] == "{" else "no"
+    return "yes" if s[0] == "{" else "no"
 
 
-def _partial_tag(text: str) -> int:
-    """How many characters at the end of ``text`` begin ``<tool_call>``."""
-    for n in range(min(len(TAG) - 1, len(text)), 0, -1):
-        if text.endswith(TAG[:n]):
+def _partial_opener(text: str) -> int:
+    """How many characters at the end of ``text`` may begin one of the ``OPENERS``."""
+    for n in range(min(max(map(len, OPENERS)) - 1, len(text)), 0, -1):
+        if any(o.startswith(text[-n:]) for o in OPENERS):
             return n
     return 0
 
@@ -192,12 +233,12 @@ class ToolCallScanner:
             if opening != "no":
                 self.held, self.holding = [text], opening == "yes"
                 return ""
-        at = text.find(TAG)
+        at, _ = first_opener(text)
         if at >= 0:
             self.held, self.holding = [text[at:]], True
             out = text[:at]
         else:
-            keep = _partial_tag(text)
+            keep = _partial_opener(text)
             self.held, out = [text[len(text) - keep :]], text[: len(text) - keep]
         if out:
             self.sent.append(out)
@@ -208,4 +249,6 @@ class ToolCallScanner:
         sent, held = "".join(self.sent), "".join(self.held)
         self.held = []
         content, calls = self.tools.read(sent + held)
-        return ((content or "")[len(sent) :], calls) if calls else (held, [])
+        if not calls or not (content or "").startswith(sent.rstrip()):  # sent text is no call's
+            return held, []
+        return (content or "")[len(sent) :], calls
