@@ -71,6 +71,8 @@ def test_llama_and_mistral_markers_carry_several_calls_and_mistral_gets_ids_its_
     assert _calls(mistral) == ("Checking.", [("get_weather", {"city": "Paris"}), ("get_time", {})])
     _, calls = TOOLS.read(mistral)  # its template refuses a history with ids of another shape
     assert all(len(c.id) == 9 and c.id.isalnum() for c in calls) and calls[0].id != calls[1].id
+    quoting = '{"name": "get_weather", "arguments": {"city": "[TOOL_CALLS] <tool_call>"}}'
+    assert _calls(quoting) == (None, [("get_weather", {"city": "[TOOL_CALLS] <tool_call>"})])
     for not_calls in (
         "[TOOL_CALLS]rm_rf[ARGS]{}",
         "[TOOL_CALLS]get_weather[ARGS][1]",

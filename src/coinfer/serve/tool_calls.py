@@ -22,8 +22,8 @@ the calls' JSON schema (``forced_schema``), where the engine can constrain its t
 
 A stream shows content as it comes, except text that may begin a call: from a tag or
 marker on (``OPENERS``, or the beginning of one at the end), or from the start when the
-reply opens like a bare call. That is held to the end and then sent as the calls, or as text if
-it was none (``ToolCallScanner``).
+reply opens like a bare call. That is held to the end and then sent as the calls, or as
+text if it was none (``ToolCallScanner``).
 """
 
 from __future__ import annotations
@@ -109,11 +109,12 @@ class Tools:
     def read(self, text: str) -> tuple[str | None, list[ToolCall]]:
         """The reply's content and its calls; ``(text, [])`` when it made none."""
         at, opener = first_opener(text)
+        calls = []
         if opener == TAG:
             calls = self._tagged(text[at:])
         elif opener is not None:
             calls = self._marked(text[at:], opener)
-        else:
+        if not calls:  # no opener, or one inside a bare call's arguments
             at, calls = 0, self._bare(text)
         if not calls:
             return text, []
