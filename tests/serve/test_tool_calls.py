@@ -235,3 +235,47 @@ def test_a_stream_says_what_the_whole_reply_says_however_it_is_cut(parts: list[s
         assert ("".join(shown) + rest).rstrip() == (content or "")
     else:
         assert "".join(shown) + rest == text
+
+
+@needs_llama
+@pytest.mark.slow
+def test_llmcad_and_collective_serving_give_the_plain_engines_calls() -> None:
+    """The engines that continue the rendered prompt take tools as plain serving does:
+    lossless greedy decoding writes the same reply, so the same call comes back (a stream is
+    read the same way whatever the engine: the test above). Qwen2.5-Coder-0.5B is every
+    target, and LLMCad's draft."""
+    from openai import OpenAI
+
+    from coinfer.chat import open_local_chat
+    from coinfer.decoding import NgramDrafter
+    from coinfer.engines import get
+    from coinfer.models import load_model
+    from coinfer.serve import Server
+    from coinfer.serve.engines import served
+
+    chat = open_local_chat("qwen2.5-coder-0.5b", n_ctx=2048, parallel=2)
+    models = [load_model("qwen2.5-coder-0.5b", backend="llama.cpp", n_ctx=2048) for _ in range(3)]
+    cad_target, cad_draft, voted = models
+    sessions = {
+        "plain": get("plain").open({"target": chat.model, "chat": chat}),
+        "llmcad": get("llmcad").open({"target": cad_target, "draft_model": cad_draft}),
+        "collective": get("collective").open({"target": voted, "drafts": [NgramDrafter()]}),
+    }
+    question = [{"role": "user", "content": "What's the weather like in Paris today?"}]
+    ask = {"messages": question, "tools": [WEATHER, TIME], "temperature": 0, "max_tokens": 48}
+    try:
+        with Server({n: served(s, name=n) for n, s in sessions.items()}) as server:
+            client = OpenAI(base_url=server.url, api_key="unused", max_retries=0)
+            answers = {}
+            for name in sessions:
+                message = client.chat.completions.create(model=name, **ask).choices[0].message  # type: ignore[call-overload]
+                calls = [
+                    (t.function.name, json.loads(t.function.arguments)) for t in message.tool_calls or []
+                ]
+                answers[name] = (message.content, calls)
+    finally:
+        chat.model.close()
+        for m in models:
+            m.close()
+    assert answers["plain"][1] and answers["plain"][1][0][0] == "get_weather"
+    assert answers["llmcad"] == answers["plain"] and answers["collective"] == answers["plain"]
