@@ -1,7 +1,6 @@
-"""Tool calls read back from a reply: OpenAI's ``tool_calls`` only where the reply is
-calls of declared tools, its text otherwise, whole; a stream shows text at once and holds
-back only what may be a call. The served path with a real model whose template takes
-tools, through the official client."""
+"""Tool calls served: a real model whose template takes tools, through the official client
+and the library's chat models; every engine that continues the rendered prompt gives the
+same calls."""
 
 from __future__ import annotations
 
@@ -9,141 +8,9 @@ import json
 import urllib.request
 
 import pytest
-from hypothesis import given
-from hypothesis import strategies as st
 
-from coinfer.serve.tool_calls import ToolCallScanner, Tools
+from tests.chat.test_tools import TIME, WEATHER
 from tests.conftest import needs_llama
-
-WEATHER = {
-    "type": "function",
-    "function": {
-        "name": "get_weather",
-        "description": "Get the current weather in a city",
-        "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]},
-    },
-}
-TIME = {"type": "function", "function": {"name": "get_time", "parameters": {"type": "object"}}}
-TOOLS = Tools((WEATHER, TIME))
-CALL = '{"name": "get_weather", "arguments": {"city": "Paris"}}'
-
-
-def _calls(text: str, tools: Tools = TOOLS) -> tuple[str | None, list[tuple[str, dict]]]:  # type: ignore[type-arg]
-    content, calls = tools.read(text)
-    return content, [(c.name, json.loads(c.arguments)) for c in calls]
-
-
-@pytest.mark.parametrize(
-    "reply",
-    [
-        f"<tool_call>\n{CALL}\n</tool_call>",  # the template's own form (Qwen2.5, Hermes)
-        f"<tool_call>\n{CALL}",  # its closing tag never came
-        CALL,  # bare, as the Qwen2.5-Coder models answer
-        f"```json\n{CALL}\n```",
-        f"\n```\n{CALL}\n```\n",
-        f"[{CALL}]",
-        '{"name": "get_weather", "parameters": {"city": "Paris"}}',
-        '{"name": "get_weather", "arguments": "{\\"city\\": \\"Paris\\"}"}',  # arguments as JSON text
-        '<|python_tag|>{"name": "get_weather", "parameters": {"city": "Paris"}}',  # Llama 3.x
-        f"[TOOL_CALLS] [{CALL}]",  # Mistral's templates before v11
-        '[TOOL_CALLS]get_weather[ARGS]{"city": "Paris"}',  # Mistral's v11 templates
-    ],
-)
-def test_a_reply_that_is_a_call_becomes_tool_calls(reply: str) -> None:
-    assert _calls(reply) == (None, [("get_weather", {"city": "Paris"})])
-
-
-def test_text_before_the_calls_is_the_content_and_several_calls_are_kept() -> None:
-    second = '{"name": "get_time", "arguments": {}}'
-    reply = f"Let me look.\n<tool_call>\n{CALL}\n</tool_call>\n<tool_call>\n{second}\n</tool_call>"
-    assert _calls(reply) == ("Let me look.", [("get_weather", {"city": "Paris"}), ("get_time", {})])
-    one = Tools((WEATHER, TIME), parallel=False)
-    assert _calls(reply, one) == ("Let me look.", [("get_weather", {"city": "Paris"})])
-    content, calls = TOOLS.read(reply)
-    assert len({c.id for c in calls}) == 2 and all(c.id.startswith("call_") for c in calls)
-
-
-def test_llama_and_mistral_markers_carry_several_calls_and_mistral_gets_ids_its_template_takes() -> None:
-    second = '{"name": "get_time", "parameters": {}}'
-    llama = f'<|python_tag|>{{"name": "get_weather", "parameters": {{"city": "Paris"}}}}; {second}'
-    assert _calls(llama) == (None, [("get_weather", {"city": "Paris"}), ("get_time", {})])
-    mistral = 'Checking. [TOOL_CALLS]get_weather[ARGS]{"city": "Paris"}[TOOL_CALLS]get_time[ARGS]{}'
-    assert _calls(mistral) == ("Checking.", [("get_weather", {"city": "Paris"}), ("get_time", {})])
-    _, calls = TOOLS.read(mistral)  # its template refuses a history with ids of another shape
-    assert all(len(c.id) == 9 and c.id.isalnum() for c in calls) and calls[0].id != calls[1].id
-    quoting = '{"name": "get_weather", "arguments": {"city": "[TOOL_CALLS] <tool_call>"}}'
-    assert _calls(quoting) == (None, [("get_weather", {"city": "[TOOL_CALLS] <tool_call>"})])
-    for not_calls in (
-        "[TOOL_CALLS]rm_rf[ARGS]{}",
-        "[TOOL_CALLS]get_weather[ARGS][1]",
-        f"<|python_tag|>{CALL}; x",
-    ):
-        assert _calls(not_calls) == (not_calls, [])
-
-
-@pytest.mark.parametrize(
-    "reply",
-    [
-        "The weather in Paris is mild.",
-        '{"name": "delete_everything", "arguments": {}}',  # not a declared tool
-        '{"name": "get_weather", "arguments": [1, 2]}',  # arguments not an object
-        '{"city": "Paris"}',  # JSON, not a call
-        f"{CALL}\n{CALL}",  # two objects in a row: not one value
-        f"<tool_call>\n{CALL}\n</tool_call>\nand then I made something up",
-        "<tool_call>\n{not json}\n</tool_call>",
-        f"Here is the format: <tool_call>{CALL}</tool_call> — use it wisely",
-        f"```python\nprint({CALL})\n```",
-    ],
-)
-def test_a_reply_that_is_not_only_calls_is_its_text_whole(reply: str) -> None:
-    assert _calls(reply) == (reply, [])
-
-
-def test_a_forced_call_is_one_tools_schema_or_any_of_them() -> None:
-    assert Tools((WEATHER, TIME)).forced_schema() is None
-    named = Tools((WEATHER, TIME), choice="get_weather").forced_schema()
-    assert named == {
-        "type": "object",
-        "properties": {"name": {"const": "get_weather"}, "arguments": WEATHER["function"]["parameters"]},  # type: ignore[index]
-        "required": ["name", "arguments"],
-    }
-    required = Tools((WEATHER, TIME), choice="required").forced_schema()
-    assert required is not None and [a["properties"]["name"] for a in required["anyOf"]] == [
-        {"const": "get_weather"},
-        {"const": "get_time"},
-    ]
-
-
-def _stream(pieces: list[str]) -> tuple[list[str], str, list[str]]:
-    scanner = ToolCallScanner(TOOLS)
-    shown = [scanner.push(p) for p in pieces]
-    rest, calls = scanner.finish()
-    return shown, rest, [c.name for c in calls]
-
-
-def test_a_stream_shows_text_at_once_and_never_a_piece_of_a_call() -> None:
-    shown, rest, calls = _stream(["The sea", " is calm", " today."])
-    assert (shown, rest, calls) == (["The sea", " is calm", " today."], "", [])
-    reply = f"Checking.\n<tool_call>\n{CALL}\n</tool_call>"
-    shown, rest, calls = _stream(list(reply))  # a character at a time
-    assert "".join(shown) == "Checking.\n" and (rest, calls) == ("", ["get_weather"])
-    shown, rest, calls = _stream([CALL[:5], CALL[5:20], CALL[20:]])
-    assert (shown, rest, calls) == (["", "", ""], "", ["get_weather"])
-    shown, rest, calls = _stream(
-        ['{"a": 1} ', f"<tool_call>{CALL}</tool_call>"]
-    )  # held, then text before a call
-    assert (shown, rest, calls) == (["", ""], '{"a": 1}', ["get_weather"])
-
-
-def test_held_text_that_was_no_call_is_shown_whole_at_the_end() -> None:
-    code = "```python\nprint(1)\n```"
-    shown, rest, calls = _stream(["``", "`py", "thon\nprint(1)\n```"])
-    assert "".join(shown) + rest == code and calls == []
-    assert shown[-1]  # released once it could no longer be a call
-    shown, rest, calls = _stream(['{"city":', ' "Paris"}'])
-    assert (shown, rest, calls) == (["", ""], '{"city": "Paris"}', [])
-    shown, rest, calls = _stream(["a <tool", "_cal", "endar>"])
-    assert "".join(shown) + rest == "a <tool_calendar>" and calls == []
 
 
 @needs_llama
@@ -151,9 +18,10 @@ def test_held_text_that_was_no_call_is_shown_whole_at_the_end() -> None:
 def test_the_official_client_gets_tool_calls_from_a_real_model() -> None:
     """Qwen2.5-Coder's template tells it of the tools; its call comes back as
     ``tool_calls`` whole and streamed; ``required`` forces one; the tool's result goes
-    back in the next request."""
+    back in the next request; the library's ``OpenAIChat`` does the same."""
     from openai import BadRequestError, OpenAI
 
+    from coinfer.chat import ChatRequest, OpenAIChat, Tools
     from coinfer.serve.process import ServerProcess
 
     question = [{"role": "user", "content": "What's the weather like in Paris today?"}]
@@ -193,48 +61,18 @@ def test_the_official_client_gets_tool_calls_from_a_real_model() -> None:
                 messages=question, tool_choice="required", response_format={"type": "json_object"}, **ask
             )  # type: ignore[call-overload]
 
-
-_FRAGMENTS = st.sampled_from(
-    [
-        "<tool_call>",
-        "</tool_call>",
-        "<tool",
-        "_call>",
-        CALL,
-        "```",
-        "json",
-        "\n",
-        " ",
-        "{",
-        "}",
-        "Hi.",
-        '"name"',
-        "[",
-        "]",
-        ", ",
-        "<|python_tag|>",
-        "[TOOL_CALLS]",
-        "[TOOL_",
-        "get_weather[ARGS]",
-        ";",
-    ]
-)
-
-
-@given(st.lists(_FRAGMENTS | st.text(max_size=4), max_size=8), st.lists(st.integers(0, 200), max_size=6))
-def test_a_stream_says_what_the_whole_reply_says_however_it_is_cut(parts: list[str], cuts: list[int]) -> None:
-    """Whatever the pieces, a stream's text and calls are the whole reply's: the text
-    shown is the reply's (all of it, or up to its calls), and nothing is lost."""
-    text = "".join(parts)
-    bounds = sorted({0, len(text), *(c % (len(text) + 1) for c in cuts)})
-    shown, rest, calls = _stream([text[a:b] for a, b in zip(bounds, bounds[1:], strict=False)])
-    content, whole = TOOLS.read(text)
-    assert calls == [c.name for c in whole]
-    if whole:
-        assert text.startswith("".join(shown))
-        assert ("".join(shown) + rest).rstrip() == (content or "")
-    else:
-        assert "".join(shown) + rest == text
+        # the library's remote chat model asks with tools and reads the calls back the same
+        remote = OpenAIChat("qwen2.5-coder-0.5b", base_url=server.url, api_key="unused")
+        got = remote.chat(ChatRequest(question, max_tokens=60, tools=Tools((WEATHER,))))
+        assert got.finish_reasons == ["tool_calls"] and got.text == ""
+        assert [(c.name, c.arguments) for c in got.calls] == [(call.function.name, call.function.arguments)]
+        back = [
+            *question,
+            {"role": "assistant", "content": "", "tool_calls": [got.calls[0].as_openai()]},
+            {"role": "tool", "tool_call_id": got.calls[0].id, "content": '{"temperature_c": 14}'},
+        ]
+        again = remote.chat(ChatRequest(back, max_tokens=4, tools=Tools((WEATHER,))))
+        assert again.usage.prompt_tokens == after.usage.prompt_tokens  # the same history as the client's
 
 
 @needs_llama
@@ -246,7 +84,7 @@ def test_llmcad_and_collective_serving_give_the_plain_engines_calls() -> None:
     target, and LLMCad's draft."""
     from openai import OpenAI
 
-    from coinfer.chat import open_local_chat
+    from coinfer.chat import ChatRequest, Tools, open_local_chat
     from coinfer.decoding import NgramDrafter
     from coinfer.engines import get
     from coinfer.models import load_model
@@ -264,6 +102,7 @@ def test_llmcad_and_collective_serving_give_the_plain_engines_calls() -> None:
     question = [{"role": "user", "content": "What's the weather like in Paris today?"}]
     ask = {"messages": question, "tools": [WEATHER, TIME], "temperature": 0, "max_tokens": 48}
     try:
+        local = chat.chat(ChatRequest(question, max_tokens=48, tools=Tools((WEATHER, TIME))))
         with Server({n: served(s, name=n) for n, s in sessions.items()}) as server:
             client = OpenAI(base_url=server.url, api_key="unused", max_retries=0)
             answers = {}
@@ -279,3 +118,6 @@ def test_llmcad_and_collective_serving_give_the_plain_engines_calls() -> None:
             m.close()
     assert answers["plain"][1] and answers["plain"][1][0][0] == "get_weather"
     assert answers["llmcad"] == answers["plain"] and answers["collective"] == answers["plain"]
+    # the library's local chat model: the same prompt and reply, so the same calls
+    assert [(c.name, json.loads(c.arguments)) for c in local.calls] == answers["plain"][1]
+    assert local.finish_reasons == ["tool_calls"] and local.text == (answers["plain"][0] or "")

@@ -6,6 +6,7 @@ from coinfer.chat.local import LocalChat, open_local_chat
 from coinfer.chat.openai_api import OpenAIChat
 from coinfer.chat.pricing import DEFAULT_PRICES, Price, PriceTable, UsageLedger
 from coinfer.chat.shared import SharedChat
+from coinfer.chat.tools import ToolCall, Tools
 
 __all__ = [
     "DEFAULT_PRICES",
@@ -19,5 +20,7 @@ __all__ = [
     "Usage",
     "UsageLedger",
     "SharedChat",
+    "ToolCall",
+    "Tools",
     "open_local_chat",
 ]

@@ -15,6 +15,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from coinfer.chat.tools import ToolCall, Tools
 from coinfer.errors import ConfigError
 from coinfer.models.chat_template import Message, check_messages
 
@@ -67,6 +68,7 @@ class ChatRequest:
     temperature: float = 0.0
     json_schema: Mapping[str, Any] | None = None  # the reply must be JSON following it
     seed: int | None = None
+    tools: Tools | None = None  # the model may answer with calls of these (``ChatResult.tool_calls``)
 
     def __post_init__(self) -> None:
         check_messages(self.messages)
@@ -75,19 +77,53 @@ class ChatRequest:
                 f"a chat request needs n >= 1, max_tokens >= 1 and temperature >= 0 "
                 f"(got {self.n}, {self.max_tokens}, {self.temperature})"
             )
+        if self.tools is not None and self.tools.forces and self.json_schema is not None:
+            raise ConfigError(
+                "a reply cannot both follow a schema and be a forced tool call",
+                hint='give json_schema or a forcing tool choice, or let tools.choice be "auto"',
+            )
+
+    @property
+    def reply_schema(self) -> Mapping[str, Any] | None:
+        """The schema a reply must follow: ``json_schema``, or a forced call's."""
+        return (
+            self.tools.forced_schema() if self.tools is not None and self.tools.forces else self.json_schema
+        )
 
 
 @dataclass(frozen=True)
 class ChatResult:
-    """The ``n`` replies, why each ended (``stop`` or ``length``), and what they cost."""
+    """The ``n`` replies, why each ended (``stop``, ``length``, or ``tool_calls``), what
+    they cost, and each reply's tool calls (none unless the request gave ``tools``; a
+    reply with calls has the text before them, often empty, as its text)."""
 
     texts: list[str]
     finish_reasons: list[str]
     usage: Usage = field(default_factory=Usage)
+    tool_calls: list[list[ToolCall]] = field(default_factory=list)
 
     @property
     def text(self) -> str:
         return self.texts[0]
+
+    @property
+    def calls(self) -> list[ToolCall]:
+        """The first reply's tool calls."""
+        return self.tool_calls[0] if self.tool_calls else []
+
+    @classmethod
+    def read(cls, texts: list[str], reasons: list[str], usage: Usage, tools: Tools | None) -> ChatResult:
+        """The result of replies written as text: with ``tools``, each reply that is calls
+        (``Tools.read``) becomes its content and calls, ``tool_calls`` its finish reason."""
+        if tools is None:
+            return cls(texts, reasons, usage)
+        read = [tools.read(t) for t in texts]
+        return cls(
+            [content or "" for content, _ in read],  # the whole text where there are no calls
+            ["tool_calls" if calls else r for (_, calls), r in zip(read, reasons, strict=True)],
+            usage,
+            [calls for _, calls in read],
+        )
 
 
 class ChatModel(ABC):

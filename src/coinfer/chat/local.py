@@ -44,6 +44,10 @@ llama.cpp, its grammar sampler over the schema's GBNF): the sampled token is che
 against the grammar, and only a refused one makes the whole vocabulary masked and the
 token drawn again. Elsewhere the schema is a hint: callers that need JSON validate the
 reply and retry, as the MinionS protocol does.
+
+A request's ``tools`` go into the prompt through the model's own chat template, and each
+reply that is calls comes back as calls (``ChatResult.tool_calls``, read by
+``chat.tools``); a forced call (``tool_choice`` "required" or a name) is the calls' schema.
 """
 
 from __future__ import annotations
@@ -60,6 +64,7 @@ import numpy as np
 from coinfer.chat.base import ChatModel, ChatRequest, ChatResult, Usage
 from coinfer.chat.cache_store import CacheStore
 from coinfer.chat.job import Job
+from coinfer.chat.tools import call_arguments_as
 from coinfer.decoding.batch_shape import Passes
 from coinfer.decoding.batch_speculation import BatchSpeculator
 from coinfer.decoding.cost_curve import CostCurve
@@ -133,22 +138,22 @@ class LocalChat(ChatModel):
     def chat_batch(self, requests: Sequence[ChatRequest]) -> list[ChatResult]:
         jobs = self.jobs_for(requests)
         self._run(jobs)
-        return self.results(len(requests), jobs)
+        return self.results(requests, jobs)
 
     def jobs_for(self, requests: Sequence[ChatRequest]) -> list[Job]:
         """One call's requests as jobs for ``step`` (request i's samples have ``request == i``)."""
         self._calls += 1
         return [job for i, r in enumerate(requests) for job in self._jobs(i, r)]
 
-    def results(self, count: int, jobs: list[Job]) -> list[ChatResult]:
-        """The answers of one call's ``count`` requests, from its finished jobs."""
-        return [self._result(i, [j for j in jobs if j.request == i]) for i in range(count)]
+    def results(self, requests: Sequence[ChatRequest], jobs: list[Job]) -> list[ChatResult]:
+        """The answers of one call's ``requests``, from its finished jobs."""
+        return [self._result(r, [j for j in jobs if j.request == i]) for i, r in enumerate(requests)]
 
     def _jobs(self, index: int, request: ChatRequest) -> list[Job]:
         return self.new_jobs(
-            index, self.model.chat_prompt(request.messages), n=request.n, max_tokens=request.max_tokens,
+            index, self._chat_prompt(request), n=request.n, max_tokens=request.max_tokens,
             params=SamplingParams(temperature=request.temperature, seed=request.seed),
-            json_schema=request.json_schema,
+            json_schema=request.reply_schema,
         )  # fmt: skip
 
     def new_jobs(
@@ -537,14 +542,22 @@ class LocalChat(ChatModel):
         job.seq = None
         return job.finish is not None
 
-    def _result(self, index: int, jobs: list[Job]) -> ChatResult:
+    def _chat_prompt(self, request: ChatRequest) -> list[int]:
+        """The request's messages through the model's template, with its tools (a template
+        that takes none refuses them: the model would answer in text where calls are awaited)."""
+        messages = call_arguments_as(request.messages, text=False)
+        if request.tools is None:
+            return self.model.chat_prompt(messages)
+        return self.model.chat_prompt(messages, tools=request.tools.specs)
+
+    def _result(self, request: ChatRequest, jobs: list[Job]) -> ChatResult:
         texts = [self.model.detokenize(j.tokens) for j in jobs]
         usage = Usage(
             prompt_tokens=sum(len(j.prompt) for j in jobs),
             completion_tokens=sum(len(j.tokens) for j in jobs),
             calls=1,
         )
-        return ChatResult(texts, [j.finish or "length" for j in jobs], usage)
+        return ChatResult.read(texts, [j.finish or "length" for j in jobs], usage, request.tools)
 
 
 def _seq(job: Job) -> Seq:

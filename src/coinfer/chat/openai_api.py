@@ -18,6 +18,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from coinfer.chat.base import ChatModel, ChatRequest, ChatResult, Usage, estimate_tokens
+from coinfer.chat.tools import ToolCall, call_arguments_as
 from coinfer.errors import ConfigError, MissingDependencyError, TransportError
 
 __all__ = ["OpenAIChat"]
@@ -64,16 +65,19 @@ class OpenAIChat(ChatModel):
     def chat(self, request: ChatRequest) -> ChatResult:
         texts: list[str] = []
         reasons: list[str] = []
+        calls: list[list[ToolCall]] = []
         usage = Usage()
         while len(texts) < request.n:
             response = self._create(request, request.n - len(texts))
             usage = usage + self._usage(response, request)
             for choice in sorted(response.choices, key=lambda c: c.index):
                 texts.append(choice.message.content or "")
-                reasons.append("length" if choice.finish_reason == "length" else "stop")
+                calls.append(_calls(choice.message))
+                reasons.append(_finish(choice.finish_reason, calls[-1]))
             if not response.choices:
                 raise TransportError(f"{self.name} at {self.base_url} returned no choices")
-        return ChatResult(texts[: request.n], reasons[: request.n], usage)
+        n = request.n
+        return ChatResult(texts[:n], reasons[:n], usage, calls[:n] if request.tools is not None else [])
 
     def chat_batch(self, requests: Sequence[ChatRequest]) -> list[ChatResult]:
         if len(requests) <= 1:
@@ -84,7 +88,7 @@ class OpenAIChat(ChatModel):
     def _create(self, request: ChatRequest, n: int) -> Any:
         kwargs: dict[str, Any] = {
             "model": self.name,
-            "messages": [dict(m) for m in request.messages],
+            "messages": call_arguments_as(request.messages, text=True),
             "max_tokens": request.max_tokens,
             "temperature": request.temperature,
         }
@@ -92,6 +96,11 @@ class OpenAIChat(ChatModel):
             kwargs["n"] = n
         if request.seed is not None:
             kwargs["seed"] = request.seed
+        if request.tools is not None:  # the API forces a call itself: no schema of ours
+            kwargs["tools"] = [dict(t) for t in request.tools.specs]
+            kwargs["tool_choice"] = _tool_choice(request.tools.choice)
+            if not request.tools.parallel:
+                kwargs["parallel_tool_calls"] = False
         if request.json_schema is not None:
             kwargs["response_format"] = {
                 "type": "json_schema",
@@ -125,3 +134,21 @@ class OpenAIChat(ChatModel):
         prompt = sum(estimate_tokens(str(m.get("content", ""))) for m in request.messages)
         completion = sum(estimate_tokens(c.message.content or "") for c in response.choices)
         return Usage(prompt, completion, calls=1, estimated=True)
+
+
+def _tool_choice(choice: str) -> str | dict[str, Any]:
+    """``Tools.choice`` as OpenAI's ``tool_choice``."""
+    return choice if choice in ("auto", "required") else {"type": "function", "function": {"name": choice}}
+
+
+def _calls(message: Any) -> list[ToolCall]:
+    """A reply message's tool calls as ``ToolCall`` (the API's own ids kept)."""
+    return [
+        ToolCall(str(c.function.name), str(c.function.arguments), id=str(c.id))
+        for c in getattr(message, "tool_calls", None) or []
+        if getattr(c, "function", None) is not None
+    ]
+
+
+def _finish(reason: str | None, calls: list[ToolCall]) -> str:
+    return "tool_calls" if calls else "length" if reason == "length" else "stop"

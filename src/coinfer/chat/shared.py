@@ -140,7 +140,7 @@ class SharedChat(ChatModel):
         open_calls = []
         for call in calls:
             if all(job.finish is not None for job in call.jobs):  # each retired by its last step
-                call.results = self.local.results(len(call.requests), call.jobs)
+                call.results = self.local.results(call.requests, call.jobs)
                 call.done.set()
             else:
                 open_calls.append(call)

@@ -30,11 +30,11 @@ from starlette.responses import HTMLResponse, JSONResponse, Response
 from starlette.routing import Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
+from coinfer.chat.tools import ToolCall, ToolCallScanner
 from coinfer.errors import CoinferError, ConfigError, ContextOverflowError
 from coinfer.serve.metrics import CONTENT_TYPE_LATEST, ServerMetrics
 from coinfer.serve.schemas import ServeRequest, read_body
 from coinfer.serve.served import Event, Served, ServerBusy, ServerUnavailable, Ticket
-from coinfer.serve.tool_calls import ToolCall, ToolCallScanner
 from coinfer.serve.viewer import page
 
 __all__ = ["KEEP_TRACES", "MAX_BODY", "build_app"]

@@ -28,8 +28,8 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator
 
 from coinfer.chat.base import ChatRequest
+from coinfer.chat.tools import MAX_TOOLS, Tools, call_arguments_as
 from coinfer.errors import ConfigError
-from coinfer.serve.tool_calls import MAX_TOOLS, Tools
 
 __all__ = [
     "MAX_N",
@@ -287,21 +287,9 @@ class ServeRequest:
         if self.messages is None:
             raise ConfigError("this model serves chat completions only", hint="POST /v1/chat/completions")
         return ChatRequest(
-            messages=[_as_openai_message(m) for m in self.messages], n=self.n, max_tokens=self.max_tokens,
+            messages=call_arguments_as(self.messages, text=True), n=self.n, max_tokens=self.max_tokens,
             temperature=self.temperature, json_schema=self.json_schema, seed=self.seed,
         )  # fmt: skip
-
-
-def _as_openai_message(message: dict[str, Any]) -> dict[str, Any]:
-    """A template's message as OpenAI's again, for a chat model behind an API: a call's
-    arguments back to JSON text."""
-    if "tool_calls" not in message:
-        return message
-    calls = [
-        {**c, "function": {**c["function"], "arguments": json.dumps(c["function"]["arguments"])}}
-        for c in message["tool_calls"]
-    ]
-    return {**message, "tool_calls": calls}
 
 
 def _field_error(exc: ValidationError) -> ConfigError:

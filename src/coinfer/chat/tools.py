@@ -33,10 +33,22 @@ import re
 import secrets
 import string
 import uuid
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-__all__ = ["MAX_TOOLS", "OPENERS", "TAG", "ToolCall", "ToolCallScanner", "Tools", "first_opener"]
+from coinfer.errors import ConfigError
+
+__all__ = [
+    "MAX_TOOLS",
+    "OPENERS",
+    "TAG",
+    "ToolCall",
+    "ToolCallScanner",
+    "Tools",
+    "call_arguments_as",
+    "first_opener",
+]
 
 MAX_TOOLS = 128  # as OpenAI allows
 TAG, END_TAG = "<tool_call>", "</tool_call>"
@@ -179,6 +191,31 @@ def first_opener(text: str) -> tuple[int, str | None]:
     """Where the first of the ``OPENERS`` in ``text`` begins, and which; ``(-1, None)``."""
     found = [(at, o) for o in OPENERS if (at := text.find(o)) >= 0]
     return min(found) if found else (-1, None)
+
+
+def call_arguments_as(messages: Sequence[Mapping[str, Any]], *, text: bool) -> list[dict[str, Any]]:
+    """The messages with each call's arguments as JSON text (OpenAI's shape, ``text``) or
+    as objects (chat templates' shape); arguments that are not JSON are refused."""
+    out = []
+    for i, m in enumerate(messages):
+        if not m.get("tool_calls"):
+            out.append(dict(m))
+            continue
+        calls = []
+        for c in m["tool_calls"]:
+            arguments = c["function"]["arguments"]
+            if text and not isinstance(arguments, str):
+                arguments = json.dumps(arguments, ensure_ascii=False)
+            elif not text and isinstance(arguments, str):
+                arguments = _json(arguments)
+                if not isinstance(arguments, dict):
+                    raise ConfigError(
+                        f"message {i}: a call's arguments must be a JSON object",
+                        hint="give them as a JSON object, or as its JSON text as OpenAI does",
+                    )
+            calls.append({**c, "function": {**c["function"], "arguments": arguments}})
+        out.append({**m, "tool_calls": calls})
+    return out
 
 
 def _json(text: str) -> Any:
