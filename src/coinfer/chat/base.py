@@ -13,11 +13,14 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from coinfer.chat.tools import ToolCall, Tools
+from coinfer.chat.tools import ToolCall, Tools, call_arguments_as
 from coinfer.errors import ConfigError
 from coinfer.models.chat_template import Message, check_messages
+
+if TYPE_CHECKING:
+    from coinfer.models.base import Prompter
 
 __all__ = ["ChatModel", "ChatRequest", "ChatResult", "Usage"]
 
@@ -82,6 +85,14 @@ class ChatRequest:
                 "a reply cannot both follow a schema and be a forced tool call",
                 hint='give json_schema or a forcing tool choice, or let tools.choice be "auto"',
             )
+
+    def prompt(self, model: Prompter) -> list[int]:
+        """The messages through ``model``'s chat template, with the tools (a template that
+        takes none refuses them: the model would answer in text where calls are awaited)."""
+        messages = call_arguments_as(self.messages, text=False)
+        if self.tools is None:
+            return model.chat_prompt(messages)
+        return model.chat_prompt(messages, tools=self.tools.specs)
 
     @property
     def reply_schema(self) -> Mapping[str, Any] | None:

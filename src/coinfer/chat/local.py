@@ -45,9 +45,8 @@ against the grammar, and only a refused one makes the whole vocabulary masked an
 token drawn again. Elsewhere the schema is a hint: callers that need JSON validate the
 reply and retry, as the MinionS protocol does.
 
-A request's ``tools`` go into the prompt through the model's own chat template, and each
-reply that is calls comes back as calls (``ChatResult.tool_calls``, read by
-``chat.tools``); a forced call (``tool_choice`` "required" or a name) is the calls' schema.
+A request's ``tools`` go into the prompt through the model's template (``ChatRequest.prompt``);
+replies that are calls come back as ``ChatResult.tool_calls``; a forced call is a schema.
 """
 
 from __future__ import annotations
@@ -64,7 +63,6 @@ import numpy as np
 from coinfer.chat.base import ChatModel, ChatRequest, ChatResult, Usage
 from coinfer.chat.cache_store import CacheStore
 from coinfer.chat.job import Job
-from coinfer.chat.tools import call_arguments_as
 from coinfer.decoding.batch_shape import Passes
 from coinfer.decoding.batch_speculation import BatchSpeculator
 from coinfer.decoding.cost_curve import CostCurve
@@ -151,7 +149,7 @@ class LocalChat(ChatModel):
 
     def _jobs(self, index: int, request: ChatRequest) -> list[Job]:
         return self.new_jobs(
-            index, self._chat_prompt(request), n=request.n, max_tokens=request.max_tokens,
+            index, request.prompt(self.model), n=request.n, max_tokens=request.max_tokens,
             params=SamplingParams(temperature=request.temperature, seed=request.seed),
             json_schema=request.reply_schema,
         )  # fmt: skip
@@ -541,14 +539,6 @@ class LocalChat(ChatModel):
                 self._give_way(self._kept.pop(0))
         job.seq = None
         return job.finish is not None
-
-    def _chat_prompt(self, request: ChatRequest) -> list[int]:
-        """The request's messages through the model's template, with its tools (a template
-        that takes none refuses them: the model would answer in text where calls are awaited)."""
-        messages = call_arguments_as(request.messages, text=False)
-        if request.tools is None:
-            return self.model.chat_prompt(messages)
-        return self.model.chat_prompt(messages, tools=request.tools.specs)
 
     def _result(self, request: ChatRequest, jobs: list[Job]) -> ChatResult:
         texts = [self.model.detokenize(j.tokens) for j in jobs]
