@@ -53,6 +53,7 @@ class LoadConfig:
     deadline_s: float = 600.0
     disconnect: float = 0.0  # the share of requests whose client goes away mid-stream
     seed: int = 0  # which requests those are, and after how many chunks
+    prompt_chars: int | None = None  # each function cut to its first lines (about this long); None: whole
 
     def __post_init__(self) -> None:
         if self.clients < 1 or self.requests < 1 or self.max_tokens < 1 or self.deadline_s <= 0:
@@ -121,12 +122,15 @@ class LoadResult:
         return {**asdict(self), "passed": self.passed}
 
 
-def load_prompts(n: int) -> list[str]:
-    """``n`` requests: HumanEval's prompts in a chat request."""
+def load_prompts(n: int, chars: int | None = None) -> list[str]:
+    """``n`` requests: HumanEval's prompts in a chat request, each cut after the last line
+    that ends within its first ``chars`` characters (a shorter prefill; None: whole)."""
     from coinfer.bench.workloads import humaneval_problems, humaneval_request
 
-    problems = humaneval_problems()
-    return [humaneval_request(problems[i % len(problems)]["prompt"]) for i in range(n)]
+    problems = [p["prompt"] for p in humaneval_problems()]
+    if chars is not None:
+        problems = [p[:chars].rsplit("\n", 1)[0] + "\n" if "\n" in p[:chars] else p for p in problems]
+    return [humaneval_request(problems[i % len(problems)]) for i in range(n)]
 
 
 def _rss_mb(pid: int) -> float:
@@ -268,7 +272,7 @@ def run_load(config: LoadConfig) -> LoadResult:
 
     from coinfer.serve.process import ServerProcess
 
-    prompts = load_prompts(config.requests)
+    prompts = load_prompts(config.requests, config.prompt_chars)
     # no kept or stored caches: memory and live sequences back where they were means nothing leaked
     extra = [
         "--engine",
