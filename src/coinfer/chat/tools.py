@@ -54,6 +54,7 @@ MAX_TOOLS = 128  # as OpenAI allows
 TAG, END_TAG = "<tool_call>", "</tool_call>"
 PYTHON_TAG, MISTRAL_CALLS, MISTRAL_ARGS = "<|python_tag|>", "[TOOL_CALLS]", "[ARGS]"
 OPENERS = (TAG, PYTHON_TAG, MISTRAL_CALLS)  # what begins a reply's calls, by model family
+_LONGEST_OPENER = max(map(len, OPENERS))
 _BLOCK = re.compile(r"<tool_call>\s*(.*?)\s*(?:</tool_call>|$)", re.DOTALL)
 _FENCE = re.compile(r"^```(?:json|JSON)?[ \t]*\n?(.*?)\n?\s*```$", re.DOTALL)
 _FENCE_OPEN = re.compile(r"```(?:json|JSON)?[ \t]*\n?\s*")
@@ -157,9 +158,9 @@ class Tools:
         """The calls after a family's marker (``text`` begins with it), or none when
         anything after it is not a call."""
         if marker == PYTHON_TAG:  # Llama 3.x: one call's JSON, or several parted by ";"
-            values = [_json(part) for part in text[len(marker) :].split(";")]
-            whole = self._bare(text[len(marker) :])
-            return whole or (self._each(values) if len(values) > 1 else [])
+            body = text[len(marker) :]
+            parts = body.split(";")
+            return self._bare(body) or (self._each([_json(p) for p in parts]) if len(parts) > 1 else [])
         calls: list[ToolCall] = []
         for piece in text.split(marker)[1:]:  # Mistral: a list of calls, or name[ARGS]{…} each
             name, args, arguments = piece.partition(MISTRAL_ARGS)
@@ -244,7 +245,7 @@ def _bare_opening(text: str) -> str:
 
 def _partial_opener(text: str) -> int:
     """How many characters at the end of ``text`` may begin one of the ``OPENERS``."""
-    for n in range(min(max(map(len, OPENERS)) - 1, len(text)), 0, -1):
+    for n in range(min(_LONGEST_OPENER - 1, len(text)), 0, -1):
         if any(o.startswith(text[-n:]) for o in OPENERS):
             return n
     return 0
