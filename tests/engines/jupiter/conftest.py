@@ -1,16 +1,71 @@
 """Shared by the Jupiter tests: a tiny model with heads trained on its own text, and a
-cluster of real device processes with those heads, run from a spawned process."""
+cluster of real device processes with those heads.
+
+Every device process of these tests is forked from one server that imported torch and
+transformers once (``multiprocessing``'s forkserver, ``DEVICE_PRELOAD``), not started as a
+fresh interpreter that imports them again: an import costs several seconds on a small
+machine, most of a test's time. Each device is still a process of its own, meeting the
+others over loopback through torch.distributed (gloo); the workers run ``coinfer edge
+worker``'s own entry point (``tests/cli/test_edge.py`` starts the command itself)."""
 
 from __future__ import annotations
 
 import multiprocessing as mp
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from multiprocessing.context import BaseContext
 from typing import Any
 
 import pytest
 
 PROMPT = [5, 17, 33, 8, 90, 41, 7, 7, 64, 12, 3, 99, 21, 40]
+TOKEN = "t0ken"
+DEVICE_PRELOAD = [
+    "torch",
+    "transformers.models.qwen2.modeling_qwen2",
+    "transformers.models.llama.modeling_llama",
+    "coinfer.cli",
+    "coinfer.engines.jupiter",
+]
+
+
+def devices_context() -> BaseContext:
+    """The forkserver that starts these tests' device processes, its imports preloaded
+    (the server starts with the first process and serves the whole test session)."""
+    ctx = mp.get_context("forkserver")
+    ctx.set_forkserver_preload(DEVICE_PRELOAD)
+    return ctx
+
+
+def _edge_worker(argv: list[str], token: str) -> None:
+    import os
+    import sys
+
+    from coinfer.cli import main
+
+    os.environ["COINFER_EDGE_TOKEN"] = token
+    sys.exit(main(argv))
+
+
+def start_worker(rank: int, world: int, master: str, name: str, dtype: str | None = None) -> Any:
+    """Device ``rank`` as ``coinfer edge worker --rank rank ...`` (its arguments are
+    ``worker_command``'s), on core 0, in a process forked from ``devices_context``."""
+    from coinfer.engines.jupiter.worker import worker_command
+
+    argv = worker_command(rank, world, master, [0], name, dtype=dtype)[3:]  # after ``python -m coinfer``
+    proc = devices_context().Process(target=_edge_worker, args=(argv, TOKEN))  # type: ignore[attr-defined]
+    proc.start()
+    return proc
+
+
+def stop(procs: list[Any], timeout: float = 60) -> None:
+    """Wait for each process to end (a device leaves when device 0 closes the group);
+    kill one still running after ``timeout``."""
+    for proc in procs:
+        proc.join(timeout=timeout)
+        if proc.is_alive():
+            proc.kill()
+            proc.join()
 
 
 @pytest.fixture(scope="session")
@@ -41,45 +96,48 @@ def model_and_heads(tmp_path_factory: pytest.TempPathFactory) -> tuple[str, str]
 
 @contextmanager
 def cluster_with_heads(
-    path: str, heads_dir: str, world: int, kv: str = "dynamic", worker_dtype: str | None = None
+    path: str, heads_dir: str, world: int, master: str, kv: str = "dynamic"
 ) -> Iterator[Any]:
-    """This process as device 0 of ``world`` (the others as ``coinfer edge worker``
-    processes, started with ``--dtype worker_dtype`` where given), every stage on ``kv``
-    caches, the heads given to the cluster; closed and waited for after."""
-    import os
-    import subprocess
-
+    """This process as device 0 of ``world``, meeting the others (``run_on_devices``'s
+    workers) at ``master``, every stage on ``kv`` caches, the heads given to the cluster;
+    closed after."""
     from coinfer.engines.jupiter import EdgeCluster
-    from coinfer.engines.jupiter.worker import worker_command
     from coinfer.models.heads import DraftHeads
-    from coinfer.transport.ports import free_loopback_port
 
-    master = f"127.0.0.1:{free_loopback_port()}"
-    env = {**os.environ, "COINFER_EDGE_TOKEN": "t0ken"}
-    workers = [
-        subprocess.Popen(worker_command(r, world, master, [0], f"d{r}", dtype=worker_dtype), env=env)
-        for r in range(1, world)
-    ]
-    try:
-        cluster = EdgeCluster(path, world=world, master=master, threads=1, token="t0ken", kv=kv)
-        cluster.use_heads(DraftHeads.load(heads_dir))
-        yield cluster
-        cluster.close()
-    finally:
-        for w in workers:
-            w.wait(timeout=60)
+    cluster = EdgeCluster(path, world=world, master=master, threads=1, token=TOKEN, kv=kv)
+    cluster.use_heads(DraftHeads.load(heads_dir))
+    yield cluster
+    cluster.close()
 
 
 def run_spawned(target: Callable[..., None], *args: Any) -> Any:
-    """``target(*args, queue)`` in a fresh process (gloo's group is per process); what it
-    puts on the queue."""
-    ctx = mp.get_context("spawn")
-    results = ctx.Queue()
-    proc = ctx.Process(target=target, args=(*args, results))
+    """``target(*args, queue)`` in a process of its own (gloo's group is per process);
+    what it puts on the queue, once the process ended cleanly."""
+    ctx = devices_context()
+    results = ctx.Queue()  # type: ignore[attr-defined]
+    proc = ctx.Process(target=target, args=(*args, results))  # type: ignore[attr-defined]
     proc.start()
     try:
-        return results.get(timeout=240)
+        got = results.get(timeout=240)
     finally:
-        proc.join(timeout=60)
-        if proc.is_alive():
-            proc.kill()
+        stop([proc])
+    assert proc.exitcode == 0, f"device 0 ended with {proc.exitcode}"
+    return got
+
+
+def run_on_devices(
+    target: Callable[..., None], world: int, *args: Any, worker_dtype: str | None = None
+) -> Any:
+    """``target(master, world, *args, queue)`` as device 0 of ``world`` whose other devices are
+    ``coinfer edge worker`` processes meeting it at ``master`` (``--dtype worker_dtype``
+    where given); what it puts on the queue, once every device ended cleanly."""
+    from coinfer.transport.ports import free_loopback_port
+
+    master = f"127.0.0.1:{free_loopback_port()}"
+    workers = [start_worker(r, world, master, f"d{r}", worker_dtype) for r in range(1, world)]
+    try:
+        got = run_spawned(target, master, world, *args)
+    finally:
+        stop(workers)
+    assert [w.exitcode for w in workers] == [0] * len(workers)  # each left when device 0 closed
+    return got

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from tests.conftest import HAS_TORCH
-from tests.engines.jupiter.conftest import PROMPT, cluster_with_heads, run_spawned
+from tests.engines.jupiter.conftest import PROMPT, cluster_with_heads, run_on_devices
 
 pytestmark = pytest.mark.skipif(not HAS_TORCH, reason="needs the torch extra")
 
@@ -49,10 +49,10 @@ def _branches(cluster: Any, heads: Any, width: int) -> list[list[int]]:
     return [b.produced for b in branches]
 
 
-def _requests(path: str, heads_dir: str, world: int, kv: str, out) -> None:  # type: ignore[no-untyped-def]
+def _requests(master: str, world: int, path: str, heads_dir: str, kv: str, out) -> None:  # type: ignore[no-untyped-def]
     from coinfer.engines.jupiter import JupiterConfig, generate
 
-    with cluster_with_heads(path, heads_dir, world, kv) as cluster:
+    with cluster_with_heads(path, heads_dir, world, master, kv) as cluster:
         naive = [generate(cluster, PROMPT + f, config=JupiterConfig(max_tokens=N)).tokens for f in FEEDS]
         plain = _branches(cluster, None, 1)
         drafted = _branches(cluster, cluster.heads, 2)
@@ -68,8 +68,8 @@ def _requests(path: str, heads_dir: str, world: int, kv: str, out) -> None:  # t
 def test_branches_decoded_together_write_what_each_writes_alone(
     model_and_heads: tuple[str, str], world: int, kv: str
 ) -> None:
-    naive, plain, drafted, (asked, decoded), direct, counted = run_spawned(
-        _requests, *model_and_heads, world, kv
+    naive, plain, drafted, (asked, decoded), direct, counted = run_on_devices(
+        _requests, world, *model_and_heads, kv
     )
     assert plain == naive  # each branch sees the shared prompt and its own tokens only
     assert drafted == naive  # and the heads' trees inside each branch change nothing

@@ -4,12 +4,12 @@ waits for a free slot, and the devices serve the next request after the run."""
 
 from __future__ import annotations
 
-import multiprocessing as mp
 from typing import Any
 
 import pytest
 
 from tests.conftest import HAS_TORCH
+from tests.engines.jupiter.conftest import TOKEN, run_on_devices
 
 pytestmark = pytest.mark.skipif(not HAS_TORCH, reason="needs the torch extra")
 
@@ -39,57 +39,34 @@ class _Script:
         return [(k, PROMPTS[k], BUDGETS[k]) for k in self.joins.get(self.polls, [])]
 
 
-def _interleaved(path: str, world: int, out: Any) -> None:
-    import os
-    import subprocess
-
+def _interleaved(master: str, world: int, path: str, out: Any) -> None:
     from coinfer.engines.jupiter import EdgeCluster, JupiterConfig, generate
     from coinfer.engines.jupiter.session import ENGINE
-    from coinfer.engines.jupiter.worker import worker_command
-    from coinfer.transport.ports import free_loopback_port
 
-    master = f"127.0.0.1:{free_loopback_port()}"
-    env = {**os.environ, "COINFER_EDGE_TOKEN": "t0ken"}
-    commands = [worker_command(r, world, master, [0], f"d{r}") for r in range(1, world)]
-    workers = [subprocess.Popen(command, env=env) for command in commands]
-    try:
-        cluster = EdgeCluster(path, world=world, master=master, threads=1, token="t0ken")
-        config = JupiterConfig(max_tokens=16, min_part=4, max_batch=2)
-        alone = {k: generate(cluster, p, config=JupiterConfig(max_tokens=BUDGETS[k], min_part=4)).tokens
-                 for k, p in PROMPTS.items()}  # fmt: skip
-        session = ENGINE.open({"cluster": cluster}, config)
-        # 10 and 11 fill both slots at once; 12, 13 and 14 join later and wait for a slot;
-        # 13 leaves once it has two tokens, 14 before it has a slot
-        script = _Script({1: [10, 11], 3: [12], 4: [13], 5: [14]}, {6: {14}})
-        got: dict[int, list[int]] = {}
-        finishes: dict[int, str | None] = {}
-        for r in session.run(script, config.sampling):
-            got.setdefault(r.request, []).extend(r.tokens)
-            finishes[r.request] = r.finish_reason
-            if r.request == 13 and len(got[13]) == 2:
-                script.leaving.add(13)
-        again = JupiterConfig(max_tokens=BUDGETS[10], min_part=4)
-        after = generate(cluster, PROMPTS[10], config=again).tokens
-        out.put((session.batching, alone, got, finishes, after))
-        cluster.close()
-    finally:
-        for w in workers:
-            w.wait(timeout=60)
+    cluster = EdgeCluster(path, world=world, master=master, threads=1, token=TOKEN)
+    config = JupiterConfig(max_tokens=16, min_part=4, max_batch=2)
+    alone = {k: generate(cluster, p, config=JupiterConfig(max_tokens=BUDGETS[k], min_part=4)).tokens
+             for k, p in PROMPTS.items()}  # fmt: skip
+    session = ENGINE.open({"cluster": cluster}, config)
+    # 10 and 11 fill both slots at once; 12, 13 and 14 join later and wait for a slot;
+    # 13 leaves once it has two tokens, 14 before it has a slot
+    script = _Script({1: [10, 11], 3: [12], 4: [13], 5: [14]}, {6: {14}})
+    got: dict[int, list[int]] = {}
+    finishes: dict[int, str | None] = {}
+    for r in session.run(script, config.sampling):
+        got.setdefault(r.request, []).extend(r.tokens)
+        finishes[r.request] = r.finish_reason
+        if r.request == 13 and len(got[13]) == 2:
+            script.leaving.add(13)
+    again = JupiterConfig(max_tokens=BUDGETS[10], min_part=4)
+    after = generate(cluster, PROMPTS[10], config=again).tokens
+    out.put((session.batching, alone, got, finishes, after))
+    cluster.close()
 
 
 @pytest.mark.parametrize("world", [2, 1])
 def test_requests_in_the_pipeline_at_once_get_what_each_gets_alone(tiny_dirs, world: int) -> None:  # type: ignore[no-untyped-def]
-    ctx = mp.get_context("spawn")
-    results = ctx.Queue()
-    proc = ctx.Process(target=_interleaved, args=(str(tiny_dirs["qwen2"]), world, results))
-    proc.start()
-    try:
-        batching, alone, got, finishes, after = results.get(timeout=240)
-    finally:
-        proc.join(timeout=60)
-        if proc.is_alive():
-            proc.kill()
-    assert proc.exitcode == 0
+    batching, alone, got, finishes, after = run_on_devices(_interleaved, world, str(tiny_dirs["qwen2"]))
     assert batching
     for k in (10, 11, 12):
         assert got[k] == [t for t in alone[k]], k

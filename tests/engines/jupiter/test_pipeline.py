@@ -4,13 +4,13 @@ whole model's in one process."""
 
 from __future__ import annotations
 
-import multiprocessing as mp
 from pathlib import Path
 
 import pytest
 
 from coinfer.transport.ports import free_loopback_port
 from tests.conftest import HAS_TORCH
+from tests.engines.jupiter.conftest import devices_context, stop
 
 pytestmark = pytest.mark.skipif(not HAS_TORCH, reason="needs the torch extra")
 
@@ -62,7 +62,7 @@ def test_a_pipeline_of_processes_writes_what_one_process_writes(
 ) -> None:  # type: ignore[no-untyped-def]
     path = tiny_dirs["qwen2"]
     prompt = [5, 17, 33, 8, 90, 41, 7, 7, 64, 12, 3, 99]
-    ctx = mp.get_context("spawn")
+    ctx = devices_context()
     results = ctx.Queue()
     port = free_loopback_port()
     world = len(bounds) - 1
@@ -75,10 +75,7 @@ def test_a_pipeline_of_processes_writes_what_one_process_writes(
     try:
         got = results.get(timeout=120)
     finally:
-        for p in procs:
-            p.join(timeout=60)
-            if p.is_alive():
-                p.kill()
+        stop(procs)
     assert all(p.exitcode == 0 for p in procs)
     assert got == _alone(path, prompt, 8)
 

@@ -9,16 +9,18 @@ from typing import Any
 import pytest
 
 from tests.conftest import HAS_TORCH
-from tests.engines.jupiter.conftest import PROMPT, cluster_with_heads, run_spawned
+from tests.engines.jupiter.conftest import PROMPT, cluster_with_heads, run_on_devices
 
 pytestmark = pytest.mark.skipif(not HAS_TORCH, reason="needs the torch extra")
 
 
-def _requests(path: str, heads_dir: str, world: int, runs: list[dict[str, Any]], kv: str, dtype, out) -> None:  # type: ignore[no-untyped-def]
+def _requests(
+    master: str, world: int, path: str, heads_dir: str, runs: list[dict[str, Any]], kv: str, out: Any
+) -> None:
     from coinfer.decoding.sampling import SamplingParams
     from coinfer.engines.jupiter import JupiterConfig, generate
 
-    with cluster_with_heads(path, heads_dir, world, kv, dtype) as cluster:
+    with cluster_with_heads(path, heads_dir, world, master, kv) as cluster:
         results = []
         for run in runs:
             sampling = SamplingParams(**run.pop("sampling", {}))
@@ -41,7 +43,7 @@ def _run(
 ) -> list[Any]:
     """Each run's (tokens, accepted, rounds); ``profiled`` gets what each device's profile
     timed; ``worker_dtype``: the workers' own ``--dtype``."""
-    results, stages = run_spawned(_requests, *model_and_heads, world, runs, kv, worker_dtype)
+    results, stages = run_on_devices(_requests, world, *model_and_heads, runs, kv, worker_dtype=worker_dtype)
     if profiled is not None:
         profiled.extend(stages)
     return results  # type: ignore[no-any-return]
