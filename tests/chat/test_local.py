@@ -9,6 +9,7 @@ import pytest
 from coinfer.chat import ChatRequest, LocalChat
 from coinfer.decoding.speculative import SpecConfig, generate
 from coinfer.errors import ConfigError, ContextOverflowError
+from tests.conftest import HAS_TORCH
 
 pytestmark = pytest.mark.llama
 
@@ -427,22 +428,33 @@ def test_the_store_keeps_to_its_budget_least_recently_used_first_and_a_chats_lat
     assert model.live_sequences == 0
 
 
-def test_a_restored_cache_continues_as_if_its_tokens_were_read(smollm_llama) -> None:  # type: ignore[no-untyped-def]
-    """llama.cpp's copy of a sequence's cells, written into another sequence: the same
-    logits after it as after reading the tokens."""
-    import numpy as np
+@pytest.mark.skipif(not HAS_TORCH, reason="needs the torch extra")
+@pytest.mark.parametrize("kv", ["dynamic", "static"])
+def test_a_transformers_chat_whose_cache_gave_way_comes_back_from_host_memory(tiny_dirs, kv: str) -> None:  # type: ignore[no-untyped-def]
+    """The store on transformers (its caches' keys and values copied out; the static
+    caches are a GPU's): a chat's next turn after another took its slot is restored, not
+    read again, and its greedy answer is the one reading it again gives."""
+    from coinfer.models import load_model
 
-    prompt = smollm_llama.chat_prompt(_ask("Write a haiku about the sea.").messages)
-    read = smollm_llama.new_sequence()
-    smollm_llama.extend(read, prompt)
-    state = smollm_llama.save_state(read)
-    assert state is not None and state.tokens == tuple(prompt) and state.nbytes > 1000 * len(prompt)
-    restored = smollm_llama.restore(state)
-    assert restored.tokens == prompt
-    after_read, after_restore = smollm_llama.extend(read, [42]), smollm_llama.extend(restored, [42])
-    assert np.array_equal(np.asarray(after_read), np.asarray(after_restore))
-    for seq in (read, restored):
-        smollm_llama.release(seq)
+    model = load_model(str(tiny_dirs["qwen2"]), backend="transformers", kv=kv, n_ctx=512)
+    turn = [5 + i % 90 for i in range(60)]
+
+    def serve(store_bytes: int) -> tuple[object, int]:
+        chat = LocalChat(
+            model, max_concurrent=1, keep=0, min_reuse=16, prefill_chunk=1000, store_bytes=store_bytes
+        )
+        (first,) = _serve_all(chat, [turn])
+        _serve_all(chat, [[9] * 40], max_tokens=2)  # another conversation takes the slot
+        (second,) = _serve_all(chat, [[*turn, *first.tokens, 11, 12]], max_tokens=8)
+        stored = chat.stored_bytes
+        chat.close()
+        return second, stored
+
+    (restored, stored), (read, _) = serve(store_bytes=2**24), serve(store_bytes=0)
+    assert stored > 0 and restored.cached == len(turn) + 3  # the turn and the reply's tokens fed
+    assert read.cached == 0
+    assert restored.tokens == read.tokens
+    assert model.live_sequences == 0
 
 
 def test_a_stored_copy_the_model_cannot_take_back_is_dropped_and_the_prompt_read() -> None:

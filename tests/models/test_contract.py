@@ -275,6 +275,32 @@ def test_fork_starts_an_independent_copy(subject: Subject) -> None:
     model.release(source)
 
 
+def test_a_restored_cache_continues_as_if_its_tokens_were_read(subject: Subject) -> None:
+    """A cache copied out to host memory (``save_state``) and back into a new sequence
+    (``restore``) gives the logits that reading its tokens gives, to the bit, and leaves
+    the source as it was; a blob that is not such a copy is refused and holds no sequence."""
+    from coinfer.errors import ModelError
+    from coinfer.models.base import SeqState
+
+    model, prompt = subject.model, _prompt(subject.model)
+    read = model.new_sequence()
+    model.extend(read, prompt)
+    state = model.save_state(read)
+    assert state is not None and state.tokens == tuple(prompt) and state.nbytes > 0
+    restored = model.restore(state)
+    assert restored.tokens == prompt and restored.id != read.id
+    after_read, after_restore = model.extend(read, [42, 43]), model.extend(restored, [42, 43])
+    assert np.array_equal(np.asarray(after_read), np.asarray(after_restore))
+    again = model.restore(state)  # the copy stays whole: the sequences it made went on apart
+    assert np.array_equal(np.asarray(model.extend(again, [42, 43])), np.asarray(after_read))
+    live = model.live_sequences
+    with pytest.raises(ModelError, match="restore a saved cache"):
+        model.restore(SeqState(tuple(prompt), b"not a saved cache"))
+    assert model.live_sequences == live
+    for seq in (read, restored, again):
+        model.release(seq)
+
+
 def test_extend_many_equals_separate_extends(subject: Subject) -> None:
     model, prompt = subject.model, _prompt(subject.model)
     s1, s2 = model.new_sequence(), model.new_sequence()

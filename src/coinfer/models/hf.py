@@ -7,7 +7,8 @@ back out into its own cache.
 Chains are ordinary cached forwards. A token tree is one forward with explicit
 ``position_ids`` (``len(seq) + depth``) and a 4D additive attention mask in which each
 node sees the whole prefix, its ancestors and itself. ``commit_path`` keeps the kept
-nodes' cache entries with ``index_select``; ``truncate`` slices the cache. Caches are
+nodes' cache entries with ``index_select``; ``truncate`` slices the cache;
+``save_state`` copies it out to host memory (``hf_state``). Caches are
 built without the model config, so sliding-window layers keep every entry and can be
 rolled back; their window is in the masks (the model's own for chains, the tree mask's
 for trees).
@@ -25,6 +26,7 @@ import numpy as np
 from coinfer.errors import MissingDependencyError, ModelError
 from coinfer.models.base import Prompter, Seq, SteerableModel, backend_seq
 from coinfer.models.chat_template import ChatTemplate
+from coinfer.models.hf_state import pack_layers, unpack_layers
 from coinfer.models.tree import TokenTree
 from coinfer.models.windows import window_within
 
@@ -228,6 +230,19 @@ class HFModel(SteerableModel):
         own = _hseq(new).cache
         for index, layer in enumerate(self._layers(source)):
             own.update(layer.keys, layer.values, index)
+
+    def _save_state(self, seq: Seq) -> bytes:
+        layers = self._layers(seq)
+        return pack_layers([layer.keys for layer in layers], [layer.values for layer in layers])
+
+    def _restore(self, seq: Seq, data: bytes | bytearray) -> None:
+        own = _hseq(seq).cache
+        keys, values = unpack_layers(data, self.device, name=self.name)
+        if keys and len(keys) != self.model.config.num_hidden_layers:
+            raise ModelError(f"{self.name} cannot restore a saved cache of another model")
+        with self._torch.inference_mode():
+            for index, (k, v) in enumerate(zip(keys, values, strict=True)):
+                own.update(k, v, index)
 
     def _commit_path(self, seq: Seq, path: list[int]) -> None:
         commit_tree_path(_hseq(seq).cache, len(seq.tokens), path)

@@ -42,6 +42,7 @@ import numpy as np
 from coinfer.errors import ModelError, SequenceError
 from coinfer.models.base import Seq, backend_seq
 from coinfer.models.hf import HFModel
+from coinfer.models.hf_state import pack_layers, unpack_layers
 from coinfer.models.static_graphs import GRAPH_WIDTH, MIN_SPAN, WIDTHS, capture_graph, padded_width, span_for
 from coinfer.models.static_layers import (
     StaticDecoder,
@@ -241,6 +242,23 @@ class HFStaticModel(HFModel):
         with self._torch.inference_mode():
             for buffer in (*self._keys, *self._values):
                 buffer[dst, :, :n] = buffer[src, :, :n]
+
+    def _save_state(self, seq: Seq) -> bytes:
+        slot, n = _sseq(seq).slot, len(seq.tokens)
+        return pack_layers([k[slot, :, :n] for k in self._keys], [v[slot, :, :n] for v in self._values])
+
+    def _restore(self, seq: Seq, data: bytes | bytearray) -> None:
+        keys, values = unpack_layers(data, self.device, name=self.name)
+        refused = ModelError(f"{self.name} cannot restore a saved cache of another model or shape")
+        if len(keys) != len(self._keys) or any(k.shape[1] > self.n_ctx for k in keys):
+            raise refused
+        slot = _sseq(seq).slot  # a slot being restored into: released if this fails
+        try:
+            with self._torch.inference_mode():
+                for buffer, saved in zip((*self._keys, *self._values), (*keys, *values), strict=True):
+                    buffer[slot, :, : saved.shape[1]] = saved
+        except RuntimeError as exc:
+            raise refused from exc
 
     def _commit_path(self, seq: Seq, path: list[int]) -> None:
         """Move the kept nodes' columns down to follow the prefix, in path order."""
