@@ -86,16 +86,68 @@ def test_errors_are_openais_objects_with_the_right_status() -> None:
         status, _, body = _http(server.url + "/chat/completions", b"[" * 100_000 + b"]" * 100_000)
         assert status == 400 and "nests too deeply" in body["error"]["message"]  # not a 500
         assert _http(server.url + "/nowhere")[0] == 404
-        # a chat model whose prompts coinfer does not write cannot be told of tools
-        weather = {"type": "function", "function": {"name": "get_weather"}}
-        with pytest.raises(openai.BadRequestError, match="does not tell its model of tools"):
-            client.chat.completions.create(
-                model="m1", messages=[{"role": "user", "content": "x"}], tools=[weather]
-            )
-        told_not_to = client.chat.completions.create(
-            model="m1", messages=[{"role": "user", "content": "x"}], tools=[weather], tool_choice="none"
+
+
+WEATHER = {
+    "type": "function",
+    "function": {
+        "name": "get_weather",
+        "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]},
+    },
+}
+
+
+def _weather_or_text(r: ChatRequest) -> str:
+    """A model that calls for the weather in the city asked about ("hi": no call)."""
+    asked = str(r.messages[-1]["content"])
+    if r.tools is None or asked == "hi":
+        return "hello"
+    call = {"name": "get_weather", "arguments": {"city": asked}}
+    return f"Checking.<tool_call>{json.dumps(call)}</tool_call>"
+
+
+def _calls(calls: Any) -> list[tuple[str, Any]]:
+    return [(c.function.name, json.loads(c.function.arguments)) for c in calls or []]
+
+
+def _ask_weather(client: Any, model: str, ask: str, **kwargs: Any) -> Any:
+    messages = [{"role": "user", "content": ask}]
+    return client.chat.completions.create(model=model, messages=messages, tools=[WEATHER], **kwargs)
+
+
+def test_a_served_chat_models_tools_and_calls_go_through_whole_and_streamed() -> None:
+    """A chat model served as it is (an API, a local chat) is given the request's tools,
+    and the calls it returns reach the client as ``tool_calls``, whole and streamed; a
+    server in front of that one (``OpenAIChat`` as its model) passes them on the same."""
+    from coinfer.chat.openai_api import OpenAIChat
+
+    model = ScriptedChat(_weather_or_text, name="m1")
+    with ChatServer(model) as server:
+        client = openai.OpenAI(base_url=server.url, api_key="unused", max_retries=0)
+        whole = _ask_weather(client, "m1", "Paris").choices[0]
+        assert whole.finish_reason == "tool_calls" and whole.message.content == "Checking."
+        assert _calls(whole.message.tool_calls) == [("get_weather", {"city": "Paris"})]
+        assert (
+            model.requests[-1].tools is not None
+            and model.requests[-1].tools.specs[0]["function"]["name"] == "get_weather"
         )
-        assert told_not_to.choices[0].message.content == "you said x"
+        chunks = [c.choices[0] for c in _ask_weather(client, "m1", "Oslo", stream=True) if c.choices]
+        assert "".join(c.delta.content or "" for c in chunks) == "Checking."
+        assert _calls(t for c in chunks for t in c.delta.tool_calls or []) == [
+            ("get_weather", {"city": "Oslo"})
+        ]
+        assert chunks[-1].finish_reason == "tool_calls"
+        text = _ask_weather(client, "m1", "hi").choices[0]
+        assert (
+            text.message.content == "hello" and not text.message.tool_calls and text.finish_reason == "stop"
+        )
+        told_not_to = _ask_weather(client, "m1", "Rome", tool_choice="none").choices[0]
+        assert told_not_to.message.content == "hello" and model.requests[-1].tools is None
+        with ChatServer(OpenAIChat("m1", base_url=server.url, api_key="unused")) as front:
+            ahead = openai.OpenAI(base_url=front.url, api_key="unused", max_retries=0)
+            passed_on = _ask_weather(ahead, "m1", "Lima").choices[0]
+            assert passed_on.finish_reason == "tool_calls" and passed_on.message.content == "Checking."
+            assert _calls(passed_on.message.tool_calls) == [("get_weather", {"city": "Lima"})]
 
 
 def test_a_key_is_needed_everywhere_but_health(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -294,9 +294,18 @@ class _Answer:
         finish = _finish(self.ends[index].finish if index in self.ends else None)
         if self.req.tools is None:
             return self._choice(index, text, finish, chunk=False)
-        content, calls = self.req.tools.read(text)
+        content, calls = self._read(index, text)
         self.metrics.tool_answer(self.served.name, called=bool(calls))
         return self._choice(index, content, "tool_calls" if calls else finish, chunk=False, calls=calls)
+
+    def _read(self, index: int, text: str) -> tuple[str | None, list[ToolCall]]:
+        """A whole sample's text and calls: as its model returned them (a served chat
+        model's), or read from the text."""
+        if not self.served.reads_calls:
+            return self.req.tools.read(text)  # type: ignore[union-attr]
+        end = self.ends.get(index)
+        calls = list(end.calls or []) if end is not None else []
+        return (text or None) if calls else text, calls
 
     def coinfer(self) -> dict[str, Any]:
         """The engine's record: stats and extras of each choice (the first's at the top)."""
@@ -349,7 +358,7 @@ class _Answer:
     def _shown(self, index: int, text: str) -> str:
         """What of a sample's new text a stream shows now: with tools, text that may begin
         a call waits for the end (``ToolCallScanner``)."""
-        if self.req.tools is None:
+        if self.req.tools is None or self.served.reads_calls:
             return text
         return self.scanners.setdefault(index, self.req.tools.scanner()).push(text)
 
@@ -358,8 +367,10 @@ class _Answer:
         as the calls it was), then the finish with the ``coinfer`` field."""
         index, finish, chunks = event.index, _finish(event.finish), []
         if self.req.tools is not None:  # a sample that sent no text has no scanner yet
-            scanner = self.scanners.pop(index, None) or self.req.tools.scanner()
-            rest, calls = scanner.finish()
+            if self.served.reads_calls:
+                rest, calls = "", list(event.calls or [])
+            else:
+                rest, calls = (self.scanners.pop(index, None) or self.req.tools.scanner()).finish()
             self.metrics.tool_answer(self.served.name, called=bool(calls))
             if rest:
                 chunks.append(self._choice(index, rest, None, chunk=True))

@@ -1,5 +1,9 @@
 """A served ``ChatModel`` (a remote API, a scripted fake): the requests waiting go to
-``chat_batch`` together, each answered in one piece (``serve.served``'s third kind)."""
+``chat_batch`` together, each answered in one piece (``serve.served``'s third kind).
+
+Tools go to the model with the request, and the calls it returns come back apart from
+its text (``Event.calls``): the model reads its own replies (an API returns calls; a
+``LocalChat`` reads them as the server does), so nothing reads them again here."""
 
 from __future__ import annotations
 
@@ -8,7 +12,7 @@ from collections import deque
 from coinfer.chat.base import ChatModel
 from coinfer.errors import CoinferError, ConfigError
 from coinfer.serve.schemas import ServeRequest
-from coinfer.serve.served import Event, Served, Ticket, refuse_tools
+from coinfer.serve.served import Event, Served, Ticket
 from coinfer.serve.stops import StopScanner
 
 __all__ = ["ChatServed"]
@@ -18,6 +22,7 @@ class ChatServed(Served):
     """Any ``ChatModel``: the requests waiting go to ``chat_batch`` together."""
 
     engine = "chat"
+    reads_calls = True
 
     def __init__(
         self, model: ChatModel, *, name: str | None = None, max_batch: int = 8, max_queue: int = 64
@@ -28,7 +33,6 @@ class ChatServed(Served):
     def check(self, request: ServeRequest) -> None:
         if request.messages is None:
             raise ConfigError(f"{self.name} serves chat completions only", hint="POST /v1/chat/completions")
-        refuse_tools(self.name, request)
 
     def serve(self) -> None:
         pending: deque[Ticket] = deque()
@@ -55,6 +59,8 @@ class ChatServed(Served):
             ticket.sink(Event("start"))
             for i, (text, reason) in enumerate(zip(result.texts, result.finish_reasons, strict=True)):
                 out, stopped = StopScanner(ticket.request.stop).push(text, final=True)
+                called = not stopped and i < len(result.tool_calls)  # a stop string ends it before calls
+                calls = result.tool_calls[i] if called else []
                 ticket.sink(Event("delta", index=i, text=out))
-                ticket.sink(Event("end", index=i, finish="stop" if stopped else reason))
+                ticket.sink(Event("end", index=i, finish="stop" if stopped else reason, calls=calls))
             self.finished(ticket, result.usage)

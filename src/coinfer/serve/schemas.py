@@ -288,7 +288,7 @@ class ServeRequest:
             raise ConfigError("this model serves chat completions only", hint="POST /v1/chat/completions")
         return ChatRequest(
             messages=call_arguments_as(self.messages, text=True), n=self.n, max_tokens=self.max_tokens,
-            temperature=self.temperature, json_schema=self.json_schema, seed=self.seed,
+            temperature=self.temperature, json_schema=self.json_schema, seed=self.seed, tools=self.tools,
         )  # fmt: skip
 
 

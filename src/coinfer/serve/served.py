@@ -36,6 +36,7 @@ from typing import Any
 
 from coinfer.chat.base import Usage
 from coinfer.chat.shared import drain, leftovers
+from coinfer.chat.tools import ToolCall
 from coinfer.decoding.detok import IncrementalDetokenizer
 from coinfer.decoding.engine import Request, Session
 from coinfer.decoding.response import DecodeStats, Response
@@ -98,6 +99,7 @@ class Event:
     usage: Usage | None = None
     error: CoinferError | None = None
     trace: dict[str, Any] | None = None  # on ``end``: the sample's trace (coinfer.decoding.trace)
+    calls: list[ToolCall] | None = None  # on ``end``: the calls its model returned (``reads_calls``)
 
 
 Sink = Callable[[Event], None]
@@ -122,6 +124,7 @@ class Served(ABC):
 
     engine = "?"
     draft: str | None = None  # what drafts for it, as a trace names it
+    reads_calls = False  # its model returns tool calls apart from text (each ``end``'s ``calls``)
 
     def engines(self) -> tuple[str, ...]:
         """The engines a request may choose here (``MODEL@ENGINE``), its own first."""

@@ -13,7 +13,8 @@ class ScriptedChat(ChatModel):
     """A ``ChatModel`` whose replies come from a function of the request or a list, in order.
 
     ``requests`` records every request; ``batches`` the size of every ``chat_batch``.
-    Usage is counted as one token per word, so protocols' accounting can be checked.
+    Usage is counted as one token per word, so protocols' accounting can be checked. Given
+    tools, a reply written as calls is read as them, as ``LocalChat`` reads a model's.
     """
 
     def __init__(
@@ -35,7 +36,8 @@ class ScriptedChat(ChatModel):
         self.requests.append(request)
         texts = [self._one(request) for _ in range(request.n)]
         prompt = sum(len(str(m["content"]).split()) for m in request.messages)
-        return ChatResult(texts, ["stop"] * len(texts), Usage(prompt, sum(len(t.split()) for t in texts), 1))
+        usage = Usage(prompt, sum(len(t.split()) for t in texts), 1)
+        return ChatResult.read(texts, ["stop"] * len(texts), usage, request.tools)  # a reply may be calls
 
     def chat_batch(self, requests: Sequence[ChatRequest]) -> list[ChatResult]:
         self.batches.append(len(requests))
