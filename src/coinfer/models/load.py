@@ -11,6 +11,7 @@ import hashlib
 import os
 import shutil
 import tempfile
+import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -36,6 +37,7 @@ __all__ = [
 Backend = Literal["llama.cpp", "transformers"]
 BACKENDS: tuple[str, ...] = ("llama.cpp", "transformers")
 DTYPES: tuple[str, ...] = ("float32", "bfloat16", "float16")  # a transformers model's, by torch's names
+_GGUF_READS = threading.Lock()  # ``gguf_read_once`` swaps gguf-py's reader process-wide
 
 
 def load_model(
@@ -255,23 +257,26 @@ def gguf_read_once() -> Iterator[None]:
     """transformers opens a GGUF with gguf-py's ``GGUFReader`` three times, for the
     config, the tokenizer and the weights, and each parses every metadata field (a
     150k-token vocabulary: about 9 s on a 2-core CPU). Within this block a file is parsed
-    once and its reader (read-only, over a memory map) handed to each."""
+    once and its reader (read-only, over a memory map) handed to each. One block at a time
+    in a process (``_GGUF_READS``): two converting at once would restore each other's
+    stand-in, not gguf-py's reader."""
     import gguf
 
-    original = gguf.GGUFReader
-    readers: dict[tuple[str, str], Any] = {}
+    with _GGUF_READS:
+        original = gguf.GGUFReader
+        readers: dict[tuple[str, str], Any] = {}
 
-    def read_once(path: Any, mode: Any = "r") -> Any:
-        key = (os.fspath(path), mode)
-        if key not in readers:
-            readers[key] = original(path, mode)
-        return readers[key]
+        def read_once(path: Any, mode: Any = "r") -> Any:
+            key = (os.fspath(path), mode)
+            if key not in readers:
+                readers[key] = original(path, mode)
+            return readers[key]
 
-    gguf.GGUFReader = read_once  # type: ignore[assignment,misc]
-    try:
-        yield
-    finally:
-        gguf.GGUFReader = original  # type: ignore[misc]
+        gguf.GGUFReader = read_once  # type: ignore[assignment,misc]
+        try:
+            yield
+        finally:
+            gguf.GGUFReader = original  # type: ignore[misc]
 
 
 def convert_gguf(gguf: Path, key: str) -> Path:
