@@ -303,9 +303,13 @@ class _Answer:
         model's), or read from the text."""
         if not self.served.reads_calls:
             return self.req.tools.read(text)  # type: ignore[union-attr]
-        end = self.ends.get(index)
-        calls = list(end.calls or []) if end is not None else []
+        calls = self._returned_calls(index)
         return (text or None) if calls else text, calls
+
+    def _returned_calls(self, index: int) -> list[ToolCall]:
+        """The calls a served chat model returned with sample ``index`` (on its ``end``)."""
+        end = self.ends.get(index)
+        return list(end.calls or []) if end is not None else []
 
     def coinfer(self) -> dict[str, Any]:
         """The engine's record: stats and extras of each choice (the first's at the top)."""
@@ -368,7 +372,7 @@ class _Answer:
         index, finish, chunks = event.index, _finish(event.finish), []
         if self.req.tools is not None:  # a sample that sent no text has no scanner yet
             if self.served.reads_calls:
-                rest, calls = "", list(event.calls or [])
+                rest, calls = "", self._returned_calls(index)  # ``record`` kept this end
             else:
                 rest, calls = (self.scanners.pop(index, None) or self.req.tools.scanner()).finish()
             self.metrics.tool_answer(self.served.name, called=bool(calls))
