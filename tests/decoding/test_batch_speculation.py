@@ -113,6 +113,20 @@ def test_the_speculative_engines_batch_floor_is_its_configs() -> None:
         SpecConfig(batch_floor=1.5)
 
 
+def test_a_served_batch_bets_further_on_a_fresh_deep_copy_than_one_request_alone() -> None:
+    """The served speculator prices copies by the drafter's fitted miss (``BATCH_COPY_MISS``);
+    one request alone keeps the cautious default. Before either has a record, a copy matched
+    over 32 tokens is expected to hold further in the batch's policy."""
+    from coinfer.decoding.batch_speculation import BATCH_COPY_MISS
+    from coinfer.decoding.draft_length import AdaptiveDraftLength, CopyBucket
+
+    batch = BatchSpeculator.over(NgramDrafter(), CostCurve()).sizer.policy
+    alone = AdaptiveDraftLength()
+    assert isinstance(batch, AdaptiveDraftLength) and batch.copy_miss == BATCH_COPY_MISS < alone.copy_miss
+    deep = CopyBucket(32, True)
+    assert batch.expected_tokens(32, deep) > alone.expected_tokens(32, deep)
+
+
 def test_the_gate_keeps_a_width_plain_once_drafting_measured_slower_there() -> None:
     gate = DraftingGate(warmup=2, probe_every=4)
     for _ in range(2):  # drafting is measured first, then plain

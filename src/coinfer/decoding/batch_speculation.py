@@ -42,6 +42,7 @@ from coinfer.decoding.draft_length import AdaptiveDraftLength, CostCurve, DraftS
 from coinfer.decoding.drafters import Drafter
 
 __all__ = [
+    "BATCH_COPY_MISS",
     "BATCH_FLOOR",
     "EXACT_WIDTHS",
     "BatchSpeculator",
@@ -52,6 +53,10 @@ __all__ = [
 ]
 
 BATCH_FLOOR = 0.97  # each request keeps at least this share of its plain rate in a drafting forward
+# ``copy_prior``'s miss in a batch: the value that fits the n-gram drafter's copies (one request
+# at a time keeps the cautious 1.0). 16 clients served, paired with ngram-mod: 0.98x at 1.0 in two
+# runs, 1.02x and a shorter median TTFT at 0.8 (docs/bench/serve/README.md, 2026-12-03, evening)
+BATCH_COPY_MISS = 0.8
 EXACT_WIDTHS = 8  # batch widths up to this one each have their own drafting gate measurements
 
 
@@ -151,7 +156,7 @@ class BatchSpeculator:
 
     @classmethod
     def over(cls, drafter: Drafter, costs: CostCurve, *, batch_floor: float = BATCH_FLOOR) -> BatchSpeculator:
-        policy = AdaptiveDraftLength(costs=costs, batch_floor=batch_floor)
+        policy = AdaptiveDraftLength(costs=costs, batch_floor=batch_floor, copy_miss=BATCH_COPY_MISS)
         return cls(drafter, DraftSizer(policy), DraftingGate())
 
     def drafts(

@@ -1,0 +1,68 @@
+"""A/B of draft-policy variants in process, as coinfer serve batches (8 slots, the served
+speculative engine: n-gram, floor 0, the gate): prompts FIRST..LAST of build_suite(11) all at
+once, 128 greedy tokens each. Each variant keeps one speculator over all its runs (as a
+server's session does); the variants' runs alternate, the order reversed every other round.
+Usage: ab_policy.py VARIANTS ROUNDS [FIRST,LAST]   VARIANTS: comma-separated names below."""
+import sys, time
+from collections import deque
+from coinfer.chat.local import open_local_chat
+from coinfer.chat.base import ChatRequest
+from coinfer.decoding.batch_speculation import BatchSpeculator, DraftingGate
+from coinfer.decoding.draft_length import AdaptiveDraftLength, DraftSizer
+from coinfer.decoding.drafters import Draft
+from coinfer.decoding.ngram import NgramDrafter
+from coinfer.decoding.learned import Learned
+from coinfer.decoding.speculative import target_costs
+from coinfer.decoding.sampling import SamplingParams
+from coinfer.bench.workloads import build_suite
+
+
+class DeepOnly(NgramDrafter):
+    """Proposes only copies matched over at least ``least`` tokens."""
+    def __init__(self, least, **kw):
+        super().__init__(**kw)
+        self.least = least
+    def _propose(self, lookup, context, k):
+        d = super()._propose(lookup, context, k)
+        m = getattr(d.bucket, "match", None)
+        return d if m is None or m >= self.least else Draft([])
+
+
+def speculator(name, model):
+    costs = target_costs(model, Learned())
+    drafter, kw = NgramDrafter(), {}
+    if name.startswith("deep"):
+        drafter = DeepOnly(int(name[4:]))
+    elif name.startswith("miss"):
+        kw["copy_miss"] = float(name[4:])
+    elif name.startswith("caution"):
+        kw["caution"] = float(name[7:])
+    elif name != "base":
+        raise SystemExit(f"unknown variant {name}")
+    return BatchSpeculator(drafter, DraftSizer(AdaptiveDraftLength(costs=costs, batch_floor=0.0, **kw)), DraftingGate())
+
+
+names, rounds = sys.argv[1].split(","), int(sys.argv[2])
+lo, hi = (int(x) for x in (sys.argv[3] if len(sys.argv) > 3 else "16,33").split(","))
+chat = open_local_chat("qwen2.5-coder-1.5b", n_ctx=4096)
+model = chat.model
+suite = build_suite(per_category=11)
+chat.chat(ChatRequest(messages=[{"role": "user", "content": "hi"}], max_tokens=4))
+specs = {n: speculator(n, model) for n in names}
+texts = {}
+for r in range(rounds):
+    for name in (names if r % 2 == 0 else names[::-1]):
+        chat.speculator = specs[name]
+        jobs = []
+        for i in range(lo, hi):
+            prompt = model.chat_prompt(suite[i]["messages"])
+            jobs += chat.new_jobs(i, prompt, n=1, max_tokens=128, params=SamplingParams(temperature=0.0), speculate=True)
+        waiting, running = deque(jobs), []
+        t0 = time.perf_counter()
+        while waiting or running:
+            running = chat.step(waiting, running)
+        wall = time.perf_counter() - t0
+        toks = sum(len(j.tokens) for j in jobs)
+        same = sum(texts.setdefault(j.request, j.tokens) == j.tokens for j in jobs)
+        print(f"round {r + 1} {name}: {toks / wall:.2f} tok/s ({toks} in {wall:.1f}s), drafted {sum(j.drafted for j in jobs)}"
+              f" kept {sum(j.accepted for j in jobs)}, same tokens as the first run {same}/{len(jobs)}", flush=True)
