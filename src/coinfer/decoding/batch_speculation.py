@@ -54,8 +54,9 @@ __all__ = [
 
 BATCH_FLOOR = 0.97  # each request keeps at least this share of its plain rate in a drafting forward
 # ``copy_prior``'s miss in a batch: the value that fits the n-gram drafter's copies (one request
-# at a time keeps the cautious 1.0). 16 clients served, paired with ngram-mod: 0.98x at 1.0 in two
-# runs, 1.02x and a shorter median TTFT at 0.8 (docs/bench/serve/README.md, 2026-12-03, evening)
+# at a time keeps the cautious 1.0). Served, paired: 16 clients 1.02x ngram-mod with the shorter
+# median TTFT (0.98x in two runs at 1.0); against plain, 4 clients 1.15x (1.03-1.09x), 1 client
+# 1.09x (1.15-1.26x) (docs/bench/serve/README.md, 2026-12-03, evening)
 BATCH_COPY_MISS = 0.8
 EXACT_WIDTHS = 8  # batch widths up to this one each have their own drafting gate measurements
 
