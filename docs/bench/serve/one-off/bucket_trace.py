@@ -4,39 +4,19 @@ Records every verified draft: step width, its bucket (match grade, warm), its le
 and each step's seconds and rows. Usage: bucket_trace.py OUT [PER] [FIRST,LAST]"""
 import sys, time, json
 from collections import deque
-from coinfer.chat.local import open_local_chat
-from coinfer.chat.base import ChatRequest
-from coinfer.decoding.batch_speculation import BatchSpeculator
-from coinfer.decoding.ngram import NgramDrafter
-from coinfer.decoding.learned import Learned
-from coinfer.decoding.speculative import target_costs
 from coinfer.decoding.sampling import SamplingParams
-from coinfer.bench.workloads import build_suite
+from served_batch import open_served_batch, watch_verified
 
 out = sys.argv[1]
 per = int(sys.argv[2]) if len(sys.argv) > 2 else 11
 lo, hi = (int(x) for x in (sys.argv[3] if len(sys.argv) > 3 else "0,16").split(","))
-chat = open_local_chat("qwen2.5-coder-1.5b", n_ctx=4096)
-model = chat.model
-suite = build_suite(per_category=per)
-chat.chat(ChatRequest(messages=[{"role": "user", "content": "hi"}], max_tokens=4))
-spec = BatchSpeculator.over(NgramDrafter(), target_costs(model, Learned()), batch_floor=0.0)
-chat.speculator = spec
-buckets, drafts, steps, cur = {}, [], [], {}
-orig_pm = spec.drafter.propose_many
-def pm(contexts, k):
-    r = orig_pm(contexts, k)
-    for (key, _), d in zip(contexts, r):
-        buckets[key] = (getattr(d.bucket, "match", None), getattr(d.bucket, "warm", None), len(d.tokens))
-    return r
-spec.drafter.propose_many = pm
-orig_acc = spec.accepted
-def acc(key, context, draft, choices):
-    kept = orig_acc(key, context, draft, choices)
-    if draft:
-        drafts.append({"w": cur["w"], "b": buckets.get(key), "len": len(draft), "kept": len(kept) - 1, "step": len(steps)})
-    return kept
-spec.accepted = acc
+chat, model, suite, spec = open_served_batch(per)
+proposals, drafts, steps, cur = {}, [], [], {}
+def record(key, draft, kept):
+    d = proposals[key][1]
+    bucket = (getattr(d.bucket, "match", None), getattr(d.bucket, "warm", None), len(d.tokens))
+    drafts.append({"w": cur["w"], "b": bucket, "len": len(draft), "kept": kept, "step": len(steps)})
+watch_verified(spec, proposals, record)
 jobs = []
 for i in range(lo, hi):
     prompt = model.chat_prompt(suite[i]["messages"])

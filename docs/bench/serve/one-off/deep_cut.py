@@ -6,46 +6,24 @@ Prints, per match grade: drafts verified, tokens proposed, verified, kept, and w
 whole proposal would have kept. Usage: deep_cut.py [PER] [FIRST,LAST]"""
 import sys, time
 from collections import deque, defaultdict
-from coinfer.chat.local import open_local_chat
-from coinfer.chat.base import ChatRequest
-from coinfer.decoding.batch_speculation import BatchSpeculator
-from coinfer.decoding.ngram import NgramDrafter
-from coinfer.decoding.learned import Learned
-from coinfer.decoding.speculative import target_costs
 from coinfer.decoding.sampling import SamplingParams
-from coinfer.bench.workloads import build_suite
+from served_batch import open_served_batch, watch_verified
 
 per = int(sys.argv[1]) if len(sys.argv) > 1 else 11
 lo, hi = (int(x) for x in (sys.argv[2] if len(sys.argv) > 2 else "0,16").split(","))
-chat = open_local_chat("qwen2.5-coder-1.5b", n_ctx=4096)
-model = chat.model
-suite = build_suite(per_category=per)
-chat.chat(ChatRequest(messages=[{"role": "user", "content": "hi"}], max_tokens=4))
-spec = BatchSpeculator.over(NgramDrafter(), target_costs(model, Learned()), batch_floor=0.0)
-chat.speculator = spec
+chat, model, suite, spec = open_served_batch(per)
 proposals, verified, width = {}, [], {}
-orig_pm = spec.drafter.propose_many
-def pm(contexts, k):
-    r = orig_pm(contexts, k)
-    for (key, c), d in zip(contexts, r):
-        proposals[key] = (len(c), list(d.tokens), getattr(d.bucket, "match", None))
-    return r
-spec.drafter.propose_many = pm
-orig_acc = spec.accepted
-def acc(key, context, draft, choices):
-    kept = orig_acc(key, context, draft, choices)
-    if draft:
-        at, tokens, match = proposals[key]
-        verified.append((key, at, tokens, match, len(draft), len(kept) - 1, width["w"]))
-    return kept
-spec.accepted = acc
+def record(key, draft, kept):
+    at, d = proposals[key]
+    verified.append((key, at, list(d.tokens), getattr(d.bucket, "match", None), len(draft), kept, width["w"]))
+watch_verified(spec, proposals, record)
 orig_drafts, cuts = spec.drafts, []
 def drafts(rows, others, passes=None):
     step = orig_drafts(rows, others, passes)
     if any(step.drafts):
         _, most = spec.sizer.policy._pricing()
-        cuts.append((len(rows) + others, [len(d) for d in step.drafts], [proposals[k][2] for k, _, _ in rows],
-                     [len(proposals[k][1]) for k, _, _ in rows], step.width, most))
+        cuts.append((len(rows) + others, [len(d) for d in step.drafts], [getattr(proposals[k][1].bucket, "match", None) for k, _, _ in rows],
+                     [len(proposals[k][1].tokens) for k, _, _ in rows], step.width, most))
     return step
 spec.drafts = drafts
 jobs = []
