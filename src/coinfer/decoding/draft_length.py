@@ -127,7 +127,8 @@ def copy_prior(match: int, position: int, miss: float = 1.0) -> float:
     a one-token coincidence mostly does not. On the broad suite's tune split the n-gram
     drafter's copies went on 0.20 of the time at L = 1, 0.69 at 4, 0.86 at 8 and 0.99 past
     16 (``miss`` 0.8 fits that); ``AdaptiveDraftLength`` takes 1.0, a little below, so a
-    middling match in prose bets less before its bucket has a record."""
+    middling match in prose bets less before its bucket has a record. A server's batch
+    takes 0.8 (``batch_speculation.BATCH_COPY_MISS``), where it measured faster."""
     return max(0.0, 1.0 - miss / max(1, match + position - 1))
 
 
@@ -245,7 +246,7 @@ class AdaptiveDraftLength:
     required_gain: float = 1.05  # draft only when it promises this much more than plain decoding
     copy_strength: float = 4.0  # observations a copy bucket's prior is worth in its estimate
     copy_confidence: float = 16.0  # most observations caution credits a copy bucket's prior with
-    copy_miss: float = 1.0  # copy_prior's miss
+    copy_miss: float = 1.0  # copy_prior's miss (a server's batch: BATCH_COPY_MISS)
     copy_ratio_strength: float = 2.0  # expected misses the neutral miss ratio (1) is worth
     copy_ratio_caution: float = 1.0  # standard deviations added to the miss ratio
     copy_ratio_floor: float = 0.5  # least miss ratio: copies miss at least half as often as the prior says

@@ -2,7 +2,9 @@
 speculative engine: n-gram, floor 0, the gate): prompts FIRST..LAST of build_suite(11) all at
 once, 128 greedy tokens each. Each variant keeps one speculator over all its runs (as a
 server's session does); the variants' runs alternate, the order reversed every other round.
-Usage: ab_policy.py VARIANTS ROUNDS [FIRST,LAST]   VARIANTS: comma-separated names below."""
+Usage: ab_policy.py VARIANTS ROUNDS [FIRST,LAST]   VARIANTS: comma-separated names below.
+``base`` builds the policy with copy_prior's miss at 1.0, as the served engine did when this
+ran (before a82387c; BatchSpeculator.over now passes BATCH_COPY_MISS, which ``miss0.8`` is)."""
 import sys, time
 from collections import deque
 from coinfer.chat.local import open_local_chat
