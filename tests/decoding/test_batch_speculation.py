@@ -113,17 +113,23 @@ def test_the_speculative_engines_batch_floor_is_its_configs() -> None:
         SpecConfig(batch_floor=1.5)
 
 
-def test_a_served_batch_bets_further_on_a_fresh_deep_copy_than_one_request_alone() -> None:
-    """The served speculator prices copies by the drafter's fitted miss (``BATCH_COPY_MISS``);
-    one request alone keeps the cautious default. Before either has a record, a copy matched
-    over 32 tokens is expected to hold further in the batch's policy."""
+def test_a_served_batch_bets_further_on_a_fresh_deep_copy_only_in_steps_of_two_or_more() -> None:
+    """The served speculator prices copies by the drafter's fitted miss (``BATCH_COPY_MISS``)
+    in a step of two or more requests; a step of one keeps the cautious default, as one
+    request alone does. Before either has a record, a copy matched over 32 tokens is
+    expected to hold further in a wide step."""
     from coinfer.decoding.batch_speculation import BATCH_COPY_MISS
     from coinfer.decoding.draft_length import AdaptiveDraftLength, CopyBucket
 
     batch = BatchSpeculator.over(NgramDrafter(), CostCurve()).sizer.policy
     alone = AdaptiveDraftLength()
-    assert isinstance(batch, AdaptiveDraftLength) and batch.copy_miss == BATCH_COPY_MISS < alone.copy_miss
+    assert isinstance(batch, AdaptiveDraftLength)
     deep = CopyBucket(32, True)
+    batch.trim_together([(8, deep)])  # a step of one request
+    assert batch.step_copy_miss() == alone.copy_miss
+    assert batch.expected_tokens(32, deep) == alone.expected_tokens(32, deep)
+    batch.trim_together([(8, deep), (0, None), (0, None)])  # a step of three
+    assert batch.step_copy_miss() == BATCH_COPY_MISS < alone.copy_miss
     assert batch.expected_tokens(32, deep) > alone.expected_tokens(32, deep)
 
 

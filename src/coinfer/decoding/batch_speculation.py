@@ -53,10 +53,11 @@ __all__ = [
 ]
 
 BATCH_FLOOR = 0.97  # each request keeps at least this share of its plain rate in a drafting forward
-# ``copy_prior``'s miss in a batch: the value that fits the n-gram drafter's copies (one request
-# at a time keeps the cautious 1.0). Served, paired: 16 clients 1.02x ngram-mod with the shorter
-# median TTFT (0.98x in two runs at 1.0); against plain, 4 clients 1.15x (1.03-1.09x), 1 client
-# 1.09x (1.15-1.26x) (docs/bench/serve/README.md, 2026-12-03, evening)
+# ``copy_prior``'s miss in a batch's steps of two or more requests: the value that fits the
+# n-gram drafter's copies (a step of one request keeps the cautious 1.0). Served, paired, at
+# every width: 16 clients 1.02x ngram-mod with the shorter median TTFT (0.98x in two runs at
+# 1.0); against plain, 4 clients 1.15x (1.03-1.09x), 1 client 1.09x (1.15-1.26x), so a step of
+# one request went back to 1.0 (docs/bench/serve/README.md, 2026-12-03)
 BATCH_COPY_MISS = 0.8
 EXACT_WIDTHS = 8  # batch widths up to this one each have their own drafting gate measurements
 
@@ -157,7 +158,7 @@ class BatchSpeculator:
 
     @classmethod
     def over(cls, drafter: Drafter, costs: CostCurve, *, batch_floor: float = BATCH_FLOOR) -> BatchSpeculator:
-        policy = AdaptiveDraftLength(costs=costs, batch_floor=batch_floor, copy_miss=BATCH_COPY_MISS)
+        policy = AdaptiveDraftLength(costs=costs, batch_floor=batch_floor, batch_copy_miss=BATCH_COPY_MISS)
         return cls(drafter, DraftSizer(policy), DraftingGate())
 
     def drafts(

@@ -128,7 +128,8 @@ def copy_prior(match: int, position: int, miss: float = 1.0) -> float:
     drafter's copies went on 0.20 of the time at L = 1, 0.69 at 4, 0.86 at 8 and 0.99 past
     16 (``miss`` 0.8 fits that); ``AdaptiveDraftLength`` takes 1.0, a little below, so a
     middling match in prose bets less before its bucket has a record. A server's batch
-    takes 0.8 (``batch_speculation.BATCH_COPY_MISS``), where it measured faster."""
+    takes 0.8 in its steps of two or more requests (``batch_speculation.BATCH_COPY_MISS``),
+    where it measured faster."""
     return max(0.0, 1.0 - miss / max(1, match + position - 1))
 
 
@@ -246,7 +247,10 @@ class AdaptiveDraftLength:
     required_gain: float = 1.05  # draft only when it promises this much more than plain decoding
     copy_strength: float = 4.0  # observations a copy bucket's prior is worth in its estimate
     copy_confidence: float = 16.0  # most observations caution credits a copy bucket's prior with
-    copy_miss: float = 1.0  # copy_prior's miss (a server's batch: BATCH_COPY_MISS)
+    copy_miss: float = 1.0  # copy_prior's miss in a step of one request
+    # copy_prior's miss in a step of two or more requests (None: copy_miss; a server's batch:
+    # BATCH_COPY_MISS); a step's width is the latest ``trim_together``'s
+    batch_copy_miss: float | None = None
     copy_ratio_strength: float = 2.0  # expected misses the neutral miss ratio (1) is worth
     copy_ratio_caution: float = 1.0  # standard deviations added to the miss ratio
     copy_ratio_floor: float = 0.5  # least miss ratio: copies miss at least half as often as the prior says
@@ -263,6 +267,7 @@ class AdaptiveDraftLength:
     _rounds: int = 0
     _copy_misses: float = 0.0  # this request's copy positions that missed (decayed like the records)
     _copy_expected: float = 0.0  # the misses copy_prior expected at those positions
+    _width: int = 1  # requests in the latest step (``trim_together``): the step its drafts are learned from
 
     def __post_init__(self) -> None:
         if not 0 <= self.k_start <= self.k_max or not 0 < self.smoothing <= 1 or self.explore_every < 1:
@@ -295,12 +300,19 @@ class AdaptiveDraftLength:
         for j in range(1, last + 1):
             agreed = match + j - 1
             strength = min(self.copy_strength, agreed)
-            prior = max(0.0, 1.0 - ratio * (1.0 - copy_prior(match, j, self.copy_miss)))
+            prior = max(0.0, 1.0 - ratio * (1.0 - copy_prior(match, j, self.step_copy_miss())))
             t, p = (record.tries[j], record.passes[j]) if record else (0.0, 0.0)
             c = (p + strength * prior) / (t + strength)
             n = t + min(self.copy_confidence, agreed)
             out.append(max(0.0, c - self.caution * math.sqrt(c * (1 - c) / n)))
         return out
+
+    def step_copy_miss(self) -> float:
+        """``copy_prior``'s miss for the step at hand: ``batch_copy_miss`` where the latest
+        step had two or more requests and it is set, else ``copy_miss``."""
+        if self._width >= 2 and self.batch_copy_miss is not None:
+            return self.batch_copy_miss
+        return self.copy_miss
 
     def copy_miss_ratio(self) -> float:
         """How often this request's copies missed against how often ``copy_prior`` expected
@@ -412,6 +424,7 @@ class AdaptiveDraftLength:
         verified before the curve has a measurement, and no forward goes past ``reach``
         times the largest size measured (``batch_lengths``' ``most``): what a forward
         costs is learned a doubling at a time, not bet on."""
+        self._width = len(proposals)
         plain = [len(proposals)] if passes is None else passes([1] * len(proposals))
         if not self.costs or any(self._stale(n) for n in plain):
             return [0] * len(proposals)
@@ -513,7 +526,7 @@ class AdaptiveDraftLength:
             self._copy_misses *= self.memory
             self._copy_expected *= self.memory
         self._copy_misses += not kept
-        self._copy_expected += 1.0 - copy_prior(match, position, self.copy_miss)
+        self._copy_expected += 1.0 - copy_prior(match, position, self.step_copy_miss())
 
 
 class DraftSizer:
