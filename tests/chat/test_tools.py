@@ -78,6 +78,35 @@ def test_llama_and_mistral_markers_carry_several_calls_and_mistral_gets_ids_its_
         assert _calls(not_calls) == (not_calls, [])
 
 
+SEARCH = {
+    "type": "function",
+    "function": {"name": "brave_search", "parameters": {"type": "object", "properties": {"query": {}}}},
+}
+PYTHON = {"type": "function", "function": {"name": "code_interpreter"}}
+
+
+def test_llama_built_in_tools_are_read_as_calls_of_the_declared_tools_they_name_never_run() -> None:
+    """Llama 3.x calls its built-in tools as ``name.call(key=value)`` after its tag, and its
+    code interpreter with bare code: calls where the tool is declared, text otherwise."""
+    tools = Tools((WEATHER, SEARCH, PYTHON))
+    search = '<|python_tag|>brave_search.call(query="weather in Paris", top=(1, 2))'
+    assert _calls(search, tools) == (None, [("brave_search", {"query": "weather in Paris", "top": [1, 2]})])
+    code = "<|python_tag|>import sys\nprint(sys.version)"
+    assert _calls(code, tools) == (None, [("code_interpreter", {"code": "import sys\nprint(sys.version)"})])
+    assert _calls("Looking. <|python_tag|>get_weather.call(city='Paris')", tools) == (
+        "Looking.",
+        [("get_weather", {"city": "Paris"})],
+    )
+    for not_calls in (
+        '<|python_tag|>wolfram_alpha.call(query="2+2")',  # not declared
+        "<|python_tag|>brave_search.call(query=__import__('os').system('id'))",  # not a literal
+        '<|python_tag|>brave_search.call("positional")',
+        "<|python_tag|>brave_search.call(query={1, 2})",  # a set is not JSON
+        code,  # no code interpreter declared
+    ):
+        assert _calls(not_calls, Tools((WEATHER, SEARCH))) == (not_calls, [])
+
+
 @pytest.mark.parametrize(
     "reply",
     [

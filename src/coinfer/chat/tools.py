@@ -11,7 +11,10 @@ OpenAI's ``tool_calls``:
   answer so;
 * or what follows a family's call marker, the text before it being the content: Llama
   3.x's ``<|python_tag|>`` before a call's JSON (``{"name": …, "parameters": …}``, several
-  parted by ``;``), and Mistral's ``[TOOL_CALLS]`` before a list of calls or, in its newer
+  parted by ``;``), before a built-in tool's call (``brave_search.call(query="…")``: keyword
+  arguments whose values are literals, read by ``ast``, never run), or before code for the
+  code interpreter (a declared ``code_interpreter`` or ``python`` tool that takes ``code``),
+  and Mistral's ``[TOOL_CALLS]`` before a list of calls or, in its newer
   templates, before each call as ``name[ARGS]{…}``. A Mistral call gets a 9-character id,
   the only kind its template takes back;
 
@@ -28,6 +31,7 @@ text if it was none (``ToolCallScanner``).
 
 from __future__ import annotations
 
+import ast
 import json
 import re
 import secrets
@@ -59,6 +63,7 @@ _BLOCK = re.compile(r"<tool_call>\s*(.*?)\s*(?:</tool_call>|$)", re.DOTALL)
 _FENCE = re.compile(r"^```(?:json|JSON)?[ \t]*\n?(.*?)\n?\s*```$", re.DOTALL)
 _FENCE_OPEN = re.compile(r"```(?:json|JSON)?[ \t]*\n?\s*")
 _ANY_OBJECT = {"type": "object"}
+_CODE_TOOLS = ("code_interpreter", "python")  # tools Llama 3.x calls with bare code after its tag
 
 
 def _call_id() -> str:
@@ -160,7 +165,8 @@ class Tools:
         if marker == PYTHON_TAG:  # Llama 3.x: one call's JSON, or several parted by ";"
             body = text[len(marker) :]
             parts = body.split(";")
-            return self._bare(body) or (self._each([_json(p) for p in parts]) if len(parts) > 1 else [])
+            found = self._bare(body) or (self._each([_json(p) for p in parts]) if len(parts) > 1 else [])
+            return found or self._each([_builtin_call(body)]) or self._code(body)
         calls: list[ToolCall] = []
         for piece in text.split(marker)[1:]:  # Mistral: a list of calls, or name[ARGS]{…} each
             name, args, arguments = piece.partition(MISTRAL_ARGS)
@@ -170,6 +176,18 @@ class Tools:
                 return []
             calls += [replace(c, id=_mistral_id()) for c in found]
         return calls
+
+    def _code(self, body: str) -> list[ToolCall]:
+        """Llama 3.x's code interpreter: the code after ``<|python_tag|>`` as a call of a
+        declared ``code_interpreter`` or ``python`` tool that takes ``code`` (or declares no
+        parameters), as llama.cpp reads it; none where no such tool is declared."""
+        code = body.strip()
+        for spec in self.specs:
+            function = spec["function"]
+            properties = (function.get("parameters") or {}).get("properties") or {}
+            if code and function["name"] in _CODE_TOOLS and (not properties or "code" in properties):
+                return [ToolCall(str(function["name"]), json.dumps({"code": code}, ensure_ascii=False))]
+        return []
 
     def _each(self, values: list[Any]) -> list[ToolCall]:
         """A call for each value, or none unless every value is one."""
@@ -217,6 +235,28 @@ def call_arguments_as(messages: Sequence[Mapping[str, Any]], *, text: bool) -> l
             calls.append({**c, "function": {**c["function"], "arguments": arguments}})
         out.append({**m, "tool_calls": calls})
     return out
+
+
+def _builtin_call(text: str) -> dict[str, Any] | None:
+    """A Llama 3.x built-in tool's call, ``name.call(key=value, …)`` with literal values,
+    as ``{"name": …, "arguments": {…}}``; None for anything else. The text is parsed, never
+    evaluated (``ast.literal_eval`` on each value)."""
+    try:
+        node = ast.parse(text.strip(), mode="eval").body
+        if not (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Attribute)
+            and node.func.attr == "call"
+            and isinstance(node.func.value, ast.Name)
+            and not node.args
+            and all(k.arg is not None for k in node.keywords)
+        ):
+            return None
+        arguments = {str(k.arg): ast.literal_eval(k.value) for k in node.keywords}
+        json.dumps(arguments)  # a tuple is a list in JSON; a set, bytes or complex are not JSON
+    except (SyntaxError, ValueError, TypeError, MemoryError, RecursionError):
+        return None
+    return {"name": node.func.value.id, "arguments": arguments}
 
 
 def _json(text: str) -> Any:
