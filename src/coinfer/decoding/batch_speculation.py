@@ -54,11 +54,8 @@ __all__ = [
 
 BATCH_FLOOR = 0.97  # each request keeps at least this share of its plain rate in a drafting forward
 # ``copy_prior``'s miss in a batch's steps of two or more requests: the value that fits the
-# n-gram drafter's copies (a step of one request keeps the cautious 1.0). Served, paired, at
-# every width: 16 clients 1.02x ngram-mod with the shorter median TTFT (0.98x in two runs at
-# 1.0); against plain, 4 clients 1.15x (1.03-1.09x), 1 client 1.09x (1.15-1.26x), so a step of
-# one request went back to 1.0: then 1 client 1.13x and 1.04x, 4 clients 1.04x and 1.19x plain in
-# two runs, 16 clients 0.99x and 32 clients 1.03x ngram-mod in one (docs/bench/serve/README.md)
+# n-gram drafter's copies; a step of one request keeps the lone request's cautious 1.0. Served
+# runs with and without it: docs/bench/serve/README.md, 2026-12-03
 BATCH_COPY_MISS = 0.8
 EXACT_WIDTHS = 8  # batch widths up to this one each have their own drafting gate measurements
 

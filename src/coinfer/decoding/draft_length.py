@@ -296,11 +296,11 @@ class AdaptiveDraftLength:
         """A copy bucket's own evidence over ``copy_prior`` (its misses scaled by the
         request's ``copy_miss_ratio``), worth as many observations as the tokens that agree
         so far (up to ``copy_strength``), then made cautious."""
-        ratio, out = self.copy_miss_ratio(), [1.0]
+        ratio, miss, out = self.copy_miss_ratio(), self.step_copy_miss(), [1.0]
         for j in range(1, last + 1):
             agreed = match + j - 1
             strength = min(self.copy_strength, agreed)
-            prior = max(0.0, 1.0 - ratio * (1.0 - copy_prior(match, j, self.step_copy_miss())))
+            prior = max(0.0, 1.0 - ratio * (1.0 - copy_prior(match, j, miss)))
             t, p = (record.tries[j], record.passes[j]) if record else (0.0, 0.0)
             c = (p + strength * prior) / (t + strength)
             n = t + min(self.copy_confidence, agreed)

@@ -4,11 +4,10 @@ once, 128 greedy tokens each. Each variant keeps one speculator over all its run
 server's session does); the variants' runs alternate, the order reversed every other round.
 Usage: ab_policy.py VARIANTS ROUNDS [FIRST,LAST]   VARIANTS: comma-separated names below.
 ``base`` builds the policy with copy_prior's miss at 1.0, as the served engine did when this
-ran (before a82387c; BatchSpeculator.over now passes BATCH_COPY_MISS, which ``miss0.8`` is)."""
+ran (before a82387c); ``missX`` sets the miss at every width. BatchSpeculator.over now gives
+BATCH_COPY_MISS (0.8) to steps of two or more requests only (46d0882)."""
 import sys, time
 from collections import deque
-from coinfer.chat.local import open_local_chat
-from coinfer.chat.base import ChatRequest
 from coinfer.decoding.batch_speculation import BatchSpeculator, DraftingGate
 from coinfer.decoding.draft_length import AdaptiveDraftLength, DraftSizer
 from coinfer.decoding.drafters import Draft
@@ -16,7 +15,7 @@ from coinfer.decoding.ngram import NgramDrafter
 from coinfer.decoding.learned import Learned
 from coinfer.decoding.speculative import target_costs
 from coinfer.decoding.sampling import SamplingParams
-from coinfer.bench.workloads import build_suite
+from served_batch import open_served_batch
 
 
 class DeepOnly(NgramDrafter):
@@ -46,10 +45,7 @@ def speculator(name, model):
 
 names, rounds = sys.argv[1].split(","), int(sys.argv[2])
 lo, hi = (int(x) for x in (sys.argv[3] if len(sys.argv) > 3 else "16,33").split(","))
-chat = open_local_chat("qwen2.5-coder-1.5b", n_ctx=4096)
-model = chat.model
-suite = build_suite(per_category=11)
-chat.chat(ChatRequest(messages=[{"role": "user", "content": "hi"}], max_tokens=4))
+chat, model, suite, _ = open_served_batch(11)
 specs = {n: speculator(n, model) for n in names}
 texts = {}
 for r in range(rounds):
