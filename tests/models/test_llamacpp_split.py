@@ -3,7 +3,7 @@ group per row count, each split wherever its streams are not consecutive."""
 
 from __future__ import annotations
 
-from coinfer.models.llamacpp_split import equal_groups, split_passes
+from coinfer.models.llamacpp_split import FreeStreams, equal_groups, split_passes
 
 
 def test_equal_row_counts_on_consecutive_streams_are_one_pass() -> None:
@@ -23,3 +23,11 @@ def test_a_prompt_chunk_goes_apart_from_single_tokens() -> None:
     rows = [(7, 10, (0,)), (8, 11, (0,)), (9, 12, (0,)), (5, 40, (1,)), (6, 30, (2,))]
     assert equal_groups(rows) == [[3, 4], [0, 1, 2]]
     assert equal_groups(rows[3:]) == [[0, 1]]  # equal already: one group
+
+
+def test_a_live_sequence_takes_the_lowest_free_stream_and_a_kept_cache_the_highest() -> None:
+    free = FreeStreams(5)
+    assert [free.take(), free.take(), free.take()] == [0, 1, 2]
+    assert free.take(high=True) == 4 and free.highest() == 3
+    free.give(1)
+    assert free.take() == 1 and free.take() == 3 and len(free) == 0 and free.highest() == -1

@@ -533,10 +533,10 @@ class LocalChat(ChatModel):
             self.model.release(job.seq)
         elif not self.keep:
             self._give_way(job.seq)
-        else:
-            self._kept.append(job.seq)
-            while len(self._kept) > self.keep:
+        else:  # the oldest kept one gives way first, so that the new one can move out of the way
+            while len(self._kept) >= self.keep:
                 self._give_way(self._kept.pop(0))
+            self._kept.append(self.model.park(job.seq))
         job.seq = None
         return job.finish is not None
 

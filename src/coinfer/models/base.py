@@ -229,6 +229,16 @@ class SteerableModel(Prompter):
         data = self._save_state(seq)
         return None if data is None else SeqState(tuple(seq.tokens), data)
 
+    def park(self, seq: Seq) -> Seq:
+        """``seq`` (its tokens and cache) out of the way of the sequences still decoding: a
+        finished conversation's cache kept for reuse. Where the backend runs sequences
+        together only on neighbouring slots (llama.cpp with a cache per sequence), it moves
+        to the last free slot, so the next conversation takes the one it leaves and the
+        running ones stay neighbours; the sequence to use from then on is returned (``seq``
+        itself where nothing moved)."""
+        self._check_live(seq)
+        return seq
+
     def restore(self, state: SeqState) -> Seq:
         """A new sequence holding ``state``'s tokens and their cache (``save_state``), as
         the forward that read them left it: nothing is recomputed."""

@@ -1,19 +1,18 @@
 """llama.cpp backend through llama-cpp-python's low-level batch API.
 
-All sequences share one context with a *unified* KV cache: a ``Seq`` owns one llama
-seq_id. A token tree is decoded in one ``llama_decode``: every leaf gets a temporary
-seq_id that first shares the sequence's cells (``memory_seq_cp``), and each tree token
-carries the seq_ids of the leaves below it, so it attends exactly to the prefix and its
-ancestors; positions are ``len(seq) + depth``. ``commit_path`` copies the kept path to the
-sequence's own seq_id and drops the temporaries; ``truncate`` is ``memory_seq_rm``, and
-``fork`` is ``memory_seq_cp`` of every cell (shared, not copied).
+All sequences share one context with a *unified* KV cache: a ``Seq`` owns one llama seq_id.
+A token tree is decoded in one ``llama_decode``: every leaf gets a temporary seq_id that
+first shares the sequence's cells (``memory_seq_cp``), and each tree token carries the
+seq_ids of the leaves below it, so it attends exactly to the prefix and its ancestors;
+positions are ``len(seq) + depth``. ``commit_path`` copies the kept path to the sequence's
+own seq_id and drops the temporaries; ``truncate`` is ``memory_seq_rm``, ``fork`` is
+``memory_seq_cp`` of every cell (shared, not copied).
 """
 
 from __future__ import annotations
 
 import ctypes
 import hashlib
-import heapq
 import json
 import logging
 import os
@@ -34,7 +33,7 @@ from coinfer.models.base import CheckedForward, Seq, SteerableModel, TokenConstr
 from coinfer.models.chat_template import ChatTemplate
 from coinfer.models.gguf_layout import check_gguf
 from coinfer.models.llamacpp_hooks import layer_progress_callback, route_logs
-from coinfer.models.llamacpp_split import equal_groups, split_passes
+from coinfer.models.llamacpp_split import FreeStreams, equal_groups, split_passes
 from coinfer.models.llamacpp_state import copy_in, copy_out
 from coinfer.models.tree import TokenTree
 
@@ -42,12 +41,11 @@ __all__ = ["TILED_MIN_ROWS", "TILED_MIN_ROWS_ENV", "LlamaCppModel"]
 
 log = logging.getLogger(__name__)
 
-# The least rows of a matmul that llama.cpp's tiled K-quant kernel takes (the variable is
-# added by scripts/patches/llama-tiled-min-rows.patch; llama.cpp's own threshold is 8). On
-# this project's AVX2 machine a step of 8 to 15 rows (a batch of 8, or 4 requests with a draft
-# token each) ran 7-22% faster on the stock path, 16 to 24 rows ran even, and from 32 rows
-# (prompt chunks) the kernel wins; the speculative engine served at a batch of 8 ran 10%
-# faster with 16 (docs/bench/serve/one-off/tiled_matmul.txt). A user's own setting wins.
+# The least rows of a matmul that llama.cpp's tiled K-quant kernel takes (the variable is added by
+# scripts/patches/llama-tiled-min-rows.patch; llama.cpp's own threshold is 8). On this project's
+# AVX2 machine a step of 8 to 15 rows ran 7-22% faster on the stock path, 16 to 24 rows even, and
+# from 32 rows (prompt chunks) the kernel wins; the speculative engine served at a batch of 8 ran
+# 10% faster with 16 (docs/bench/serve/one-off/tiled_matmul.txt). A user's own setting wins.
 TILED_MIN_ROWS_ENV = "GGML_CPU_TILED_MIN_ROWS"
 TILED_MIN_ROWS = 16
 
@@ -195,7 +193,7 @@ class LlamaCppModel(SteerableModel):
         self._mem = self._ctx.memory
         self._batch = lc._internals.LlamaBatch(n_tokens=n_batch, embd=0, n_seq_max=n_seq_max)
         self.vocab_size = self._model.n_vocab()
-        self._free_ids = list(range(n_seq_max))  # a heap: the lowest is taken first
+        self._free_ids, self._parking = FreeStreams(n_seq_max), False  # parking: take the highest
         self._tree_ids: dict[int, list[int]] = {}  # seq id -> temporary leaf seq ids
         self.metadata = self._model.metadata()
         self.eos_ids = frozenset(
@@ -297,7 +295,21 @@ class LlamaCppModel(SteerableModel):
                 f"all {self._n_seq_max} llama.cpp sequence slots are in use",
                 hint="release sequences you no longer need, or load the model with a larger n_seq_max",
             )
-        return heapq.heappop(self._free_ids)  # the lowest: live streams stay packed, and a forward spans few
+        return self._free_ids.take(high=self._parking)
+
+    def park(self, seq: Seq) -> Seq:
+        """With a cache per sequence, ``seq`` moved (``save_state``, ``restore``) to the highest
+        free stream above its own: one pass runs only consecutive streams (``llamacpp_split``)."""
+        top, own = self._free_ids.highest(), backend_seq(seq, LlamaSeq).llama_id
+        if self.kv_unified or top < own or (state := self.save_state(seq)) is None:
+            return seq
+        self._parking = True
+        try:
+            moved = self.restore(state)
+        finally:
+            self._parking = False
+        self.release(seq)
+        return moved
 
     def batch_order(self, seq: Seq) -> int:
         return backend_seq(seq, LlamaSeq).llama_id if not self.kv_unified else seq.id
@@ -315,7 +327,7 @@ class LlamaCppModel(SteerableModel):
         self._drop_tree(seq)
         lid = seq.llama_id
         self._lc.llama_memory_seq_rm(self._mem, lid, -1, -1)
-        heapq.heappush(self._free_ids, lid)
+        self._free_ids.give(lid)
 
     def _truncate(self, seq: Seq, length: int) -> None:
         seq = backend_seq(seq, LlamaSeq)
@@ -326,7 +338,7 @@ class LlamaCppModel(SteerableModel):
     def _drop_tree(self, seq: LlamaSeq) -> None:
         for tid in self._tree_ids.pop(seq.id, []):
             self._lc.llama_memory_seq_rm(self._mem, tid, -1, -1)
-            heapq.heappush(self._free_ids, tid)
+            self._free_ids.give(tid)
 
     def _fork(self, source: Seq, new: Seq) -> None:
         src, dst = backend_seq(source, LlamaSeq), backend_seq(new, LlamaSeq)

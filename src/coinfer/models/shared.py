@@ -136,6 +136,9 @@ class SharedModel(SteerableModel):
     def fork(self, seq: Seq) -> Seq:
         return self._turn(self.model.fork, seq)  # type: ignore[no-any-return]
 
+    def park(self, seq: Seq) -> Seq:
+        return self._turn(self.model.park, seq)  # type: ignore[no-any-return]
+
     def commit_path(self, seq: Seq, nodes: Sequence[int]) -> None:
         self._turn(self.model.commit_path, seq, nodes)
 
