@@ -478,18 +478,19 @@ def test_a_stored_copy_the_model_cannot_take_back_is_dropped_and_the_prompt_read
     assert model.live_sequences == 0
 
 
-@pytest.mark.parametrize("park", [True, False])
-def test_a_finished_requests_kept_cache_moves_out_of_the_running_streams_way(smollm_path, park: bool) -> None:  # type: ignore[no-untyped-def]
+@pytest.mark.parametrize("move", [True, False])
+def test_running_requests_keep_to_consecutive_streams_so_a_step_is_one_pass(smollm_path, move: bool) -> None:  # type: ignore[no-untyped-def]
     """With a cache per sequence llama.cpp runs a batch in one pass only over consecutive
     streams. A request that finishes between two running ones keeps its cache for reuse;
-    kept where it was, the next request took a stream past the others and every decoding
-    step after that ran as two passes. Moved out of the way (``park``), it leaves its stream
-    to the next request, and every decoding step runs as one pass."""
+    kept where it was, the next request took a stream past the others, and once nobody
+    waited the last requests kept the gaps the others left: their steps ran as several
+    passes. Kept caches move out of the way (``park``) and the last requests into the gaps
+    (``packed``), and every decoding step runs as one pass."""
     from coinfer.models import llamacpp
 
     model = llamacpp.LlamaCppModel(smollm_path, n_ctx=512, n_seq_max=5, kv_unified=False)
-    if not park:
-        model.park = lambda seq: seq  # type: ignore[method-assign]
+    if not move:
+        model.park = model.pack = lambda seq: seq  # type: ignore[method-assign]
     chat = LocalChat(model, max_concurrent=3, keep=2, min_reuse=1000)  # no copies: each reads its prompt
     passes: list[list[int]] = []
     greedy = model.extend_many_greedy
@@ -506,7 +507,7 @@ def test_a_finished_requests_kept_cache_moves_out_of_the_running_streams_way(smo
         results = chat.chat_batch(asks)
         assert all(r.text for r in results)
         split = [p for p in passes if len(p) > 1]
-        assert (split == []) if park else split  # left where it was, the same requests' steps split
+        assert (split == []) if move else split  # left where it was, the same requests' steps split
     finally:
         chat.close()
         model.close()

@@ -18,6 +18,7 @@ from coinfer.decoding.draft_length import (
 )
 from coinfer.decoding.drafters import Draft
 from coinfer.errors import ConfigError
+from coinfer.models.llamacpp_split import split_passes
 
 # Measured shape on this CPU for qwen2.5-coder-1.5b (ms of one forward over n tokens, n = k + 1)
 CPU_CURVE = {1: 85, 2: 128, 3: 140, 4: 144, 5: 150, 6: 200, 7: 240, 8: 263, 9: 300, 17: 323, 33: 552, 49: 719}
@@ -379,6 +380,26 @@ def test_copies_that_mostly_hold_grow_past_a_costly_eight_token_forward() -> Non
     measures it and keeps drafting past 8."""
     sizes = _copying_batch(lambda n: _cost(KINKED, n), rounds=12, holds=0.9)
     assert sizes[0] == 16 and min(sizes) > 8
+
+
+def test_a_batch_whose_plain_steps_run_as_several_passes_still_learns_longer_steps() -> None:
+    """Eight requests on streams that are not consecutive (0-2 and 4-8): llama.cpp runs each
+    plain step as passes of 3 and 5 rows, so the curve's largest point is 5. A step may bring
+    twice the largest step measured (8 rows), not twice the largest pass: with 10 the most
+    (2 draft tokens in all), no draft paid, none was verified, nothing larger was measured,
+    and a fresh server's batch drafted next to nothing for a whole run."""
+    streams = [0, 1, 2, 4, 5, 6, 7, 8]
+    policy = AdaptiveDraftLength(costs=CostCurve())
+    for _ in range(3):
+        plain_s = (_batch_cost(3) + _batch_cost(5)) / 1000
+        policy.observe(drafted=7, draft_s=0.0, verify_s=plain_s, passes=[3, 5])
+    for _ in range(24):  # copies of given code that held to their end
+        for position in range(1, 49):
+            policy.learn(bucket=CopyBucket(32, True), position=position, kept=True)
+    cut = policy.trim_together(
+        [(48, CopyBucket(32, True))] * 8, lambda rows: split_passes(list(zip(streams, rows, strict=True)))
+    )
+    assert sum(cut) > 2
 
 
 def test_a_size_measured_dear_once_is_tried_again_once_its_measurement_is_old() -> None:

@@ -182,16 +182,18 @@ def test_a_prompt_chunk_beside_other_sequences_tokens_reads_as_it_does_alone(smo
         model.close()
 
 
-def test_a_parked_cache_moves_past_the_live_streams_and_goes_on_as_before(smollm_path: Path) -> None:
+def test_a_parked_or_packed_cache_moves_and_goes_on_as_before(smollm_path: Path) -> None:
     """With a cache per sequence a finished conversation's kept cache moves to the highest
     free stream (``park``), so the next conversation takes the stream it held and the live
-    ones stay consecutive: one pass for the batch. Its cache moves whole: it goes on to the
-    same logits, bit for bit."""
+    ones stay consecutive: one pass for the batch; a running one moves down into a gap
+    (``packed``). A cache moves whole: it goes on to the same logits, bit for bit."""
     model = llamacpp.LlamaCppModel(smollm_path, n_ctx=256, n_seq_max=4, kv_unified=False)
     try:
         a, b, c = (model.new_sequence() for _ in range(3))
         for seq, start in ((a, 10), (b, 300), (c, 600)):
             model.extend(seq, list(range(start, start + 40)))
+        c_state = model.save_state(c)
+        assert c_state is not None
         expected = model.extend(a, [77])
         model.truncate(a, 40)
         moved = model.park(a)
@@ -201,5 +203,10 @@ def test_a_parked_cache_moves_past_the_live_streams_and_goes_on_as_before(smollm
         assert new.llama_id == 0 and model.pass_rows([(new, 1), (b, 1), (c, 1)]) == [3]
         assert model.park(c) is c  # no free stream above its own: it stays
         assert model.live_sequences == 4
+        model.release(b)  # a gap at stream 1: c comes down into it, b's old stream
+        packed = model.packed([new, c])
+        assert packed[0] is new and packed[1].llama_id == 1
+        assert model.pass_rows([(s, 1) for s in packed]) == [2]
+        assert np.array_equal(model.extend(packed[1], [77]), model.extend(model.restore(c_state), [77]))
     finally:
         model.close()

@@ -3,6 +3,9 @@ group per row count, each split wherever its streams are not consecutive."""
 
 from __future__ import annotations
 
+import pytest
+
+from coinfer.errors import ModelError
 from coinfer.models.llamacpp_split import FreeStreams, equal_groups, split_passes
 
 
@@ -28,6 +31,10 @@ def test_a_prompt_chunk_goes_apart_from_single_tokens() -> None:
 def test_a_live_sequence_takes_the_lowest_free_stream_and_a_kept_cache_the_highest() -> None:
     free = FreeStreams(5)
     assert [free.take(), free.take(), free.take()] == [0, 1, 2]
-    assert free.take(high=True) == 4 and free.highest() == 3
+    assert free.take(high=True) == 4 and free.above(2) and not free.above(3)
     free.give(1)
-    assert free.take() == 1 and free.take() == 3 and len(free) == 0 and free.highest() == -1
+    assert free.below(2) and not free.below(1)
+    assert free.take() == 1 and free.take() == 3 and len(free) == 0
+    assert not free.above(-1) and not free.below(9)
+    with pytest.raises(ModelError, match="sequence slots"):
+        free.take()

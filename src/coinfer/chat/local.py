@@ -207,6 +207,8 @@ class LocalChat(ChatModel):
                 feed.append((job, [job.unread]))
             job.unread = None
         running = [j for j in running if not self._retire(j)]
+        for job, seq in zip(running, self.model.packed([_seq(j) for j in running]), strict=True):
+            job.seq = seq  # into a gap a finished job left (llama.cpp: one pass runs consecutive streams)
         # in the model's batch order: llama.cpp with a cache per sequence runs a batch's
         # sequences in one pass only where their streams come in increasing, consecutive order
         feed = sorted(((j, ids) for j, ids in feed if j.finish is None), key=self._batch_order)

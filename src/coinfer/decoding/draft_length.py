@@ -268,6 +268,7 @@ class AdaptiveDraftLength:
     _copy_misses: float = 0.0  # this request's copy positions that missed (decayed like the records)
     _copy_expected: float = 0.0  # the misses copy_prior expected at those positions
     _width: int = 1  # requests in the latest step (``trim_together``): the step its drafts are learned from
+    _widest: int = 0  # the most rows a measured step brought, in one forward or several passes
 
     def __post_init__(self) -> None:
         if not 0 <= self.k_start <= self.k_max or not 0 < self.smoothing <= 1 or self.explore_every < 1:
@@ -449,9 +450,11 @@ class AdaptiveDraftLength:
 
     def _pricing(self) -> tuple[Callable[[int], float], int]:
         """A batch's prices: the fresh curve (``_fresh``), and the most tokens a step may
-        bring, ``reach`` times every size measured, however long ago."""
+        bring, ``reach`` times every size or step measured, however long ago. The step: a
+        plain step of 8 requests whose streams were not consecutive ran as passes of 3 and
+        5, and with 10 the most, nothing was ever verified, so nothing larger measured."""
         curve = self._fresh()
-        return (lambda n: priced(curve, n)), int(self.reach * max(self.costs))
+        return (lambda n: priced(curve, n)), int(self.reach * max(*self.costs, self._widest))
 
     def _fresh(self) -> dict[int, float]:
         """The curve a batch's cut is priced by: the points measured within the latest
@@ -484,6 +487,7 @@ class AdaptiveDraftLength:
         passes: Sequence[int] | None = None,
     ) -> None:  # fmt: skip
         self._rounds += 1
+        self._widest = max(self._widest, drafted + 1)
         for n, seconds in self._apportioned(passes or [drafted + 1], verify_s):
             if isinstance(self.costs, CostCurve):
                 self.costs.record(n, seconds, self.smoothing, self.refresh_every)

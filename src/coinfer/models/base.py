@@ -239,6 +239,27 @@ class SteerableModel(Prompter):
         self._check_live(seq)
         return seq
 
+    def pack(self, seq: Seq) -> Seq:
+        """``seq`` (its tokens and cache) moved down among the sequences decoding, where the
+        backend runs sequences together only on neighbouring slots and a lower one is free:
+        the running ones close the gap a finished one left (``park``'s other side)."""
+        self._check_live(seq)
+        return seq
+
+    def packed(self, seqs: Sequence[Seq]) -> list[Seq]:
+        """``seqs`` (the ones decoding together), the furthest moved down (``pack``) one at
+        a time while a step of a row each would run as several passes (``pass_rows``): with
+        nobody waiting to take a finished request's slot, the last requests of a crowd ran
+        as passes of 2 + 1 + 1 where one of 4 would do."""
+        seqs = list(seqs)
+        while len(self.pass_rows([(s, 1) for s in seqs])) > 1:
+            last = max(range(len(seqs)), key=lambda i: self.batch_order(seqs[i]))
+            moved = self.pack(seqs[last])
+            if moved is seqs[last]:
+                break
+            seqs[last] = moved
+        return seqs
+
     def restore(self, state: SeqState) -> Seq:
         """A new sequence holding ``state``'s tokens and their cache (``save_state``), as
         the forward that read them left it: nothing is recomputed."""

@@ -22,6 +22,7 @@ import time
 import weakref
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import partialmethod
 from pathlib import Path
 from typing import Any
 
@@ -193,7 +194,7 @@ class LlamaCppModel(SteerableModel):
         self._mem = self._ctx.memory
         self._batch = lc._internals.LlamaBatch(n_tokens=n_batch, embd=0, n_seq_max=n_seq_max)
         self.vocab_size = self._model.n_vocab()
-        self._free_ids, self._parking = FreeStreams(n_seq_max), False  # parking: take the highest
+        self._free_ids, self._parking = FreeStreams(n_seq_max, self.name), False  # parking: the highest
         self._tree_ids: dict[int, list[int]] = {}  # seq id -> temporary leaf seq ids
         self.metadata = self._model.metadata()
         self.eos_ids = frozenset(
@@ -289,27 +290,24 @@ class LlamaCppModel(SteerableModel):
             self._grammars[key] = schema_grammar(schema)
         return GrammarConstraint(self._lc, self._model.vocab, self._grammars[key], self.vocab_size)
 
-    def _take_id(self) -> int:
-        if not self._free_ids:
-            raise ModelError(
-                f"all {self._n_seq_max} llama.cpp sequence slots are in use",
-                hint="release sequences you no longer need, or load the model with a larger n_seq_max",
-            )
-        return self._free_ids.take(high=self._parking)
-
-    def park(self, seq: Seq) -> Seq:
+    def _moved(self, seq: Seq, *, high: bool) -> Seq:
         """With a cache per sequence, ``seq`` moved (``save_state``, ``restore``) to the highest
-        free stream above its own: one pass runs only consecutive streams (``llamacpp_split``)."""
-        top, own = self._free_ids.highest(), backend_seq(seq, LlamaSeq).llama_id
-        if self.kv_unified or top < own or (state := self.save_state(seq)) is None:
+        free stream above its own (``high``) or the lowest below it: one pass runs only
+        consecutive streams (``llamacpp_split``)."""
+        own, free = backend_seq(seq, LlamaSeq).llama_id, self._free_ids
+        if self.kv_unified or not (free.above(own) if high else free.below(own)):
             return seq
-        self._parking = True
+        if (state := self.save_state(seq)) is None:
+            return seq
+        self._parking = high
         try:
             moved = self.restore(state)
         finally:
             self._parking = False
         self.release(seq)
         return moved
+
+    park, pack = partialmethod(_moved, high=True), partialmethod(_moved, high=False)
 
     def batch_order(self, seq: Seq) -> int:
         return backend_seq(seq, LlamaSeq).llama_id if not self.kv_unified else seq.id
@@ -320,7 +318,7 @@ class LlamaCppModel(SteerableModel):
         return split_passes([(self.batch_order(seq), n) for seq, n in items])
 
     def _new_seq(self, seq_id: int) -> Seq:
-        return LlamaSeq(seq_id, llama_id=self._take_id())
+        return LlamaSeq(seq_id, llama_id=self._free_ids.take(high=self._parking))
 
     def _release(self, seq: Seq) -> None:
         seq = backend_seq(seq, LlamaSeq)
@@ -403,7 +401,7 @@ class LlamaCppModel(SteerableModel):
                 f"{len(self._free_ids)} left",
                 hint="load the model with a larger n_seq_max or draft a narrower tree",
             )
-        tids = [self._take_id() for _ in leaves]
+        tids = [self._free_ids.take() for _ in leaves]
         self._tree_ids[seq.id] = tids
         slot = {leaf: i for i, leaf in enumerate(leaves)}
         for tid in tids:

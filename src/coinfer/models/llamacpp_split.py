@@ -15,6 +15,8 @@ import heapq
 from collections.abc import Sequence
 from itertools import pairwise
 
+from coinfer.errors import ModelError
+
 __all__ = ["FreeStreams", "equal_groups", "split_passes"]
 
 
@@ -65,17 +67,26 @@ class FreeStreams:
     """The streams (llama.cpp seq ids) not in use. A live sequence takes the lowest, so live
     streams stay packed and a forward spans few; a kept cache (``park``) the highest."""
 
-    def __init__(self, n: int) -> None:
-        self._ids = list(range(n))  # a heap
+    def __init__(self, n: int, model: str = "the model") -> None:
+        self._ids, self._n, self._model = list(range(n)), n, model  # a heap
 
     def __len__(self) -> int:
         return len(self._ids)
 
-    def highest(self) -> int:
-        """The highest free stream; -1 where none is."""
-        return max(self._ids, default=-1)
+    def above(self, stream: int) -> bool:
+        """Whether a stream above ``stream`` is free."""
+        return max(self._ids, default=-1) > stream
+
+    def below(self, stream: int) -> bool:
+        """Whether a stream below ``stream`` is free."""
+        return bool(self._ids) and self._ids[0] < stream
 
     def take(self, *, high: bool = False) -> int:
+        if not self._ids:
+            raise ModelError(
+                f"all {self._n} llama.cpp sequence slots are in use ({self._model})",
+                hint="release sequences you no longer need, or load the model with a larger n_seq_max",
+            )
         if high:
             self._ids.sort()
             return self._ids.pop()  # a sorted list is still a heap

@@ -139,6 +139,12 @@ class SharedModel(SteerableModel):
     def park(self, seq: Seq) -> Seq:
         return self._turn(self.model.park, seq)  # type: ignore[no-any-return]
 
+    def pack(self, seq: Seq) -> Seq:
+        return self._turn(self.model.pack, seq)  # type: ignore[no-any-return]
+
+    def packed(self, seqs: Sequence[Seq]) -> list[Seq]:
+        return self._turn(self.model.packed, seqs)  # type: ignore[no-any-return]
+
     def commit_path(self, seq: Seq, nodes: Sequence[int]) -> None:
         self._turn(self.model.commit_path, seq, nodes)
 
