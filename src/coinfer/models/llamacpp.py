@@ -297,8 +297,8 @@ class LlamaCppModel(SteerableModel):
         own, free = backend_seq(seq, LlamaSeq).llama_id, self._free_ids
         if self.kv_unified or not (free.above(own) if high else free.below(own)):
             return seq
-        if (state := self.save_state(seq)) is None:
-            return seq
+        if seq.pending is not None or (state := self.save_state(seq)) is None:
+            return seq  # a token tree's leaves hold streams of their own: it stays
         self._parking = high
         try:
             moved = self.restore(state)
