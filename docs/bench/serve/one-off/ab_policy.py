@@ -6,16 +6,14 @@ Usage: ab_policy.py VARIANTS ROUNDS [FIRST,LAST]   VARIANTS: comma-separated nam
 ``base`` builds the policy with copy_prior's miss at 1.0, as the served engine did when this
 ran (before a82387c); ``missX`` sets the miss at every width. BatchSpeculator.over now gives
 BATCH_COPY_MISS (0.8) to steps of two or more requests only (46d0882)."""
-import sys, time
-from collections import deque
+import sys
 from coinfer.decoding.batch_speculation import BatchSpeculator, DraftingGate
 from coinfer.decoding.draft_length import AdaptiveDraftLength, DraftSizer
 from coinfer.decoding.drafters import Draft
 from coinfer.decoding.ngram import NgramDrafter
 from coinfer.decoding.learned import Learned
 from coinfer.decoding.speculative import target_costs
-from coinfer.decoding.sampling import SamplingParams
-from served_batch import open_served_batch
+from served_batch import open_served_batch, run_prompts
 
 
 class DeepOnly(NgramDrafter):
@@ -51,15 +49,7 @@ texts = {}
 for r in range(rounds):
     for name in (names if r % 2 == 0 else names[::-1]):
         chat.speculator = specs[name]
-        jobs = []
-        for i in range(lo, hi):
-            prompt = model.chat_prompt(suite[i]["messages"])
-            jobs += chat.new_jobs(i, prompt, n=1, max_tokens=128, params=SamplingParams(temperature=0.0), speculate=True)
-        waiting, running = deque(jobs), []
-        t0 = time.perf_counter()
-        while waiting or running:
-            running = chat.step(waiting, running)
-        wall = time.perf_counter() - t0
+        jobs, wall = run_prompts(chat, suite, lo, hi, speculate=True)
         toks = sum(len(j.tokens) for j in jobs)
         same = sum(texts.setdefault(j.request, j.tokens) == j.tokens for j in jobs)
         print(f"round {r + 1} {name}: {toks / wall:.2f} tok/s ({toks} in {wall:.1f}s), drafted {sum(j.drafted for j in jobs)}"

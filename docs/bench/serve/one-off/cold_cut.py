@@ -1,13 +1,11 @@
 """Cold starts: each run a fresh speculator; logs every trim_together call (the cut) to find why
 a run drafts next to nothing. Usage: cold_cut.py RUNS [FIRST,LAST]"""
-import sys, time, json
-from collections import deque
+import sys, json
 from coinfer.decoding.batch_speculation import BatchSpeculator
 from coinfer.decoding.cost_curve import CostCurve
 from coinfer.decoding.ngram import NgramDrafter
-from coinfer.decoding.sampling import SamplingParams
 sys.path.insert(0, "/work/main/docs/bench/serve/one-off")
-from served_batch import open_served_batch
+from served_batch import open_served_batch, run_prompts
 
 runs = int(sys.argv[1])
 lo, hi = (int(x) for x in (sys.argv[2] if len(sys.argv) > 2 else "16,32").split(","))
@@ -30,15 +28,7 @@ for r in range(runs):
         })
         return out
     pol.trim_together = trim
-    jobs = []
-    for i in range(lo, hi):
-        prompt = model.chat_prompt(suite[i]["messages"])
-        jobs += chat.new_jobs(i, prompt, n=1, max_tokens=128, params=SamplingParams(temperature=0.0), speculate=True)
-    waiting, running = deque(jobs), []
-    t0 = time.perf_counter()
-    while waiting or running:
-        running = chat.step(waiting, running)
-    wall = time.perf_counter() - t0
+    jobs, wall = run_prompts(chat, suite, lo, hi, speculate=True)
     toks = sum(len(j.tokens) for j in jobs)
     drafted = sum(j.drafted for j in jobs)
     print(f"run {r + 1}: {toks / wall:.2f} tok/s ({toks} in {wall:.1f}s), drafted {drafted} kept {sum(j.accepted for j in jobs)}; cuts {len(calls)}, with proposals {sum(bool(c['props']) for c in calls)}, stale {sum(bool(c['stale']) for c in calls)}, kept>0 {sum(sum(c['keep']) > 0 for c in calls)}", flush=True)

@@ -3,14 +3,12 @@ speculator each run as a fresh server has): prompts FIRST..LAST of build_suite(1
 greedy tokens each, with kept caches parked (moved to the highest free stream) and running requests packed
 into the gaps (move), or neither (stay). Runs alternate, the order reversed every other round.
 Usage: park_ab.py ROUNDS [FIRST,LAST] [plain]"""
-import sys, time
-from collections import deque
+import sys
 from coinfer.decoding.batch_speculation import BatchSpeculator
 from coinfer.decoding.cost_curve import CostCurve
 from coinfer.decoding.ngram import NgramDrafter
-from coinfer.decoding.sampling import SamplingParams
 sys.path.insert(0, "/work/main/docs/bench/serve/one-off")
-from served_batch import open_served_batch
+from served_batch import open_served_batch, run_prompts
 
 rounds = int(sys.argv[1])
 lo, hi = (int(x) for x in (sys.argv[2] if len(sys.argv) > 2 else "16,32").split(","))
@@ -36,15 +34,7 @@ for r in range(rounds):
         model.extend_many_greedy = watch(greedy, "plain")
         model.extend_many_choices = watch(choices, "plain")
         chat.speculator = BatchSpeculator.over(NgramDrafter(), CostCurve(), batch_floor=0.0) if spec_on else None
-        jobs = []
-        for i in range(lo, hi):
-            prompt = model.chat_prompt(suite[i]["messages"])
-            jobs += chat.new_jobs(i, prompt, n=1, max_tokens=128, params=SamplingParams(temperature=0.0), speculate=spec_on)
-        waiting, running = deque(jobs), []
-        t0 = time.perf_counter()
-        while waiting or running:
-            running = chat.step(waiting, running)
-        wall = time.perf_counter() - t0
+        jobs, wall = run_prompts(chat, suite, lo, hi, speculate=spec_on)
         toks = sum(len(j.tokens) for j in jobs)
         same = sum(texts.setdefault(j.request, j.tokens) == j.tokens for j in jobs)
         n, split = stats["plain"]

@@ -37,3 +37,24 @@ def watch_verified(spec, proposals, record):
         return kept
 
     spec.drafter.propose_many, spec.accepted = propose, accept
+
+
+def run_prompts(chat, suite, lo, hi, speculate=True, max_tokens=128):
+    """Prompts lo..hi-1 of ``suite`` all at once through ``chat``, greedy, to the end, as the
+    server batches them: (the jobs, the wall seconds). Shared by ab_policy.py, cold_cut.py and
+    park_ab.py (moved here after they ran; what they do is unchanged)."""
+    import time
+    from collections import deque
+
+    from coinfer.decoding.sampling import SamplingParams
+
+    jobs = []
+    for i in range(lo, hi):
+        prompt = chat.model.chat_prompt(suite[i]["messages"])
+        jobs += chat.new_jobs(i, prompt, n=1, max_tokens=max_tokens, params=SamplingParams(temperature=0.0),
+                              speculate=speculate)
+    waiting, running = deque(jobs), []
+    t0 = time.perf_counter()
+    while waiting or running:
+        running = chat.step(waiting, running)
+    return jobs, time.perf_counter() - t0
