@@ -53,8 +53,8 @@ drafts never pay cost about one token in 32.
 Requests verified together in one forward (the collective engine's batches) are cut
 together (``trim_together``, ``batch_lengths``): the curve is then per forward, whatever
 its requests, and the forward's draft tokens are those with the best chances across every
-request, as many as pay for the forward they make dearer. A forward reaches at most twice
-the largest size measured (``reach``): at batch 4 every request's confident copy once made
+request, as many as pay for the forward they make dearer. A step reaches at most twice the
+largest size or step measured (``reach``): at batch 4 every request's confident copy once made
 one forward over 196 tokens, guessed at 3.2 s and timed at 7.0 s. Within that doubling a
 batch's curve is priced as one request's is, at half the top's average cost per token: an
 optimistic guess, on purpose. Priced by the curve's last measured stretch instead, a
@@ -255,7 +255,7 @@ class AdaptiveDraftLength:
     copy_ratio_caution: float = 1.0  # standard deviations added to the miss ratio
     copy_ratio_floor: float = 0.5  # least miss ratio: copies miss at least half as often as the prior says
     batch_floor: float = 0.0  # in a batch's forward, the least share of its plain rate each request keeps
-    reach: float = 2.0  # a batch's forward over at most this many times the largest size measured
+    reach: float = 2.0  # a batch's step over at most this many times the largest size or step measured
     refresh_every: int = 64  # forwards after which plain decoding's point is measured again (``CostCurve``)
     # the target's cost curve, n -> seconds of a forward over n tokens: pass one shared by
     # every request on the same target (``target_costs``) and each starts knowing it
@@ -422,9 +422,9 @@ class AdaptiveDraftLength:
         over this policy's cost curve, which is then per forward, whatever its requests;
         with ``passes``, a step is priced as its passes, ragged or evened, whichever is
         cheaper: ``batch_shape.shaped_price``). Drafting is paid for by now; nothing is
-        verified before the curve has a measurement, and no forward goes past ``reach``
-        times the largest size measured (``batch_lengths``' ``most``): what a forward
-        costs is learned a doubling at a time, not bet on."""
+        verified before the curve has a measurement, and no step goes past ``reach`` times
+        the largest size or step measured (``_pricing``, ``batch_lengths``' ``most``): what
+        a forward costs is learned a doubling at a time, not bet on."""
         self._width = len(proposals)
         plain = [len(proposals)] if passes is None else passes([1] * len(proposals))
         if not self.costs or any(self._stale(n) for n in plain):
@@ -454,7 +454,7 @@ class AdaptiveDraftLength:
         plain step of 8 requests whose streams were not consecutive ran as passes of 3 and
         5, and with 10 the most, nothing was ever verified, so nothing larger measured."""
         curve = self._fresh()
-        return (lambda n: priced(curve, n)), int(self.reach * max(*self.costs, self._widest))
+        return (lambda n: priced(curve, n)), int(self.reach * max(max(self.costs), self._widest))
 
     def _fresh(self) -> dict[int, float]:
         """The curve a batch's cut is priced by: the points measured within the latest
