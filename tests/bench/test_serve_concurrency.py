@@ -65,6 +65,8 @@ def test_unknown_systems_and_bad_levels_are_refused() -> None:
         ConcurrencyConfig(levels=(0, 4))
     with pytest.raises(ConfigError):
         ConcurrencyConfig(repeats=0)
+    with pytest.raises(ConfigError, match="temperature"):
+        ConcurrencyConfig(temperature=-0.5)
 
 
 def test_the_systems_take_turns_going_first_round_by_round() -> None:
@@ -107,6 +109,24 @@ def test_a_server_alone_at_two_levels_twice_answers_every_request_as_alone(smoll
     assert order == ["coinfer-speculative@1", "coinfer-speculative@4", "coinfer-speculative@1",
                      "coinfer-speculative@4"]  # fmt: skip
     assert [p["held_out"] for p in report["prompts"]] == [False, False, False]
+
+
+@needs_llama
+def test_sampled_requests_in_a_speculative_batch_sample_what_they_sample_alone(smollm_path: Path) -> None:
+    """At a temperature, each request seeded by its prompt: in the speculative engine's
+    batch (whose drafts sampled requests verify too: ``chat.drafting``) each text is the
+    one the same request samples alone, bar the batch shape's near-ties (the README's
+    known gap)."""
+    from coinfer.bench.serve_concurrency import run_concurrency
+
+    config = ConcurrencyConfig(
+        model="smollm2-135m", levels=(1, 4), max_tokens=24, per_category=1, ctx=1024,
+        systems=("coinfer-speculative",), temperature=0.8,
+    )  # fmt: skip
+    one, four = run_concurrency(config, log=lambda _: None)["systems"]["coinfer-speculative"]
+    assert one["errors"] == four["errors"] == [] and four["requests"] == 4
+    assert one["identical"] == 3 and four["identical"] >= 3  # the 3 prompts, then the first again
+    assert sorted(s[0] for s in four["timelines"][0]) == [0, 0, 1, 2]
 
 
 def test_a_shared_opening_is_one_system_message_of_about_the_tokens_asked() -> None:

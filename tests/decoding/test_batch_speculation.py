@@ -79,12 +79,55 @@ def test_an_end_token_inside_an_agreed_draft_ends_the_request_there() -> None:
     assert model.live_sequences == 0
 
 
-def test_requests_that_sample_or_do_not_speculate_share_the_batch_without_drafts() -> None:
+def test_requests_that_do_not_speculate_share_the_batch_without_drafts() -> None:
     model = ScriptedModel(_cyclic, n_ctx=256)
     chat = LocalChat(model, max_concurrent=4, keep=0)
     chat.speculator = BatchSpeculator(NgramDrafter(), DraftSizer(FixedDraftLength(4)))
     assert all(j.drafted == 0 for j in _serve(chat, speculate=False))
-    assert all(j.drafted == 0 for j in _serve(chat, temperature=0.7))
+    assert model.live_sequences == 0
+
+
+def _mostly_cyclic(prefix: list[int]) -> int | dict[int, float]:
+    """``_cyclic``'s token with probability 0.8, another with 0.2: a sampled text copies
+    the pattern for a while, then leaves it."""
+    token = _cyclic(prefix)
+    return token if token == EOS else {token: 0.8, 7 + len(prefix) % 5: 0.2}
+
+
+def test_requests_that_sample_draft_and_write_what_plain_sampling_draws_from_their_seed() -> None:
+    model = ScriptedModel(_mostly_cyclic, n_ctx=256)
+    plain = _serve(LocalChat(model, max_concurrent=4, keep=0), temperature=0.9)
+    plain_forwards = len(model.forwards)
+    chat = LocalChat(model, max_concurrent=4, keep=0)
+    chat.speculator = BatchSpeculator(NgramDrafter(), DraftSizer(FixedDraftLength(4)))
+    drafted = _serve(chat, temperature=0.9)
+    assert [j.tokens for j in drafted] == [j.tokens for j in plain]  # the same draws, one a token
+    assert len({tuple(j.tokens) for j in drafted}) > 1 and any(t not in PATTERN for t in drafted[0].tokens)
+    assert all(j.accepted > 0 for j in drafted) and any(j.accepted < j.drafted for j in drafted)
+    assert len(model.forwards) - plain_forwards < plain_forwards  # several tokens a forward
+    assert model.live_sequences == 0
+
+
+def test_greedy_requests_still_draft_beside_one_that_samples() -> None:
+    model = ScriptedModel(_cyclic, n_ctx=256)
+    chat = LocalChat(model, max_concurrent=4, keep=0)
+    chat.speculator = BatchSpeculator(NgramDrafter(), DraftSizer(FixedDraftLength(4)))
+    greedy = SamplingParams()
+    jobs = [
+        j
+        for i, p in enumerate(PROMPTS[:3])
+        for j in chat.new_jobs(i, list(p), n=1, max_tokens=40, params=greedy)
+    ]
+    grammar = chat.new_jobs(
+        3, list(PROMPTS[3]), n=1, max_tokens=40, params=SamplingParams(temperature=0.7, seed=3)
+    )
+    grammar[0].speculate = False  # as a job under a grammar: it samples and does not draft
+    waiting, running = deque([*jobs, *grammar]), []
+    while waiting or running:
+        running = chat.step(waiting, running)
+    alone = _serve(LocalChat(ScriptedModel(_cyclic, n_ctx=256), max_concurrent=4, keep=0))
+    assert [j.tokens for j in jobs] == [j.tokens for j in alone[:3]]
+    assert all(j.accepted > 0 for j in jobs) and grammar[0].drafted == 0 and len(grammar[0].tokens) == 40
     assert model.live_sequences == 0
 
 

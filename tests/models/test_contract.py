@@ -401,6 +401,27 @@ def test_extend_many_next_gives_every_choice_and_only_the_logits_asked_for(subje
         model.release(seq)
 
 
+def test_extend_many_rows_gives_choices_or_every_rows_logits_as_asked(subject: Subject) -> None:
+    """A drafting step of greedy and sampling requests: each sampling one's logits after
+    every token of its chain, each greedy one's choices there; each sequence extended."""
+    model, prompt = subject.model, _prompt(subject.model)
+    s1, s2 = model.new_sequence(), model.new_sequence()
+    model.extend_many([(s1, prompt[:3]), (s2, prompt[:4])])
+    greedy, sampled = model.extend_many_rows([(s1, prompt[3:6]), (s2, prompt[4:6])], [False, True])
+    assert greedy.shape == (3,) and greedy.dtype == np.int64 and sampled.shape == (2, model.vocab_size)
+    subject.assert_close(sampled, _fresh(model, prompt[:6])[-2:])
+    for i, choice in enumerate(greedy):
+        fresh = _fresh(model, prompt[: 4 + i])[-1]
+        assert fresh[choice] >= fresh.max() - 1e-3 * max(1.0, abs(fresh.max()))
+    assert [len(s1), len(s2)] == [6, 6]
+    both_greedy = model.extend_many_rows([(s1, [43]), (s2, [44])], [False, False])
+    assert [c.shape for c in both_greedy] == [(1,), (1,)]
+    with pytest.raises(ConfigError, match="logits_for"):
+        model.extend_many_rows([(s1, [5])], [True, False])
+    for seq in (s1, s2):
+        model.release(seq)
+
+
 def test_extend_batch_verifies_several_sequences_chains_and_trees_in_one_call(subject: Subject) -> None:
     """Requests served together (LLMCad's trees, a chain, a greedy verification): each
     result as its sequence alone would give, and each sequence goes on as if alone."""

@@ -22,7 +22,8 @@ latencies and identical texts pool every run's streams.
 Per level: aggregate completion tokens/s (all tokens over the time from the first
 request sent to the last token), time to first token and inter-token latency (a
 request's seconds per token after its first) at p50 and p95, errors, honest 429s, and how
-many greedy texts equal the same request served alone. Every fourth prompt is held out
+many texts equal the same request served alone (greedy, or sampled with the same seed:
+``--concurrency-temperature``). Every fourth prompt is held out
 of any tuning; both halves are reported.
 
 ``shared_tokens``: every request opens with one system message of about that many
@@ -81,6 +82,7 @@ class ConcurrencyConfig:
     deadline_s: float = 3600.0
     shared_tokens: int = 0
     repeats: int = 1  # runs of each level, interleaved across systems (see the module)
+    temperature: float = 0.0  # greedy; above 0, each request sampled with its prompt's index as seed
 
     def __post_init__(self) -> None:
         if (
@@ -88,9 +90,11 @@ class ConcurrencyConfig:
             or min(self.levels) < 1
             or self.max_tokens < 2
             or min(self.slots, self.per_category, self.repeats) < 1
+            or not 0.0 <= self.temperature <= 2.0
         ):
             raise ConfigError(
-                "levels of >= 1 clients, max_tokens >= 2, slots, per_category and repeats >= 1, please"
+                "levels of >= 1 clients, max_tokens >= 2, slots, per_category and repeats >= 1, and a "
+                "temperature in [0, 2], please"
             )
         unknown = set(self.systems) - set(SYSTEMS)
         if unknown:
@@ -214,7 +218,7 @@ def _level(
         work: Work = [(p, None) for p in prompts]
         order = [i % len(prompts) for i in range(requests)]
         run = clients_at_once(url, config.model, work, order, clients, max_tokens=config.max_tokens,
-                              deadline_s=config.deadline_s)  # fmt: skip
+                              deadline_s=config.deadline_s, temperature=config.temperature)  # fmt: skip
         return asyncio.run(run)
     finally:
         stop()

@@ -142,12 +142,13 @@ def _rss_mb(pid: int) -> float:
 
 async def stream_chat(
     client: Any, model: str, messages: list[dict[str, str]], max_tokens: int, index: int, deadline: float,
-    *, leave_after: int | None = None, extra_body: dict[str, Any] | None = None,
+    *, leave_after: int | None = None, extra_body: dict[str, Any] | None = None, temperature: float = 0.0,
 ) -> Stream:  # fmt: skip
-    """One greedy streaming request by ``client`` (an ``openai.AsyncOpenAI``), timed at the
-    client; after a 429 it waits ``Retry-After`` and sends again. ``leave_after``: the
-    client goes away after that many chunks of text (its ``finish``: ``left``); ``extra_body``:
-    coinfer's own fields (a MinionS request's ``documents``)."""
+    """One streaming request by ``client`` (an ``openai.AsyncOpenAI``), timed at the client;
+    after a 429 it waits ``Retry-After`` and sends again. Greedy, or sampled at
+    ``temperature`` with the seed ``index`` (so the same request sends the same seed).
+    ``leave_after``: the client goes away after that many chunks of text (its ``finish``:
+    ``left``); ``extra_body``: coinfer's own fields (a MinionS request's ``documents``)."""
     import openai
 
     s = Stream(index)
@@ -155,8 +156,9 @@ async def stream_chat(
     while True:
         try:
             chunks = await client.chat.completions.create(
-                model=model, messages=messages, temperature=0, max_tokens=max_tokens, stream=True,
-                stream_options={"include_usage": True}, extra_body=extra_body,
+                model=model, messages=messages, temperature=temperature, max_tokens=max_tokens, stream=True,
+                seed=index if temperature else openai.NOT_GIVEN, stream_options={"include_usage": True},
+                extra_body=extra_body,
             )  # fmt: skip
             seen = 0
             async for c in chunks:
@@ -209,12 +211,13 @@ def seconds_said(chunk: Any) -> dict[str, float]:
 
 async def clients_at_once(
     url: str, model: str, work: Work, order: list[int], clients: int, *, max_tokens: int, deadline_s: float,
-    leave_after: Mapping[int, int] | None = None,
+    leave_after: Mapping[int, int] | None = None, temperature: float = 0.0,
 ) -> tuple[list[Stream], float]:  # fmt: skip
     """The requests ``work[i]`` for each ``i`` of ``order``, sent by ``clients`` streaming
     clients at once, each its next as soon as its last ends; the streams (``prompt`` is
     ``i``) and the seconds from the first sent to the last done. ``leave_after``: request
-    ``i``'s client goes away after that many chunks (``stream_chat``)."""
+    ``i``'s client goes away after that many chunks; ``temperature``: each request's
+    (``stream_chat``)."""
     import openai
 
     deadline = time.monotonic() + deadline_s
@@ -228,7 +231,7 @@ async def clients_at_once(
             leave = (leave_after or {}).get(i)
             sent_s = time.perf_counter() - t0
             sent = stream_chat(client, model, messages, max_tokens, i, deadline, leave_after=leave,
-                               extra_body=extra)  # fmt: skip
+                               extra_body=extra, temperature=temperature)  # fmt: skip
             out.append(replace(await sent, sent_s=round(sent_s, 3)))
 
     t0 = time.perf_counter()

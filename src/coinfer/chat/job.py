@@ -10,7 +10,7 @@ import numpy as np
 from coinfer.decoding.sampling import SamplingParams
 from coinfer.models.base import Seq, TokenConstraint
 
-__all__ = ["Job"]
+__all__ = ["Job", "seq_of"]
 
 
 @dataclass
@@ -30,7 +30,7 @@ class Job:
     unread: int | None = None  # its latest token, output but not yet read by the model
     constraint: TokenConstraint | None = None  # the JSON schema's grammar, where enforced
     key: int = 0  # unique among every job of its chat (a drafter's per-request state)
-    speculate: bool = False  # drafts when a step allows (greedy, no grammar, a speculator)
+    speculate: bool = False  # drafts when a step allows (no grammar, a speculator)
     drafted: int = 0  # draft tokens verified for it
     accepted: int = 0  # of them, kept
     verified: int = 0  # forwards that verified a draft of it
@@ -56,3 +56,9 @@ class Job:
     def reserve(self) -> int:
         """Cache cells the job may fill: its prompt and its whole budget."""
         return len(self.prompt) + self.max_tokens
+
+
+def seq_of(job: Job) -> Seq:
+    """A running job's sequence (admitted jobs always have one)."""
+    assert job.seq is not None, "a job fed before it was admitted"
+    return job.seq

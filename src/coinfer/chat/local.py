@@ -32,12 +32,12 @@ gets a sequence restored from it (1-1.5 ms for 350 tokens, where reading them ag
 about 2 s on a 2-core CPU), so a chat whose user thinks between turns, while other
 conversations take the slots, is not read again from its start.
 
-Given a ``speculator`` (``decoding.batch_speculation``), the jobs that decode greedily
-draft: in a step that reads no prompt, every drafting job's proposal rides in the one
+Given a ``speculator`` (``decoding.batch_speculation``), the jobs draft, greedy or
+sampling: in a step that reads no prompt, every drafting job's proposal rides in the one
 forward, cut together so the forward pays for itself, and each keeps the prefix of its
-draft that the target's own choices agree with (lossless: the text is the target's greedy
-text). Jobs that sample, follow a grammar or did not ask to speculate share the forward
-with one token each.
+draft that the target agrees with (``chat.drafting``; lossless: a greedy job's text is the
+target's greedy text, a sampling one's what plain sampling draws from the same seed). Jobs
+that follow a grammar or did not ask to speculate share the forward with one token each.
 
 A request's ``json_schema`` is enforced where the model can constrain its tokens (on
 llama.cpp, its grammar sampler over the schema's GBNF): the sampled token is checked
@@ -62,8 +62,8 @@ import numpy as np
 
 from coinfer.chat.base import ChatModel, ChatRequest, ChatResult, Usage
 from coinfer.chat.cache_store import CacheStore
-from coinfer.chat.job import Job
-from coinfer.decoding.batch_shape import Passes
+from coinfer.chat.drafting import DraftingSteps
+from coinfer.chat.job import Job, seq_of
 from coinfer.decoding.batch_speculation import BatchSpeculator
 from coinfer.decoding.cost_curve import CostCurve
 from coinfer.decoding.drafters import common_prefix
@@ -86,7 +86,7 @@ MIN_WAIT = 64  # a new request waits for a running one's read of a prefix they s
 SMOOTHING, REFRESH = 0.3, 64  # the decoding steps' cost curve: a new measurement's weight, a point's age
 
 
-class LocalChat(ChatModel):
+class LocalChat(DraftingSteps, ChatModel):
     """Chat with a local steerable model, many conversations at once."""
 
     def __init__(
@@ -175,7 +175,7 @@ class LocalChat(ChatModel):
             constraint = self.model.json_constraint(json_schema) if json_schema else None
             job = Job(index, prompt, budget, replace(params, seed=seed), rng, constraint=constraint)
             job.key = next(self._keys)
-            job.speculate = speculate and self.speculator is not None and job.greedy
+            job.speculate = speculate and self.speculator is not None and job.constraint is None
             jobs.append(job)
         return jobs
 
@@ -207,7 +207,7 @@ class LocalChat(ChatModel):
                 feed.append((job, [job.unread]))
             job.unread = None
         running = [j for j in running if not self._retire(j)]
-        for job, seq in zip(running, self.model.packed([_seq(j) for j in running]), strict=True):
+        for job, seq in zip(running, self.model.packed([seq_of(j) for j in running]), strict=True):
             job.seq = seq  # into a gap a finished job left (llama.cpp: one pass runs consecutive streams)
         # in the model's batch order: llama.cpp with a cache per sequence runs a batch's
         # sequences in one pass only where their streams come in increasing, consecutive order
@@ -215,9 +215,9 @@ class LocalChat(ChatModel):
         if not feed:
             return running
         gate = None if self.speculator is None else self.speculator.gate
-        greedy = decoding_only and all(j.greedy for j, _ in feed)
+        may_draft = decoding_only and self.speculator is not None and any(j.speculate for j, _ in feed)
         t0 = time.perf_counter()
-        if greedy and self.speculator is not None and (gate is None or gate.drafting(len(feed))):
+        if may_draft and self.speculator is not None and (gate is None or gate.drafting(len(feed))):
             produced, verified = self._speculate(feed, self.speculator)
             if gate is not None:  # a step whose drafts were all cut away is a plain step
                 gate.observe(len(feed), verified > 0, produced, time.perf_counter() - t0)
@@ -229,9 +229,11 @@ class LocalChat(ChatModel):
         if decoding_only:
             self._measured(len(feed), len(parts) > 1, elapsed)
             if self.speculator is not None:
-                passes = [p for part in parts for p in self.model.pass_rows([(_seq(j), 1) for j, _ in part])]
+                passes = [
+                    p for part in parts for p in self.model.pass_rows([(seq_of(j), 1) for j, _ in part])
+                ]
                 self.speculator.measured(len(feed), elapsed, passes=passes)
-        if greedy and gate is not None:
+        if may_draft and gate is not None:
             gate.observe(len(feed), False, len(feed), elapsed)
         for job, _ in feed:
             if job.reading:  # a chunk's last row is not the prompt's: its next token is not known yet
@@ -262,7 +264,7 @@ class LocalChat(ChatModel):
         return [feed[:at], feed[at:]] if at else [feed]
 
     def _batch_order(self, item: tuple[Job, list[int]]) -> int:
-        return self.model.batch_order(_seq(item[0]))
+        return self.model.batch_order(seq_of(item[0]))
 
     def _measured(self, rows: int, split: bool, seconds: float) -> None:
         """A decoding step over ``rows`` tokens took ``seconds``, in one forward or two."""
@@ -282,80 +284,10 @@ class LocalChat(ChatModel):
                 budget = max(0, budget - take)
         return feed
 
-    def _speculate(self, feed: list[tuple[Job, list[int]]], speculator: BatchSpeculator) -> tuple[int, int]:
-        """One step over every greedy job's next token, the drafting ones' drafts after it;
-        each drafting job keeps what the target agrees with (rolled back past it). Where
-        the step is evened (``StepDrafts.width``), a job's rows past its draft are filler,
-        verified for nothing and rolled back. Returns the tokens the step gave and the
-        draft tokens it verified."""
-        drafting = [j for j, _ in feed if j.speculate]
-        contexts = {j.key: j.prompt + j.tokens for j in drafting}
-        rows = [(j.key, contexts[j.key], self._room(j)) for j in drafting]
-        seqs = [_seq(j) for j in drafting] + [_seq(j) for j, _ in feed if not j.speculate]
-        step = speculator.drafts(rows, len(feed) - len(rows), self._passes(seqs))
-        drafts = dict(zip((j.key for j in drafting), step.drafts, strict=True))
-        items = [(_seq(j), self._filled(j, ids + drafts.get(j.key, []), step.width)) for j, ids in feed]
-        t0 = time.perf_counter()
-        choices = self.model.extend_many_choices(items)
-        speculator.measured(
-            sum(len(fed) for _, fed in items),
-            time.perf_counter() - t0,
-            draft_s=step.seconds,
-            proposed=step.proposed,
-            passes=self.model.pass_rows([(seq, len(fed)) for seq, fed in items]),
-        )
-        produced = 0
-        for (job, ids), (_, fed), row in zip(feed, items, choices, strict=True):
-            produced += 1
-            draft = drafts.get(job.key, [])
-            filler = len(fed) - len(ids) - len(draft)
-            if not job.speculate:
-                job.choice = int(row[len(ids) - 1])
-                if filler:
-                    self.model.truncate(_seq(job), len(_seq(job)) - filler)
-                continue
-            kept = speculator.accepted(job.key, contexts[job.key], draft, row[len(ids) - 1 :].tolist())
-            self._keep_draft(job, draft, kept, filler)
-            produced += len(kept) - 1
-        return produced, sum(len(d) for d in step.drafts)
-
-    def _passes(self, seqs: list[Seq]) -> Passes:
-        """How the model runs a step in which each of ``seqs`` brings some rows."""
-        return lambda rows: self.model.pass_rows(list(zip(seqs, rows, strict=True)))
-
-    def _filled(self, job: Job, fed: list[int], width: int | None) -> list[int]:
-        """``fed`` filled up to ``width`` rows (repeating its last token), as far as the
-        job's window allows: the target's choices there are not used, the cache is rolled
-        back past them."""
-        if width is None:
-            return fed
-        room = self.model.n_ctx - len(_seq(job)) - 1 - len(fed)
-        return fed + [fed[-1]] * max(0, min(width - len(fed), room))
-
-    def _room(self, job: Job) -> int:
-        """Draft tokens ``job`` may verify: within its budget and its window, its next
-        token fed first."""
-        return max(0, min(job.max_tokens - len(job.tokens) - 1, self.model.n_ctx - len(_seq(job)) - 2))
-
-    def _keep_draft(self, job: Job, draft: list[int], kept: list[int], filler: int = 0) -> None:
-        """Roll the cache back past the rejected draft (and the ``filler`` rows after it),
-        output the agreed draft tokens (an end token or the budget ends the job), and make
-        the target's own token next."""
-        agreed = len(kept) - 1
-        job.drafted += len(draft)
-        job.accepted += agreed
-        job.verified += 1
-        if agreed < len(draft) + filler:
-            self.model.truncate(_seq(job), len(_seq(job)) - (len(draft) - agreed + filler))
-        for token in kept[:-1]:
-            if not self._took(job, token):
-                return
-        job.choice = kept[-1]
-
     def _feed(self, feed: list[tuple[Job, list[int]]]) -> None:
         """One forward over every job's new tokens. A greedy job gets only its choice back
         (one id, not a vocabulary of logits); one that samples or follows a grammar, its logits."""
-        items = [(_seq(j), ids) for j, ids in feed]
+        items = [(seq_of(j), ids) for j, ids in feed]
         if all(job.greedy for job, _ in feed):
             for (job, _), choice in zip(feed, self.model.extend_many_greedy(items), strict=True):
                 job.choice = int(choice)
@@ -550,12 +482,6 @@ class LocalChat(ChatModel):
             calls=1,
         )
         return ChatResult.read(texts, [j.finish or "length" for j in jobs], usage, request.tools)
-
-
-def _seq(job: Job) -> Seq:
-    """A running job's sequence (admitted jobs always have one)."""
-    assert job.seq is not None, "a job fed before it was admitted"
-    return job.seq
 
 
 def _cut(common: int, length: int, model: SteerableModel) -> int:

@@ -82,7 +82,7 @@ def _concurrency(args: argparse.Namespace) -> None:
         model=args.concurrency_model, levels=_numbers(args.levels), max_tokens=args.concurrency_tokens,
         slots=args.max_batch, per_category=1 if args.quick else args.per_category,
         systems=tuple(args.systems.split(",")) if args.systems else ConcurrencyConfig().systems,
-        shared_tokens=args.shared_tokens, repeats=args.repeats,
+        shared_tokens=args.shared_tokens, repeats=args.repeats, temperature=args.concurrency_temperature,
     )  # fmt: skip
     report = run_concurrency(config, log=err)
     _publish(args, "concurrency", report, markdown_table(report), shown="systems", plot=plot)
@@ -174,6 +174,11 @@ def add_serve_bench(bench: Any) -> None:
         "--concurrency-tokens", type=int, default=128, help="the concurrency part's tokens per answer"
     )
     p.add_argument("--levels", default="1,4,16,32", help="the concurrency part's client counts")
+    p.add_argument(
+        "--concurrency-temperature", type=float, default=0.0,
+        help="the concurrency part's sampling: 0 greedy (default), else each request sampled at this "
+        "temperature with its prompt's index as seed",
+    )  # fmt: skip
     p.add_argument(
         "--shared-tokens", type=int, default=0,
         help="the concurrency part: a system message of about N tokens that every request opens with",

@@ -12,8 +12,9 @@ so speculation gives way to plain batched decoding by itself, never below it by 
 the floor. Where the backend runs a step as several passes (llama.cpp with a cache per
 sequence: one per row count, ``SteerableModel.pass_rows``), the step is priced as its
 passes, and evened where one pass of equal rows costs less (``batch_shape``); the curve
-records each pass's share of a step's seconds, so it stays one forward's price. Greedy
-acceptance only: a request that samples decodes plainly in the batch.
+records each pass's share of a step's seconds, so it stays one forward's price. A
+request that samples keeps what its own samples of the target agree with
+(``chat.drafting``; ``accepted`` is given those samples as its choices).
 
 The loop that owns the batch (``chat.LocalChat.step``) calls ``drafts`` before its
 forward, ``accepted`` per request after it, and ``measured`` with the forward's size and
@@ -186,7 +187,9 @@ class BatchSpeculator:
 
     def accepted(self, key: int, context: list[int], draft: list[int], choices: Sequence[int]) -> list[int]:
         """The tokens ``key`` keeps from this forward: its draft's agreed prefix, then the
-        target's own next token; the drafter hears what the target produced."""
+        target's own next token (``choices``: the target's greedy tokens along the draft, or
+        a sampling request's samples, as far as they agree); the drafter hears what the
+        target produced."""
         n = accepted_length(draft, choices)
         kept = [*draft[:n], int(choices[n])]
         self.drafter.feedback(key, context, kept)

@@ -19,6 +19,9 @@ the target samples each position with that position's own uniform draw, and a dr
 token is kept iff it equals that sample. It keeps ``d_i`` with probability ``p_i(d_i)``
 and otherwise yields a sample of ``p_i`` without ``d_i``, exactly as the rejection rule
 does, but the text is a function of the seed alone (see ``sampling.PositionDraws``).
+``sampled_choices`` is that rule with one generator's draws in turn, one per token output,
+as plain sampling makes them: a served batch's sampling request (``chat.drafting``) then
+writes what plain sampling draws from the same seed.
 """
 
 from __future__ import annotations
@@ -36,6 +39,7 @@ __all__ = [
     "accept_tree",
     "coupled_accept",
     "greedy_accept",
+    "sampled_choices",
     "speculative_accept",
 ]
 
@@ -70,6 +74,23 @@ def coupled_accept(
         if chosen != token:
             return i, chosen
     return len(draft), sample_at(target_probs[len(draft)], uniforms[len(draft)])
+
+
+def sampled_choices(
+    draft: Sequence[int], rows: np.ndarray, sampling: SamplingParams, rng: np.random.Generator
+) -> list[int]:
+    """The target's sampled tokens along a deterministic draft, as far as they agree with
+    it: row i's logits sampled with the next uniform of ``rng``, until a sample differs
+    from ``draft[i]`` or the draft ends (so the last entry is the target's own token). One
+    draw per token output, as plain sampling makes them: the text is the one plain
+    decoding samples from the same generator, and each draft token is kept with the
+    target's probability of it (``coupled_accept``)."""
+    out: list[int] = []
+    for i in range(len(draft) + 1):
+        out.append(sample_at(probs_from_logits(rows[i], sampling), float(rng.random())))
+        if i == len(draft) or out[-1] != int(draft[i]):
+            break
+    return out
 
 
 def accept_deterministic(

@@ -336,6 +336,20 @@ class SteerableModel(Prompter):
         verification needs, one id per row off the device, not a vocabulary."""
         return self._many(items, "extend_many_choices", self._extend_many_choices)
 
+    def extend_many_rows(
+        self, items: Sequence[tuple[Seq, Sequence[int]]], logits_for: Sequence[bool]
+    ) -> list[np.ndarray]:
+        """``extend_many``, returning each item's logits after every one of its tokens
+        (len(ids), vocab) where ``logits_for`` asks, else its greedy choices there (int64,
+        shape (len(ids),)): a batch that verifies the drafts of requests that sample beside
+        those of greedy ones."""
+        want = self._wanted(items, logits_for)
+        if not any(want):
+            return self.extend_many_choices(items)
+        return self.extend_batch(
+            [Forward(seq, ids, greedy=not w) for (seq, ids), w in zip(items, want, strict=True)]
+        )
+
     def extend_many_next(
         self, items: Sequence[tuple[Seq, Sequence[int]]], logits_for: Sequence[bool]
     ) -> tuple[np.ndarray, list[np.ndarray | None]]:
@@ -343,10 +357,15 @@ class SteerableModel(Prompter):
         (len(items),)), and its last token's logits (vocab,) only where ``logits_for`` asks
         (else None). A batch of greedy and sampled requests moves a vocabulary of logits off
         the device only for the ones that sample."""
+        want = self._wanted(items, logits_for)
+        return self._many(items, "extend_many_next", lambda checked: self._extend_many_next(checked, want))
+
+    @staticmethod
+    def _wanted(items: Sequence[tuple[Seq, Sequence[int]]], logits_for: Sequence[bool]) -> list[bool]:
         want = [bool(w) for w in logits_for]
         if len(want) != len(items):
             raise ConfigError(f"logits_for has {len(want)} entries for {len(items)} items")
-        return self._many(items, "extend_many_next", lambda checked: self._extend_many_next(checked, want))
+        return want
 
     def _many(self, items: Sequence[tuple[Seq, Sequence[int]]], what: str, run: Callable[[Any], Any]) -> Any:
         """Check several sequences' chains, run them, then append each chain to its sequence."""

@@ -306,7 +306,8 @@ class _Sample:
 
 class PlainServed(Served):
     """A ``LocalChat``'s model, continuously batched; with the session's ``speculator``
-    (the speculative engine's), the greedy requests draft inside the batch."""
+    (the speculative engine's), the requests draft inside the batch (greedy or sampling;
+    not under a JSON schema's grammar)."""
 
     engine = "plain"
 
