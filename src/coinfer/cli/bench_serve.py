@@ -169,6 +169,27 @@ def add_serve_bench(bench: Any) -> None:
         choices=["load", "speed", "concurrency", "engines", "chat", "all"],
         help="what to run (default: all)",
     )
+    _add_concurrency_flags(p)
+    p.add_argument(
+        "--engines", default=None,
+        help="the engines part's engines, comma-separated (default: plain, speculative, collective, "
+        "llmcad, dragon, minions)",
+    )  # fmt: skip
+    p.add_argument("--engine-levels", default="1,4", help="the engines part's client counts (default: 1,4)")
+    _add_chat_flags(p)
+    p.add_argument("--speed-model", default="qwen2.5-coder-1.5b", help="the speed part's model")
+    p.add_argument("--speed-tokens", type=int, default=192, help="the speed part's tokens per answer")
+    p.add_argument(
+        "--quick",
+        action="store_true",
+        help="load: 8 clients and 8 requests; speed, concurrency: one prompt per category; chat: 4 clients",
+    )
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_bench_serve)
+
+
+def _add_concurrency_flags(p: argparse.ArgumentParser) -> None:
+    """The concurrency part's: model, tokens, levels, sampling, prompts, servers and repeats."""
     p.add_argument("--concurrency-model", default="qwen2.5-coder-1.5b", help="the concurrency part's model")
     p.add_argument(
         "--concurrency-tokens", type=int, default=128, help="the concurrency part's tokens per answer"
@@ -193,26 +214,10 @@ def add_serve_bench(bench: Any) -> None:
         "llama-server-plain, llama-server-ngram-mod)",
     )  # fmt: skip
     p.add_argument(
-        "--engines", default=None,
-        help="the engines part's engines, comma-separated (default: plain, speculative, collective, "
-        "llmcad, dragon, minions)",
-    )  # fmt: skip
-    p.add_argument(
         "--repeats", type=int, default=1,
         help="the concurrency part: runs of each level, the systems' runs interleaved (a CPU bench moves "
         "10-20%% from one run to the next; default: %(default)s)",
     )  # fmt: skip
-    p.add_argument("--engine-levels", default="1,4", help="the engines part's client counts (default: 1,4)")
-    _add_chat_flags(p)
-    p.add_argument("--speed-model", default="qwen2.5-coder-1.5b", help="the speed part's model")
-    p.add_argument("--speed-tokens", type=int, default=192, help="the speed part's tokens per answer")
-    p.add_argument(
-        "--quick",
-        action="store_true",
-        help="load: 8 clients and 8 requests; speed, concurrency: one prompt per category; chat: 4 clients",
-    )
-    p.add_argument("--json", action="store_true")
-    p.set_defaults(func=cmd_bench_serve)
 
 
 def _add_chat_flags(p: argparse.ArgumentParser) -> None:
