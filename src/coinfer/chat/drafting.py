@@ -91,7 +91,7 @@ class DraftingSteps:
         """The target's tokens along ``draft`` (its greedy choices, or the job's samples as
         far as they agree with the draft): what ``BatchSpeculator.accepted`` keeps from."""
         if job.greedy:
-            return [int(c) for c in rows]
+            return rows.tolist()
         return sampled_choices(draft, rows, job.params, job.rng)
 
     def _passes(self, seqs: list[Seq]) -> Passes:

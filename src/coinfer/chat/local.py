@@ -214,11 +214,12 @@ class LocalChat(DraftingSteps, ChatModel):
         feed = sorted(((j, ids) for j, ids in feed if j.finish is None), key=self._batch_order)
         if not feed:
             return running
-        gate = None if self.speculator is None else self.speculator.gate
-        may_draft = decoding_only and self.speculator is not None and any(j.speculate for j, _ in feed)
+        # the speculator of a step that may draft: it reads no prompt and a job speculates
+        drafter = self.speculator if decoding_only and any(j.speculate for j, _ in feed) else None
+        gate = None if drafter is None else drafter.gate
         t0 = time.perf_counter()
-        if may_draft and self.speculator is not None and (gate is None or gate.drafting(len(feed))):
-            produced, verified = self._speculate(feed, self.speculator)
+        if drafter is not None and (gate is None or gate.drafting(len(feed))):
+            produced, verified = self._speculate(feed, drafter)
             if gate is not None:  # a step whose drafts were all cut away is a plain step
                 gate.observe(len(feed), verified > 0, produced, time.perf_counter() - t0)
             return self._take_next(running)
@@ -233,7 +234,7 @@ class LocalChat(DraftingSteps, ChatModel):
                     p for part in parts for p in self.model.pass_rows([(seq_of(j), 1) for j, _ in part])
                 ]
                 self.speculator.measured(len(feed), elapsed, passes=passes)
-        if may_draft and gate is not None:
+        if gate is not None:
             gate.observe(len(feed), False, len(feed), elapsed)
         for job, _ in feed:
             if job.reading:  # a chunk's last row is not the prompt's: its next token is not known yet
