@@ -9,6 +9,8 @@ from pathlib import Path
 
 import pytest
 
+from coinfer.chat import python_text
+
 ROOT = Path(__file__).resolve().parents[1]
 SOURCES = sorted((ROOT / "src" / "coinfer").rglob("*.py"))
 EVERY = SOURCES + sorted((ROOT / "tests").rglob("*.py"))
@@ -25,7 +27,7 @@ def test_files_stay_under_600_lines_and_functions_under_60(path: Path) -> None:
     assert len(text.splitlines()) <= 600, f"{path.name}: split it by concern"
     long = [
         f"{node.name} ({node.end_lineno - node.lineno + 1} lines)"  # type: ignore[operator]
-        for node in ast.walk(ast.parse(text))
+        for node in ast.walk(python_text.parse(text))
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.end_lineno - node.lineno >= 60  # type: ignore[operator]
     ]
     assert not long, f"{path.name}: functions over 60 lines: {long}"
@@ -35,7 +37,7 @@ def test_no_module_imports_another_modules_private_names() -> None:
     offences = []
     for path in EVERY:
         here = _module(path)
-        for node in ast.walk(ast.parse(path.read_text())):
+        for node in ast.walk(python_text.parse(path.read_text())):
             if (
                 isinstance(node, ast.ImportFrom)
                 and node.module
@@ -57,7 +59,7 @@ def test_the_library_neither_prints_nor_asserts_on_what_it_is_given() -> None:
     offences = []
     for path in SOURCES:
         rel = path.relative_to(ROOT / "src" / "coinfer")
-        tree = ast.parse(path.read_text())
+        tree = python_text.parse(path.read_text())
         for node in ast.walk(tree):
             printing = (
                 isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "print"

@@ -41,6 +41,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from coinfer.chat import python_text
 from coinfer.errors import ConfigError
 
 __all__ = [
@@ -242,7 +243,7 @@ def _builtin_call(text: str) -> dict[str, Any] | None:
     as ``{"name": …, "arguments": {…}}``; None for anything else. The text is parsed, never
     evaluated (``ast.literal_eval`` on each value)."""
     try:
-        node = ast.parse(text.strip(), mode="eval").body
+        node = python_text.parse(text.strip(), mode="eval").body
         if not (
             isinstance(node, ast.Call)
             and isinstance(node.func, ast.Attribute)

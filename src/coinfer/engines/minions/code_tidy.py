@@ -17,6 +17,8 @@ import ast
 from collections.abc import Collection
 from dataclasses import dataclass
 
+from coinfer.chat import python_text
+
 __all__ = ["TidyCode", "tidy_job_code"]
 
 
@@ -34,7 +36,7 @@ def tidy_job_code(code: str, allowed: Collection[str], entry: str = "prepare_job
     bare body that returns wrapped in ``def entry``; a ``problem`` when it defines no
     ``entry`` at top level otherwise. A syntax error is left for the sandbox to report."""
     try:
-        tree = ast.parse(code)
+        tree = python_text.parse(code)
     except (SyntaxError, ValueError, MemoryError, RecursionError):  # the sandbox's check says why
         return TidyCode(code, ())
     changes: list[str] = []
@@ -63,7 +65,7 @@ def _wrap_body(tree: ast.Module, entry: str) -> None:
     continued) into ``def entry(documents, last_jobs, last_outputs)``; imports stay above."""
     imports = [n for n in tree.body if isinstance(n, (ast.Import, ast.ImportFrom))]
     body = [n for n in tree.body if not isinstance(n, (ast.Import, ast.ImportFrom))]
-    function = ast.parse(f"def {entry}(documents, last_jobs, last_outputs):\n    pass").body[0]
+    function = python_text.parse(f"def {entry}(documents, last_jobs, last_outputs):\n    pass").body[0]
     assert isinstance(function, ast.FunctionDef)
     function.body = body
     tree.body = [*imports, function]

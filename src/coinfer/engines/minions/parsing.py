@@ -9,11 +9,12 @@ as Python.
 
 from __future__ import annotations
 
-import ast
 import itertools
 import json
 import re
 from typing import Any
+
+from coinfer.chat import python_text
 
 __all__ = ["json_object", "python_code"]
 
@@ -59,7 +60,7 @@ def _closing_braces(text: str) -> dict[int, int]:
 def _python_literal(text: str) -> Any:
     """A dict written the Python way ({'a': None}), or None."""
     try:
-        return ast.literal_eval(text)
+        return python_text.literal(text)
     except (ValueError, SyntaxError, MemoryError, RecursionError):
         return None
 
@@ -70,7 +71,7 @@ def python_code(text: str) -> str | None:
         if lang.lower() in ("python", "py", ""):
             return body
     try:
-        ast.parse(text)
+        python_text.parse(text)
     except (SyntaxError, ValueError, MemoryError, RecursionError):  # deep nesting exhausts the parser
         return None
     return text
