@@ -5,8 +5,14 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from coinfer.decoding.sampling import SamplingParams, probs_from_logits, sample
-from coinfer.decoding.verify import coupled_accept, greedy_accept, sampled_choices, speculative_accept
+from coinfer.decoding.sampling import PositionDraws, SamplingParams, probs_from_logits, sample_at
+from coinfer.decoding.verify import (
+    accept_deterministic,
+    coupled_accept,
+    greedy_accept,
+    sampled_choices,
+    speculative_accept,
+)
 
 CHI2_999 = {3: 16.27}  # 0.999 quantile of chi-square with 3 degrees of freedom
 
@@ -94,24 +100,31 @@ def test_coupled_acceptance_keeps_a_draft_as_often_as_rejection_and_emits_the_ta
     assert coupled_accept([2, 1, 3], _one_hot([2, 1, 3, 0]), [0.5] * 4) == (3, 0)  # greedy: all kept
 
 
-def test_sampled_choices_draw_once_a_token_as_plain_sampling_and_keep_drafts_by_the_target() -> None:
+def test_sampled_choices_sample_each_position_as_plain_sampling_and_keep_drafts_by_the_target() -> None:
     """Along a draft, a batch's sampling request takes the target's samples while they
-    agree with it: the same tokens, from the same generator, as plain sampling one token
-    at a time (it draws once per token it outputs), so a draft token is kept with the
-    target's probability of it."""
+    agree with it: the same tokens, from the same seed, as plain sampling one token at a
+    time (each position's own uniform), so a draft token is kept with the target's
+    probability of it, and the seeded text does not depend on how the draft was cut."""
     p = np.array([[0.1, 0.2, 0.3, 0.4], [0.7, 0.1, 0.1, 0.1], [0.25, 0.25, 0.25, 0.25]])
     rows, params = _logits_of(p), SamplingParams(temperature=1.0)
     kept = 0
     for seed in range(3000):
-        out = sampled_choices([3, 0], rows, params, np.random.default_rng(seed))
-        plain = np.random.default_rng(seed)
-        assert out == [sample(probs_from_logits(rows[i], params), plain) for i in range(len(out))]
+        draws = PositionDraws(seed)
+        out = sampled_choices([3, 0], rows, params, draws, 40)
+        assert out == [
+            sample_at(probs_from_logits(rows[i], params), draws.uniform(40 + i)) for i in range(len(out))
+        ]
         assert out[:-1] == [3, 0][: len(out) - 1] and (len(out) == 3 or out[-1] != [3, 0][len(out) - 1])
+        if len(out) > 1:  # the next step starts where this one stopped: the same text
+            assert sampled_choices([0], rows[1:], params, draws, 41)[0] == out[1]
         kept += out[0] == 3
     assert abs(kept / 3000 - p[0][3]) < 0.03
-    assert sampled_choices([], rows, params, np.random.default_rng(0)) == [
-        sample(probs_from_logits(rows[0], params), np.random.default_rng(0))
+    draws = PositionDraws(1)
+    assert sampled_choices([], rows, params, draws, 7) == [
+        sample_at(probs_from_logits(rows[0], params), draws.uniform(7))
     ]
+    out = sampled_choices([3, 0], rows, params, draws, 7)
+    assert accept_deterministic([3, 0], rows, params, draws, 7) == (len(out) - 1, out[-1])
 
 
 def _logits_of(probs: np.ndarray) -> np.ndarray:

@@ -6,11 +6,11 @@ step runs them in one forward, and each job keeps what the target agrees with:
 
 * a greedy job, the longest prefix of its draft equal to the target's choices there;
 * a job that samples, the prefix its own samples of the target's distributions agree
-  with (``verify.sampled_choices``), one draw of its generator per token output, as plain
-  sampling makes them: its text is the one plain sampling draws from the same seed (the
-  README's known gap aside: another batch shape moves llama.cpp's logits slightly), and
-  a draft token is kept with the target's probability of it, so the output keeps the
-  target's distribution.
+  with (``verify.sampled_choices``), each position sampled with its own uniform
+  (``PositionDraws``, as plain sampling and every engine draw them): its text is the one
+  plain sampling draws from the same seed (the README's known gap aside: another batch
+  shape moves llama.cpp's logits slightly), and a draft token is kept with the target's
+  probability of it, so the output keeps the target's distribution.
 
 Jobs that do not speculate share the step with one token each. Only rows that sample move
 a vocabulary of logits off the model; greedy rows come back as choices.
@@ -92,7 +92,7 @@ class DraftingSteps:
         far as they agree with the draft): what ``BatchSpeculator.accepted`` keeps from."""
         if job.greedy:
             return rows.tolist()
-        return sampled_choices(draft, rows, job.params, job.rng)
+        return sampled_choices(draft, rows, job.params, job.draws, len(job.prompt) + len(job.tokens))
 
     def _passes(self, seqs: list[Seq]) -> Passes:
         """How the model runs a step in which each of ``seqs`` brings some rows."""

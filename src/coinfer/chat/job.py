@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from coinfer.decoding.sampling import SamplingParams
+from coinfer.decoding.sampling import PositionDraws, SamplingParams
 from coinfer.models.base import Seq, TokenConstraint
 
 __all__ = ["Job", "seq_of"]
@@ -21,7 +21,7 @@ class Job:
     prompt: list[int]
     max_tokens: int
     params: SamplingParams
-    rng: np.random.Generator
+    draws: PositionDraws  # the uniform each position of its text is sampled with
     tokens: list[int] = field(default_factory=list)
     finish: str | None = None
     seq: Seq | None = None

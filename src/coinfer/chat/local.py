@@ -67,7 +67,7 @@ from coinfer.chat.job import Job, seq_of
 from coinfer.decoding.batch_speculation import BatchSpeculator
 from coinfer.decoding.cost_curve import CostCurve
 from coinfer.decoding.drafters import common_prefix
-from coinfer.decoding.sampling import SamplingParams, probs_from_logits, sample
+from coinfer.decoding.sampling import PositionDraws, SamplingParams, probs_from_logits, sample_at
 from coinfer.decoding.split import SplitJudge, planned_cut
 from coinfer.errors import ConfigError, ContextOverflowError, ModelError
 from coinfer.models.base import Seq, SeqState, SteerableModel
@@ -171,9 +171,9 @@ class LocalChat(DraftingSteps, ChatModel):
         jobs = []
         for s in range(n):
             seed = params.seed + s if params.seed is not None else None
-            rng = np.random.default_rng(seed if seed is not None else [self._seed, self._calls, index, s])
+            draws = PositionDraws(seed if seed is not None else _unseeded(self._seed, self._calls, index, s))
             constraint = self.model.json_constraint(json_schema) if json_schema else None
-            job = Job(index, prompt, budget, replace(params, seed=seed), rng, constraint=constraint)
+            job = Job(index, prompt, budget, replace(params, seed=seed), draws, constraint=constraint)
             job.key = next(self._keys)
             job.speculate = speculate and self.speculator is not None and job.constraint is None
             jobs.append(job)
@@ -447,12 +447,13 @@ class LocalChat(DraftingSteps, ChatModel):
         """A token sampled from the job's logits, within its grammar where it has one."""
         assert job.logits is not None
         logits, job.logits = job.logits, None
-        token = sample(probs_from_logits(logits, job.params), job.rng)
+        u = job.draws.uniform(len(job.prompt) + len(job.tokens))  # the position it takes
+        token = sample_at(probs_from_logits(logits, job.params), u)
         if job.constraint is not None and not job.constraint.allows(token):
             allowed = job.constraint.restrict(logits)
             if not np.isfinite(allowed).any():  # the grammar is complete or stuck: nothing may follow
                 return next(iter(self.model.eos_ids))
-            token = sample(probs_from_logits(allowed, job.params), job.rng)
+            token = sample_at(probs_from_logits(allowed, job.params), u)
         return token
 
     def _retire(self, job: Job, *, force: bool = False) -> bool:
@@ -525,3 +526,9 @@ def open_local_chat(
     return LocalChat(
         model, max_concurrent=parallel, keep=keep, prefill_chunk=prefill_chunk, store_bytes=store_bytes
     )
+
+
+def _unseeded(chat_seed: int, calls: int, index: int, sample: int) -> int:
+    """A request's seed where it gave none: the chat's, its call, the request and the
+    sample, mixed (so unseeded samples differ, and a chat opened with one seed repeats)."""
+    return int(np.random.default_rng([chat_seed, calls, index, sample]).integers(2**62))

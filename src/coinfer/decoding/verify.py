@@ -77,17 +77,19 @@ def coupled_accept(
 
 
 def sampled_choices(
-    draft: Sequence[int], rows: np.ndarray, sampling: SamplingParams, rng: np.random.Generator
+    draft: Sequence[int], rows: np.ndarray, sampling: SamplingParams, draws: PositionDraws, at: int
 ) -> list[int]:
     """The target's sampled tokens along a deterministic draft, as far as they agree with
-    it: row i's logits sampled with the next uniform of ``rng``, until a sample differs
-    from ``draft[i]`` or the draft ends (so the last entry is the target's own token). One
-    draw per token output, as plain sampling makes them: the text is the one plain
-    decoding samples from the same generator, and each draft token is kept with the
-    target's probability of it (``coupled_accept``)."""
+    it: row i's logits (row 0 predicting position ``at``) sampled with the uniform of
+    position ``at + i``, until a sample differs from ``draft[i]`` or the draft ends (so
+    the last entry is the target's own token). The uniforms are the positions' own, as
+    plain sampling draws them: the text is the one plain decoding samples from the same
+    seed, and each draft token is kept with the target's probability of it
+    (``coupled_accept``, lazily: no row past the first disagreement is turned into a
+    distribution)."""
     out: list[int] = []
     for i in range(len(draft) + 1):
-        out.append(sample_at(probs_from_logits(rows[i], sampling), float(rng.random())))
+        out.append(sample_at(probs_from_logits(rows[i], sampling), draws.uniform(at + i)))
         if i == len(draft) or out[-1] != int(draft[i]):
             break
     return out
@@ -101,8 +103,8 @@ def accept_deterministic(
     or coupled to the per-position draws, so the output is the target's own text."""
     if sampling.greedy:
         return greedy_accept(draft, rows)  # the argmax of the logits is the greedy choice
-    probs = np.stack([probs_from_logits(r, sampling) for r in rows])
-    return coupled_accept(draft, probs, [draws.uniform(at + i) for i in range(len(rows))])
+    out = sampled_choices(draft, rows, sampling, draws, at)
+    return len(out) - 1, out[-1]
 
 
 def accept_tree(
