@@ -1,4 +1,5 @@
-"""Where a 16-prompt, 8-slot in-process run's seconds go: llama_decode, reading logits, the rest (Python)."""
+"""Where a 16-prompt, 8-slot in-process run's seconds go: llama_decode, reading logits, the rest (Python).
+Usage: step_overhead.py spec,plain [TEMP TOP_P] (greedy by default; sampled requests seeded by their index)."""
 import sys, time
 from collections import deque
 from coinfer.chat.local import open_local_chat
@@ -10,6 +11,7 @@ from coinfer.decoding.speculative import target_costs
 from coinfer.decoding.sampling import SamplingParams
 from coinfer.bench.workloads import build_suite
 cfgs = sys.argv[1].split(",")
+temp, top_p = (float(sys.argv[2]), float(sys.argv[3])) if len(sys.argv) > 3 else (0.0, 1.0)
 chat = open_local_chat("qwen2.5-coder-1.5b", n_ctx=4096)
 model = chat.model
 suite = build_suite(per_category=11)
@@ -20,7 +22,7 @@ for cfg in cfgs:
     jobs = []
     for i in range(16):
         prompt = model.chat_prompt(suite[i]["messages"])
-        jobs += chat.new_jobs(i, prompt, n=1, max_tokens=128, params=SamplingParams(temperature=0.0), speculate=cfg != "plain")
+        jobs += chat.new_jobs(i, prompt, n=1, max_tokens=128, params=SamplingParams(temperature=temp, top_p=top_p, seed=i), speculate=cfg != "plain")
     waiting, running = deque(jobs), []
     c0, l0 = model.clock.compute_s, model.clock.logits_s
     t0 = time.perf_counter(); steps = 0
