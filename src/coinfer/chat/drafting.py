@@ -92,7 +92,7 @@ class DraftingSteps:
         far as they agree with the draft): what ``BatchSpeculator.accepted`` keeps from."""
         if job.greedy:
             return rows.tolist()
-        return sampled_choices(draft, rows, job.params, job.draws, len(job.prompt) + len(job.tokens))
+        return sampled_choices(draft, rows, job.params, job.draws, job.position)
 
     def _passes(self, seqs: list[Seq]) -> Passes:
         """How the model runs a step in which each of ``seqs`` brings some rows."""

@@ -53,6 +53,11 @@ class Job:
         return self.params.greedy and self.constraint is None
 
     @property
+    def position(self) -> int:
+        """Where its next token goes in the text (prompt included): whose draw samples it."""
+        return len(self.prompt) + len(self.tokens)
+
+    @property
     def reserve(self) -> int:
         """Cache cells the job may fill: its prompt and its whole budget."""
         return len(self.prompt) + self.max_tokens

@@ -447,7 +447,7 @@ class LocalChat(DraftingSteps, ChatModel):
         """A token sampled from the job's logits, within its grammar where it has one."""
         assert job.logits is not None
         logits, job.logits = job.logits, None
-        u = job.draws.uniform(len(job.prompt) + len(job.tokens))  # the position it takes
+        u = job.draws.uniform(job.position)
         token = sample_at(probs_from_logits(logits, job.params), u)
         if job.constraint is not None and not job.constraint.allows(token):
             allowed = job.constraint.restrict(logits)
