@@ -214,6 +214,47 @@ def test_a_long_prompt_is_read_in_chunks_while_the_running_conversation_decodes(
     assert len(gained) == (1 if chunk >= 300 else 5)
 
 
+def test_prompts_read_in_one_step_are_cut_where_a_whole_read_cuts_its_rows(monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """Three prompts share a step's 50 tokens of prompt: each chunk starts at a multiple
+    of the model's ``prefix_block`` and neither it nor what it leaves is shorter than
+    ``min_tail`` (llama.cpp's kernels otherwise round a row otherwise than a whole read,
+    and a greedy answer could take the other of two near-tied tokens: once in the load
+    test's 43 streams)."""
+    from collections import deque
+
+    from coinfer.decoding.sampling import SamplingParams
+    from coinfer.testing import ScriptedModel
+
+    model = ScriptedModel(lambda prefix: 40 + len(prefix) % 7, n_ctx=1024)
+    model.prefix_block, model.min_tail = 4, 8
+    chunks: dict[int, list[tuple[int, int]]] = {}  # each prompt's reads: where and how long
+    extend = model._extend
+
+    def recording(seq, ids, tree, last_only):  # type: ignore[no-untyped-def]
+        if ids[0] >= 100:  # a prompt's tokens (100 and up), not a decoded one (40-46)
+            chunks.setdefault(ids[0] // 50, []).append((len(seq.tokens), len(ids)))
+        return extend(seq, ids, tree, last_only)
+
+    monkeypatch.setattr(model, "_extend", recording)
+    chat = LocalChat(model, max_concurrent=3, keep=0, prefill_chunk=50)
+    lengths = {2: 30, 3: 27, 4: 41}
+    jobs = [
+        chat.new_jobs(k, list(range(50 * k, 50 * k + n)), n=1, max_tokens=6, params=SamplingParams())[0]
+        for k, n in lengths.items()
+    ]
+    waiting, running = deque(jobs), []
+    while waiting or running:
+        running = chat.step(waiting, running)
+    for job, (k, n) in zip(jobs, lengths.items(), strict=True):
+        assert job.tokens == [40 + (n + i) % 7 for i in range(6)]
+        starts = [start for start, _ in chunks[k]]
+        assert starts == [sum(m for _, m in chunks[k][:i]) for i in range(len(starts))]
+        assert sum(m for _, m in chunks[k]) == n  # read once, in order
+        for start, m in chunks[k]:
+            assert start % 4 == 0 and m >= 8 and (start + m == n or n - start - m >= 8)
+    assert max(len(c) for c in chunks.values()) > 1  # the budget did cut prompts
+
+
 def test_requests_that_share_a_prefix_copy_one_kept_cache_and_count_the_hit() -> None:
     from collections import deque
 

@@ -274,15 +274,21 @@ class LocalChat(DraftingSteps, ChatModel):
 
     def _prompt_chunks(self, running: list[Job]) -> list[tuple[Job, list[int]]]:
         """The next chunk of each prompt being read, oldest first, ``prefill_chunk`` tokens
-        in all this step (each reading job at least one, so none waits forever)."""
+        in all this step. A chunk is cut where its rows and the rest's take the kernels of
+        a whole read (``_chunk_size``), so an answer does not move with what else was read
+        beside it; a job whose share of the budget makes no such chunk reads next step. The
+        oldest always reads (at least one token), so none waits forever."""
         feed: list[tuple[Job, list[int]]] = []
         budget = self.prefill_chunk
         for job in running:
             if job.reading and job.finish is None:
-                take = max(1, min(budget, len(job.prompt) - job.read))
-                feed.append((job, job.prompt[job.read : job.read + take]))
-                job.read += take
-                budget = max(0, budget - take)
+                take = _chunk_size(len(job.prompt), job.read, budget, self.model)
+                if not take and not feed:
+                    take = max(1, min(budget, len(job.prompt) - job.read))
+                if take:
+                    feed.append((job, job.prompt[job.read : job.read + take]))
+                    job.read += take
+                    budget -= take
         return feed
 
     def _feed(self, feed: list[tuple[Job, list[int]]]) -> None:
@@ -492,6 +498,18 @@ def _cut(common: int, length: int, model: SteerableModel) -> int:
     of its ``prefix_block`` (its rows then run as in a read of the whole prompt)."""
     common = min(common, length - model.min_tail)
     return max(0, common - common % model.prefix_block)
+
+
+def _chunk_size(length: int, read: int, budget: int, model: SteerableModel) -> int:
+    """How many of a prompt's next tokens to read within ``budget``: the rest of the
+    prompt where it fits; else a chunk that ends at a multiple of the model's
+    ``prefix_block``, with at least ``min_tail`` rows in it and left after it (as a prompt
+    continued from a cached prefix, ``_cut``); else none (0)."""
+    if length - read <= budget:
+        return length - read
+    end = min(read + budget, length - model.min_tail)
+    end -= end % model.prefix_block
+    return end - read if end - read >= model.min_tail else 0
 
 
 def open_local_chat(
