@@ -214,6 +214,30 @@ def test_a_long_prompt_is_read_in_chunks_while_the_running_conversation_decodes(
     assert len(gained) == (1 if chunk >= 300 else 5)
 
 
+def test_a_short_prompt_behind_a_long_one_starts_within_a_step_and_the_long_one_still_advances() -> None:
+    from collections import deque
+
+    from coinfer.decoding.sampling import SamplingParams
+    from coinfer.testing import ScriptedModel
+
+    model = ScriptedModel(lambda prefix: 40 + len(prefix) % 7, n_ctx=4096)
+    chat = LocalChat(model, max_concurrent=3, keep=0, prefill_chunk=256)
+    greedy = SamplingParams()
+    long = chat.new_jobs(0, [100 + i % 50 for i in range(2000)], n=1, max_tokens=4, params=greedy)[0]
+    waiting, running = deque([long]), []
+    running = chat.step(waiting, running)  # the long prompt's first chunk
+    assert long.read == 256
+    short = chat.new_jobs(1, [200 + i for i in range(40)], n=1, max_tokens=4, params=greedy)[0]
+    waiting.append(short)
+    running = chat.step(waiting, running)
+    assert short.tokens == [40 + 40 % 7]  # read whole in the step it joined: its first token out
+    assert long.read == 256 + 216  # the rest of the step's budget went on with the long prompt
+    while waiting or running:
+        running = chat.step(waiting, running)
+    assert short.tokens == [40 + (40 + i) % 7 for i in range(4)]
+    assert long.tokens == [40 + (2000 + i) % 7 for i in range(4)]
+
+
 def test_prompts_read_in_one_step_are_cut_where_a_whole_read_cuts_its_rows(monkeypatch) -> None:  # type: ignore[no-untyped-def]
     """Three prompts share a step's 50 tokens of prompt: each chunk starts at a multiple
     of the model's ``prefix_block`` and neither it nor what it leaves is shorter than

@@ -10,9 +10,10 @@ running ones, so a batch never overflows the cache halfway. Each of a request's 
 samples is its own sequence; usage counts every prompt token, as APIs do.
 
 A prompt is read in chunks between decoding steps (``prefill_chunk`` prompt tokens a step,
-shared by the prompts being read, oldest first, as vLLM's chunked prefill and
-llama-server's ``n_batch`` do): a long prompt never stalls the running conversations for
-its whole length, and a short one that arrives behind it starts within a chunk or two.
+shared by the prompts being read, as vLLM's chunked prefill and llama-server's
+``n_batch`` do): a long prompt never stalls the running conversations for its whole
+length, and a short one that arrives behind it is read first, within the step it joins
+(the oldest prompt keeps half of each step's budget, so it always advances).
 
 The caches of the last ``keep`` finished conversations are kept: a new conversation that
 shares at least ``min_reuse`` leading tokens with one of them continues from a copy of
@@ -273,23 +274,39 @@ class LocalChat(DraftingSteps, ChatModel):
         self.split_judge.measured(rows, split=split, seconds=seconds)
 
     def _prompt_chunks(self, running: list[Job]) -> list[tuple[Job, list[int]]]:
-        """The next chunk of each prompt being read, oldest first, ``prefill_chunk`` tokens
-        in all this step. A chunk is cut where its rows and the rest's take the kernels of
-        a whole read (``_chunk_size``), so an answer does not move with what else was read
-        beside it; a job whose share of the budget makes no such chunk reads next step. The
-        oldest always reads (at least one token), so none waits forever."""
+        """The next chunk of each prompt being read, ``prefill_chunk`` tokens in all this
+        step: the shortest rests first (a short prompt behind a long one starts within a
+        step, as vLLM's concurrent partial prefills let it), the oldest prompt keeping half
+        the budget, so that a long prompt always advances and none waits forever. A chunk
+        is cut where its rows and the rest's take the kernels of a whole read
+        (``_chunk_size``), so an answer does not move with what else was read beside it;
+        a prompt whose share makes no such chunk reads next step."""
+        readers = [j for j in running if j.reading and j.finish is None]
+        if not readers:
+            return []
+        oldest = readers[0]
+        reserve = min(len(oldest.prompt) - oldest.read, self.prefill_chunk // 2)
+        budget = self.prefill_chunk - reserve
         feed: list[tuple[Job, list[int]]] = []
-        budget = self.prefill_chunk
-        for job in running:
-            if job.reading and job.finish is None:
-                take = _chunk_size(len(job.prompt), job.read, budget, self.model)
-                if not take and not feed:
-                    take = max(1, min(budget, len(job.prompt) - job.read))
-                if take:
-                    feed.append((job, job.prompt[job.read : job.read + take]))
-                    job.read += take
-                    budget -= take
+        for job in sorted(readers[1:], key=lambda j: len(j.prompt) - j.read):
+            budget -= self._read_chunk(job, budget, feed)
+        if not self._read_chunk(oldest, budget + reserve, feed):
+            self._read_chunk(oldest, budget + reserve, feed, cut=False)  # a budget too small to cut
         return feed
+
+    def _read_chunk(
+        self, job: Job, budget: int, feed: list[tuple[Job, list[int]]], *, cut: bool = True
+    ) -> int:
+        """``job``'s next chunk within ``budget`` onto ``feed`` (cut by ``_chunk_size``;
+        else as much as the budget allows, at least one token); how many tokens it took."""
+        left = len(job.prompt) - job.read
+        take = (
+            _chunk_size(len(job.prompt), job.read, budget, self.model) if cut else max(1, min(budget, left))
+        )
+        if take:
+            feed.append((job, job.prompt[job.read : job.read + take]))
+            job.read += take
+        return take
 
     def _feed(self, feed: list[tuple[Job, list[int]]]) -> None:
         """One forward over every job's new tokens. A greedy job gets only its choice back
