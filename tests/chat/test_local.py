@@ -236,6 +236,13 @@ def test_a_short_prompt_behind_a_long_one_starts_within_a_step_and_the_long_one_
         running = chat.step(waiting, running)
     assert short.tokens == [40 + (40 + i) % 7 for i in range(4)]
     assert long.tokens == [40 + (2000 + i) % 7 for i in range(4)]
+    # two prompts of one length that arrive together: the older is read whole, not both half
+    first, second = (
+        chat.new_jobs(k, [50 * k + i % 50 for i in range(150)], n=1, max_tokens=2, params=greedy)[0]
+        for k in (2, 3)
+    )
+    running = chat.step(deque([first, second]), [])
+    assert first.tokens == [40 + 150 % 7] and not second.tokens and second.read == 256 - 150
 
 
 def test_prompts_read_in_one_step_are_cut_where_a_whole_read_cuts_its_rows(monkeypatch) -> None:  # type: ignore[no-untyped-def]

@@ -275,23 +275,26 @@ class LocalChat(DraftingSteps, ChatModel):
 
     def _prompt_chunks(self, running: list[Job]) -> list[tuple[Job, list[int]]]:
         """The next chunk of each prompt being read, ``prefill_chunk`` tokens in all this
-        step: the shortest rests first (a short prompt behind a long one starts within a
-        step, as vLLM's concurrent partial prefills let it), the oldest prompt keeping half
-        the budget, so that a long prompt always advances and none waits forever. A chunk
-        is cut where its rows and the rest's take the kernels of a whole read
-        (``_chunk_size``), so an answer does not move with what else was read beside it;
-        a prompt whose share makes no such chunk reads next step."""
+        step, the shortest rests first (a short prompt behind a long one starts within a
+        step, as vLLM's concurrent partial prefills let it), ties oldest first. Until the
+        oldest prompt's turn, the others leave it half the budget, so that a long prompt
+        always advances and none waits forever. A chunk is cut where its rows and the
+        rest's take the kernels of a whole read (``_chunk_size``), so an answer does not
+        move with what else was read beside it; a prompt whose share makes no such chunk
+        reads next step."""
         readers = [j for j in running if j.reading and j.finish is None]
         if not readers:
             return []
         oldest = readers[0]
         reserve = min(len(oldest.prompt) - oldest.read, self.prefill_chunk // 2)
-        budget = self.prefill_chunk - reserve
+        budget = self.prefill_chunk
         feed: list[tuple[Job, list[int]]] = []
-        for job in sorted(readers[1:], key=lambda j: len(j.prompt) - j.read):
-            budget -= self._read_chunk(job, budget, feed)
-        if not self._read_chunk(oldest, budget + reserve, feed):
-            self._read_chunk(oldest, budget + reserve, feed, cut=False)  # a budget too small to cut
+        for job in sorted(readers, key=lambda j: len(j.prompt) - j.read):  # stable: ties oldest first
+            if job is oldest:  # (a budget too small to cut: as much as it allows, uncut)
+                take = self._read_chunk(job, budget, feed) or self._read_chunk(job, budget, feed, cut=False)
+                budget, reserve = budget - take, 0
+            else:
+                budget -= self._read_chunk(job, max(0, budget - reserve), feed)
         return feed
 
     def _read_chunk(
