@@ -290,26 +290,16 @@ class LocalChat(DraftingSteps, ChatModel):
         budget = self.prefill_chunk
         feed: list[tuple[Job, list[int]]] = []
         for job in sorted(readers, key=lambda j: len(j.prompt) - j.read):  # stable: ties oldest first
-            if job is oldest:  # (a budget too small to cut: as much as it allows, uncut)
-                take = self._read_chunk(job, budget, feed) or self._read_chunk(job, budget, feed, cut=False)
-                budget, reserve = budget - take, 0
+            if job is oldest:  # a budget too small to cut: as much as it allows, uncut
+                take = _chunk_size(job, budget, self.model) or max(1, min(budget, len(job.prompt) - job.read))
+                reserve = 0
             else:
-                budget -= self._read_chunk(job, max(0, budget - reserve), feed)
+                take = _chunk_size(job, max(0, budget - reserve), self.model)
+            if take:
+                feed.append((job, job.prompt[job.read : job.read + take]))
+                job.read += take
+                budget -= take
         return feed
-
-    def _read_chunk(
-        self, job: Job, budget: int, feed: list[tuple[Job, list[int]]], *, cut: bool = True
-    ) -> int:
-        """``job``'s next chunk within ``budget`` onto ``feed`` (cut by ``_chunk_size``;
-        else as much as the budget allows, at least one token); how many tokens it took."""
-        left = len(job.prompt) - job.read
-        take = (
-            _chunk_size(len(job.prompt), job.read, budget, self.model) if cut else max(1, min(budget, left))
-        )
-        if take:
-            feed.append((job, job.prompt[job.read : job.read + take]))
-            job.read += take
-        return take
 
     def _feed(self, feed: list[tuple[Job, list[int]]]) -> None:
         """One forward over every job's new tokens. A greedy job gets only its choice back
@@ -520,16 +510,14 @@ def _cut(common: int, length: int, model: SteerableModel) -> int:
     return max(0, common - common % model.prefix_block)
 
 
-def _chunk_size(length: int, read: int, budget: int, model: SteerableModel) -> int:
-    """How many of a prompt's next tokens to read within ``budget``: the rest of the
-    prompt where it fits; else a chunk that ends at a multiple of the model's
-    ``prefix_block``, with at least ``min_tail`` rows in it and left after it (as a prompt
-    continued from a cached prefix, ``_cut``); else none (0)."""
-    if length - read <= budget:
-        return length - read
-    end = min(read + budget, length - model.min_tail)
-    end -= end % model.prefix_block
-    return end - read if end - read >= model.min_tail else 0
+def _chunk_size(job: Job, budget: int, model: SteerableModel) -> int:
+    """How many of ``job``'s next prompt tokens to read within ``budget``: the rest of the
+    prompt where it fits; else a chunk that ends where a prompt continued from a cached
+    prefix would (``_cut``), with at least ``min_tail`` rows in it; else none (0)."""
+    if len(job.prompt) - job.read <= budget:
+        return len(job.prompt) - job.read
+    end = _cut(job.read + budget, len(job.prompt), model)
+    return end - job.read if end - job.read >= model.min_tail else 0
 
 
 def open_local_chat(
