@@ -210,3 +210,25 @@ def test_a_parked_or_packed_cache_moves_and_goes_on_as_before(smollm_path: Path)
         assert np.array_equal(model.extend(packed[1], [77]), model.extend(model.restore(c_state), [77]))
     finally:
         model.close()
+
+
+def test_a_copy_moved_before_any_forward_holds_the_copied_cache(smollm_path: Path) -> None:
+    """With a cache per sequence a server copies a running request's prefix (``fork``) and
+    may move the copy (``packed``) within the same step, before any forward. The copy must
+    hold the cells then, not at the next forward (llama.cpp's ``memory_seq_cp`` across
+    streams copies then): moved, it goes on to the source's logits, bit for bit. Before, a
+    request so copied in the 64-client churn test read a stale cache and wrote another answer."""
+    model = llamacpp.LlamaCppModel(smollm_path, n_ctx=256, n_seq_max=4, kv_unified=False)
+    try:
+        a, b, c = (model.new_sequence() for _ in range(3))
+        model.extend(a, list(range(10, 50)))
+        copy = model.fork(a)
+        assert copy.llama_id == 3
+        model.release(b)  # a gap at stream 1: the copy moves down into it
+        moved = model.pack(copy)
+        assert moved is not copy and moved.llama_id == 1 and moved.tokens == list(range(10, 50))
+        expected = model.extend(a, [77])
+        assert np.array_equal(model.extend(moved, [77]), expected)
+        model.release(c)
+    finally:
+        model.close()

@@ -6,7 +6,7 @@ first shares the sequence's cells (``memory_seq_cp``), and each tree token carri
 seq_ids of the leaves below it, so it attends exactly to the prefix and its ancestors;
 positions are ``len(seq) + depth``. ``commit_path`` copies the kept path to the sequence's
 own seq_id and drops the temporaries; ``truncate`` is ``memory_seq_rm``, ``fork`` is
-``memory_seq_cp`` of every cell (shared, not copied).
+``memory_seq_cp`` of every cell (shared, not copied; with a cache per sequence, copied).
 """
 
 from __future__ import annotations
@@ -176,8 +176,7 @@ class LlamaCppModel(SteerableModel):
         # memory-mapped weights are paged in from the file (and out under memory pressure)
         self.weights_file = path if use_mmap else None
         self.n_ctx = min(n_ctx, self._model.n_ctx_train()) if n_ctx > 0 else self._model.n_ctx_train()
-        self._n_batch = n_batch
-        self._n_seq_max = n_seq_max
+        self._n_batch, self._n_seq_max = n_batch, n_seq_max
         self.kv_unified = self.kv_cells_shared = kv_unified
         self.max_sequences = n_seq_max
         n_cells = self.n_ctx if kv_unified else self.n_ctx * n_seq_max  # n_ctx: each sequence's window
@@ -340,9 +339,11 @@ class LlamaCppModel(SteerableModel):
 
     def _fork(self, source: Seq, new: Seq) -> None:
         src, dst = backend_seq(source, LlamaSeq), backend_seq(new, LlamaSeq)
+        if not self.kv_unified:  # seq_cp across streams copies at the next decode; a move read old cells
+            return self._restore(new, self._save_state(source))
         self._lc.llama_memory_seq_cp(self._mem, src.llama_id, dst.llama_id, -1, -1)
 
-    def _save_state(self, seq: Seq) -> bytearray | None:
+    def _save_state(self, seq: Seq) -> bytearray:
         return copy_out(self._lc, self._ctx.ctx, backend_seq(seq, LlamaSeq).llama_id, self.name)
 
     def _restore(self, seq: Seq, data: bytes | bytearray) -> None:
