@@ -36,6 +36,7 @@ class Job:
     verified: int = 0  # forwards that verified a draft of it
     read: int = 0  # prompt tokens in its cache (read, or reused from a kept one)
     cached: int = 0  # of them, reused from a kept cache (a prefix another request read)
+    passed: int = 0  # jobs that arrived after it and were admitted first (``chat.admission``)
 
     @property
     def fed(self) -> bool:

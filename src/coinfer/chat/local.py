@@ -3,11 +3,12 @@
 ``LocalChat.chat_batch`` runs up to ``max_concurrent`` conversations at once as separate
 sequences of one model, decoded together: every step is one ``extend_many`` call that
 prefills the prompts of newly admitted conversations and advances every running one by a
-token (continuous batching: a finished conversation's slot goes to the next waiting one
-at once). On llama.cpp, whose sequences share one context of ``n_ctx`` cells, a
-conversation is admitted only when its prompt and its whole token budget fit beside the
-running ones, so a batch never overflows the cache halfway. Each of a request's ``n``
-samples is its own sequence; usage counts every prompt token, as APIs do.
+token (continuous batching: a finished conversation's slot goes to a waiting one at once,
+the one with the fewest prompt tokens to read, ``chat.admission``). On llama.cpp, whose
+sequences share one context of ``n_ctx`` cells, a conversation is admitted only when its
+prompt and its whole token budget fit beside the running ones, so a batch never
+overflows the cache halfway. Each of a request's ``n`` samples is its own sequence;
+usage counts every prompt token, as APIs do.
 
 A prompt is read in chunks between decoding steps (``prefill_chunk`` prompt tokens a step,
 shared by the prompts being read, as vLLM's chunked prefill and llama-server's
@@ -61,6 +62,7 @@ from typing import Any
 
 import numpy as np
 
+from coinfer.chat.admission import next_admitted, passed_over
 from coinfer.chat.base import ChatModel, ChatRequest, ChatResult, Usage
 from coinfer.chat.cache_store import CacheStore
 from coinfer.chat.drafting import DraftingSteps
@@ -78,10 +80,11 @@ __all__ = ["PREFILL_CHUNK", "LocalChat", "open_local_chat"]
 PREFILL_CHUNK = 512  # prompt tokens read per step, shared by the prompts being read
 # A kept or running cache is continued from when it shares this many leading tokens with a
 # new prompt (after the model's cut, ``_cut``). Qwen2.5-Coder-1.5B on a 2-core CPU,
-# 8192-cell streams: a copy (a whole llama.cpp stream, whatever the share) and one token
-# read cost 56-91 ms, reading 8 tokens 190 ms and 16 tokens 225-239 ms. So a chat
+# 8192-cell streams: a copy (then a whole llama.cpp stream, whatever the share) and one
+# token read cost 56-91 ms, reading 8 tokens 190 ms and 16 tokens 225-239 ms. So a chat
 # template's opening (24-33 tokens, every request's) is worth it, as llama-server's slots
-# reuse it (cache_prompt).
+# reuse it (cache_prompt). A copy is now of the source's cells: 3-7 ms for 300, 40 ms for
+# 2,000 (``docs/bench/serve/one-off/fork_copy.txt``).
 MIN_REUSE = 16
 MIN_WAIT = 64  # a new request waits for a running one's read of a prefix they share this long
 SMOOTHING, REFRESH = 0.3, 64  # the decoding steps' cost curve: a new measurement's weight, a point's age
@@ -325,24 +328,33 @@ class LocalChat(DraftingSteps, ChatModel):
             self._retire(job, force=True)
 
     def _admit(self, waiting: deque[Job], running: list[Job]) -> None:
-        """Start waiting jobs while slots and (on a shared cache) cells allow: each gets a
-        sequence (a copy of a kept or running one holding part of its prompt, if any), its
-        prompt read from there."""
+        """Start waiting jobs while slots and (on a shared cache) cells allow, the fewest
+        prompt tokens left to read first (``admission``: a job passed over by a batch's
+        worth of later ones goes first): each gets a sequence (a copy of a kept or running
+        one holding part of its prompt, if any), its prompt read from there."""
         shared = self.model.kv_cells_shared
         used = sum(j.reserve for j in running)
         while waiting and len(running) < self.max_concurrent:
-            job = waiting[0]
-            if self._reading_shared(job.prompt, running):
-                break  # a running job is reading this prompt's prefix: copy it once it is read
+            job = next_admitted(waiting, lambda j: self._to_read(j, running), self.max_concurrent)
+            if job is None:
+                break  # running jobs are reading the prompts' prefixes: copy them once read
             source, common = self._reusable(job.prompt, running)
             self._make_room(len(running), used + job.reserve, source)
             if shared and running and used + job.reserve > self.model.n_ctx:
                 break
-            waiting.popleft()
+            passed_over(waiting, job)
+            waiting.remove(job)
             job.seq, common = self._cache_for(source, common, len(running))
             job.read = job.cached = common
             running.append(job)
             used += job.reserve
+
+    def _to_read(self, job: Job, running: list[Job]) -> int | None:
+        """The prompt tokens ``job`` would read if admitted now (its prompt less what a
+        cache holds of it); None while a running job reads a prefix it shares."""
+        if self._reading_shared(job.prompt, running):
+            return None
+        return len(job.prompt) - self._reusable(job.prompt, running)[1]
 
     def _make_room(self, running: int, reserved: int, source: Seq | SeqState | None) -> None:
         """Kept caches give way, oldest first (but ``source``, which the next job reads

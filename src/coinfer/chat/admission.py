@@ -1,0 +1,50 @@
+"""Which waiting job a continuous batch admits next, when more wait than slots are free.
+
+Shortest job first: the job with the fewest prompt tokens left to read (its prompt less
+the prefix a kept, running or stored cache holds), ties oldest first. A crowd that arrives
+together then starts with the prompts that are read soonest: the batch's first wave of
+answers begins after the least reading, and a slot that frees goes to the request whose
+first token it gives soonest (the order SGLang's and vLLM's schedulers offer beside
+first-come-first-served, for the same reason: the median wait is shortest). Answers do
+not change with the order.
+
+A long prompt is never starved: a job is *passed over* each time a job that arrived after
+it is admitted first, and a job passed over ``due_after`` times (the batch's width: one
+batch's worth of later, shorter requests) goes next, oldest first, before any shorter one.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+from coinfer.chat.job import Job
+
+__all__ = ["next_admitted", "passed_over"]
+
+
+def next_admitted(waiting: Sequence[Job], to_read: Callable[[Job], int | None], due_after: int) -> Job | None:
+    """The job to admit next from ``waiting`` (in arrival order): the oldest one passed
+    over ``due_after`` times or more, else the one with the fewest prompt tokens
+    ``to_read``, ties oldest first. ``to_read`` gives None for a job that must wait (a
+    running job is still reading a prefix it shares); None when nothing may go now (the
+    due job must wait, or every job must)."""
+    if not waiting:
+        return None
+    oldest = waiting[0]
+    if oldest.passed >= due_after:
+        return oldest if to_read(oldest) is not None else None
+    best: Job | None = None
+    fewest = 0
+    for job in waiting:
+        n = to_read(job)
+        if n is not None and (best is None or n < fewest):
+            best, fewest = job, n
+    return best
+
+
+def passed_over(waiting: Sequence[Job], admitted: Job) -> None:
+    """``admitted`` goes ahead of every job that arrived before it: each is passed over once."""
+    for job in waiting:
+        if job is admitted:
+            return
+        job.passed += 1

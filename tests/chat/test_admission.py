@@ -1,0 +1,36 @@
+from __future__ import annotations
+
+from coinfer.chat.admission import next_admitted, passed_over
+from coinfer.chat.job import Job
+from coinfer.decoding.sampling import PositionDraws, SamplingParams
+
+
+def _jobs(*lengths: int) -> list[Job]:
+    return [Job(i, [i + 1] * n, 4, SamplingParams(), PositionDraws(0)) for i, n in enumerate(lengths)]
+
+
+def test_the_fewest_tokens_to_read_go_first_ties_oldest_first() -> None:
+    waiting = _jobs(300, 40, 200, 40)
+    assert next_admitted(waiting, lambda j: len(j.prompt), due_after=8) is waiting[1]
+    # a prompt mostly held by a cache reads few tokens: it goes first
+    held = next_admitted(waiting, lambda j: 10 if j is waiting[0] else len(j.prompt), due_after=8)
+    assert held is waiting[0]
+
+
+def test_a_job_that_must_wait_for_a_shared_read_is_passed_and_none_goes_when_all_must() -> None:
+    waiting = _jobs(300, 40, 200)
+    sharing = next_admitted(waiting, lambda j: None if j is waiting[1] else len(j.prompt), due_after=8)
+    assert sharing is waiting[2]
+    assert next_admitted(waiting, lambda j: None, due_after=8) is None
+    assert next_admitted([], lambda j: 0, due_after=8) is None
+
+
+def test_a_job_passed_over_a_batchs_worth_of_times_goes_next_and_nothing_goes_past_it() -> None:
+    waiting = _jobs(300, 40, 20)
+    passed_over(waiting, waiting[2])
+    assert [j.passed for j in waiting] == [1, 1, 0]  # only the jobs older than the admitted one
+    passed_over(waiting, waiting[1])
+    assert waiting[0].passed == 2
+    assert next_admitted(waiting, lambda j: len(j.prompt), due_after=2) is waiting[0]
+    # the due job must wait for a shared read: no shorter one goes past it meanwhile
+    assert next_admitted(waiting, lambda j: None if j is waiting[0] else 1, due_after=2) is None
