@@ -1,6 +1,6 @@
 from __future__ import annotations
 
-from coinfer.chat.admission import next_admitted, passed_over
+from coinfer.chat.admission import WINDOW, next_admitted, passed_over
 from coinfer.chat.job import Job
 from coinfer.decoding.sampling import PositionDraws, SamplingParams
 
@@ -34,3 +34,16 @@ def test_a_job_passed_over_a_batchs_worth_of_times_goes_next_and_nothing_goes_pa
     assert next_admitted(waiting, lambda j: len(j.prompt), due_after=2) is waiting[0]
     # the due job must wait for a shared read: no shorter one goes past it meanwhile
     assert next_admitted(waiting, lambda j: None if j is waiting[0] else 1, due_after=2) is None
+
+
+def test_only_the_oldest_window_of_batches_are_priced() -> None:
+    waiting = _jobs(*([300] * (WINDOW * 2)), 10)  # the short one is past the window of 2 * WINDOW
+    priced: list[Job] = []
+
+    def to_read(job: Job) -> int:
+        priced.append(job)
+        return len(job.prompt)
+
+    assert next_admitted(waiting, to_read, due_after=2) is waiting[0]
+    assert priced == waiting[: WINDOW * 2]
+    assert next_admitted(waiting[1:], lambda j: len(j.prompt), due_after=2) is waiting[-1]

@@ -11,23 +11,31 @@ not change with the order.
 A long prompt is never starved: a job is *passed over* each time a job that arrived after
 it is admitted first, and a job passed over ``due_after`` times (the batch's width: one
 batch's worth of later, shorter requests) goes next, oldest first, before any shorter one.
+
+Only the oldest ``WINDOW`` batches' worth of waiting jobs are candidates: what a job has
+to read is a prefix lookup over every kept, running and stored cache, and a queue of
+hundreds (a crowd at the server's queue limit) would price them all at each admission.
+A job further back joins the candidates as older ones go.
 """
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Callable, Sequence
 
 from coinfer.chat.job import Job
 
-__all__ = ["next_admitted", "passed_over"]
+__all__ = ["WINDOW", "next_admitted", "passed_over"]
+
+WINDOW = 4  # batches' worth of the oldest waiting jobs that are candidates
 
 
 def next_admitted(waiting: Sequence[Job], to_read: Callable[[Job], int | None], due_after: int) -> Job | None:
     """The job to admit next from ``waiting`` (in arrival order): the oldest one passed
-    over ``due_after`` times or more, else the one with the fewest prompt tokens
-    ``to_read``, ties oldest first. ``to_read`` gives None for a job that must wait (a
-    running job is still reading a prefix it shares); None when nothing may go now (the
-    due job must wait, or every job must)."""
+    over ``due_after`` times or more, else the one among the oldest ``WINDOW *
+    due_after`` with the fewest prompt tokens ``to_read``, ties oldest first. ``to_read``
+    gives None for a job that must wait (a running job is still reading a prefix it
+    shares); None when nothing may go now (the due job must wait, or every job must)."""
     if not waiting:
         return None
     oldest = waiting[0]
@@ -35,7 +43,7 @@ def next_admitted(waiting: Sequence[Job], to_read: Callable[[Job], int | None], 
         return oldest if to_read(oldest) is not None else None
     best: Job | None = None
     fewest = 0
-    for job in waiting:
+    for job in itertools.islice(waiting, WINDOW * max(due_after, 1)):
         n = to_read(job)
         if n is not None and (best is None or n < fewest):
             best, fewest = job, n

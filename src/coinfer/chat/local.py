@@ -334,8 +334,9 @@ class LocalChat(DraftingSteps, ChatModel):
         one holding part of its prompt, if any), its prompt read from there."""
         shared = self.model.kv_cells_shared
         used = sum(j.reserve for j in running)
+        held: dict[int, int] = {}  # id(job): its prompt tokens a cache holds, looked up once per call
         while waiting and len(running) < self.max_concurrent:
-            job = next_admitted(waiting, lambda j: self._to_read(j, running), self.max_concurrent)
+            job = next_admitted(waiting, lambda j: self._to_read(j, running, held), self.max_concurrent)
             if job is None:
                 break  # running jobs are reading the prompts' prefixes: copy them once read
             source, common = self._reusable(job.prompt, running)
@@ -349,12 +350,16 @@ class LocalChat(DraftingSteps, ChatModel):
             running.append(job)
             used += job.reserve
 
-    def _to_read(self, job: Job, running: list[Job]) -> int | None:
+    def _to_read(self, job: Job, running: list[Job], held: dict[int, int]) -> int | None:
         """The prompt tokens ``job`` would read if admitted now (its prompt less what a
-        cache holds of it); None while a running job reads a prefix it shares."""
+        cache holds of it, remembered in ``held``: an admission in the same call changes
+        that only where a kept cache gives way, and then only the order); None while a
+        running job reads a prefix it shares."""
         if self._reading_shared(job.prompt, running):
             return None
-        return len(job.prompt) - self._reusable(job.prompt, running)[1]
+        if id(job) not in held:
+            held[id(job)] = self._reusable(job.prompt, running)[1]
+        return len(job.prompt) - held[id(job)]
 
     def _make_room(self, running: int, reserved: int, source: Seq | SeqState | None) -> None:
         """Kept caches give way, oldest first (but ``source``, which the next job reads
