@@ -83,7 +83,7 @@ PREFILL_CHUNK = 512  # prompt tokens read per step, shared by the prompts being 
 # 8192-cell streams: a copy (then a whole llama.cpp stream, whatever the share) and one
 # token read cost 56-91 ms, reading 8 tokens 190 ms and 16 tokens 225-239 ms. So a chat
 # template's opening (24-33 tokens, every request's) is worth it, as llama-server's slots
-# reuse it (cache_prompt). A copy is now of the source's cells: 3-7 ms for 300, 40 ms for
+# reuse it (cache_prompt). A copy is now of the source's cells: 3-23 ms for 300, 40-50 ms for
 # 2,000 (``docs/bench/serve/one-off/fork_copy.txt``).
 MIN_REUSE = 16
 MIN_WAIT = 64  # a new request waits for a running one's read of a prefix they share this long
