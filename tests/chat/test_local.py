@@ -602,16 +602,26 @@ def test_running_requests_keep_to_consecutive_streams_so_a_step_is_one_pass(smol
         model.close()
 
 
-def test_a_crowd_is_admitted_fewest_prompt_tokens_first_and_a_long_prompt_is_not_starved() -> None:
+@pytest.mark.parametrize(
+    ("admission", "order"),
+    [
+        ("shortest", [3, 1, 0, 4, 2]),  # 20, 40; then 300, passed over twice; then 100 before 200
+        ("arrival", [0, 1, 2, 3, 4]),
+    ],
+)
+def test_a_crowd_is_admitted_fewest_prompt_tokens_first_and_a_long_prompt_is_not_starved(
+    admission: str, order: list[int]
+) -> None:
     """Five requests wait for two slots: the shortest prompts start first, and a long one
-    goes once a batch's worth (two) of later requests went ahead of it."""
+    goes once a batch's worth (two) of later requests went ahead of it; with ``arrival``
+    the oldest goes first. The answers are the same either way."""
     from collections import deque
 
     from coinfer.decoding.sampling import SamplingParams
     from coinfer.testing import ScriptedModel
 
     model = ScriptedModel(lambda prefix: 40 + len(prefix) % 7, n_ctx=4096)
-    chat = LocalChat(model, max_concurrent=2, keep=0, prefill_chunk=512)
+    chat = LocalChat(model, max_concurrent=2, keep=0, prefill_chunk=512, admission=admission)
     lengths = [300, 40, 200, 20, 100]  # in the order they arrived
     prompts = [[i + 1, *(100 + k % 50 for k in range(n - 1))] for i, n in enumerate(lengths)]
     jobs = [chat.new_jobs(i, p, n=1, max_tokens=3, params=SamplingParams())[0] for i, p in enumerate(prompts)]
@@ -619,8 +629,15 @@ def test_a_crowd_is_admitted_fewest_prompt_tokens_first_and_a_long_prompt_is_not
     while waiting or running:
         running = chat.step(waiting, running)
         admitted += [j.request for j in running if j.request not in admitted]  # in the order admitted
-    # shortest first (20, 40); then the 300-token prompt, passed over twice; then 100 before 200
-    assert admitted == [3, 1, 0, 4, 2]
+    assert admitted == order
     assert [j.tokens for j in jobs] == [[40 + (n + i) % 7 for i in range(3)] for n in lengths]
     chat.close()
     assert model.live_sequences == 0
+
+
+def test_an_unknown_admission_policy_is_refused_with_the_choices() -> None:
+    from coinfer.testing import ScriptedModel
+
+    with pytest.raises(ConfigError, match="no admission policy 'lifo'") as caught:
+        LocalChat(ScriptedModel(lambda prefix: 1), admission="lifo")
+    assert "shortest, arrival" in str(caught.value.hint)

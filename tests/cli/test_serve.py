@@ -86,11 +86,13 @@ def _fake_serve(monkeypatch: pytest.MonkeyPatch, *argv: str) -> dict[str, object
 
 
 def test_the_model_flag_and_the_batch_reach_the_server(monkeypatch: pytest.MonkeyPatch) -> None:
-    """--max-batch sizes both the model's per-conversation caches and the server's batches."""
+    """--max-batch sizes both the model's per-conversation caches and the server's batches;
+    --admission reaches the chat."""
     monkeypatch.setenv("COINFER_API_KEY", "k")
     made = _fake_serve(
-        monkeypatch, "-m", "smollm2-135m", "--max-batch", "3", "--ctx", "1024", "--max-queue", "5"
-    )
+        monkeypatch, "-m", "smollm2-135m", "--max-batch", "3", "--ctx", "1024", "--max-queue", "5",
+        "--admission", "arrival",
+    )  # fmt: skip
     server = made["server"]
     assert isinstance(server, dict) and (server["host"], server["port"], server["api_key"]) == (
         "127.0.0.1",
@@ -101,7 +103,8 @@ def test_the_model_flag_and_the_batch_reach_the_server(monkeypatch: pytest.Monke
     assert served.name == "smollm2-135m" and served.engine == "plain" and served.max_queue == 5
     assert made["chats"] == [{
         "spec": "smollm2-135m", "n_ctx": 1024, "parallel": 3, "keep": 2, "prefill_chunk": 512,
-        "store_bytes": 2 << 30, "backend": "llama.cpp", "n_threads": None, "device": None, "dtype": None,
+        "store_bytes": 2 << 30, "admission": "arrival", "backend": "llama.cpp", "n_threads": None,
+        "device": None, "dtype": None,
     }]  # fmt: skip
     assert made["stopped"] and made["model_closed"]  # the model the CLI loaded, closed by it
     assert made["captured"] == [[1, 2, 3]]  # on a GPU, every batch's shapes before the first request

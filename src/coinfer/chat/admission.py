@@ -16,6 +16,10 @@ Only the oldest ``WINDOW`` batches' worth of waiting jobs are candidates: what a
 to read is a prefix lookup over every kept, running and stored cache, and a queue of
 hundreds (a crowd at the server's queue limit) would price them all at each admission.
 A job further back joins the candidates as older ones go.
+
+``--admission arrival`` admits in order of arrival instead (``due_after`` 0: the oldest
+is always due), for an operator who would rather a long prompt (a document) not wait
+behind a crowd of short ones than have the crowd's median answer start sooner.
 """
 
 from __future__ import annotations
@@ -25,9 +29,16 @@ from collections.abc import Callable, Sequence
 
 from coinfer.chat.job import Job
 
-__all__ = ["WINDOW", "next_admitted", "passed_over"]
+__all__ = ["POLICIES", "WINDOW", "due_after", "next_admitted", "passed_over"]
 
 WINDOW = 4  # batches' worth of the oldest waiting jobs that are candidates
+POLICIES = ("shortest", "arrival")
+
+
+def due_after(policy: str, width: int) -> int:
+    """How often a job may be passed over before it goes next: a batch's ``width``
+    shortest first, never in order of arrival."""
+    return width if policy == "shortest" else 0
 
 
 def next_admitted(waiting: Sequence[Job], to_read: Callable[[Job], int | None], due_after: int) -> Job | None:

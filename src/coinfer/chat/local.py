@@ -62,7 +62,7 @@ from typing import Any
 
 import numpy as np
 
-from coinfer.chat.admission import next_admitted, passed_over
+from coinfer.chat.admission import POLICIES, due_after, next_admitted, passed_over
 from coinfer.chat.base import ChatModel, ChatRequest, ChatResult, Usage
 from coinfer.chat.cache_store import CacheStore
 from coinfer.chat.drafting import DraftingSteps
@@ -104,7 +104,10 @@ class LocalChat(DraftingSteps, ChatModel):
         min_wait: int = MIN_WAIT,
         prefill_chunk: int = PREFILL_CHUNK,
         store_bytes: int = 0,
+        admission: str = "shortest",
     ) -> None:
+        if admission not in POLICIES:
+            raise ConfigError(f"no admission policy {admission!r}", hint=f"use one of {', '.join(POLICIES)}")
         if max_concurrent < 1 or min(keep, store_bytes) < 0 or min(min_reuse, min_wait, prefill_chunk) < 1:
             raise ConfigError(
                 "need max_concurrent >= 1, keep >= 0, store_bytes >= 0, and min_reuse, min_wait and "
@@ -113,6 +116,7 @@ class LocalChat(DraftingSteps, ChatModel):
         self.model, self.prefill_chunk = model, prefill_chunk
         self.name = model.name
         self.max_concurrent = max_concurrent
+        self.due_after = due_after(admission, max_concurrent)  # passes before a waiting job goes next
         self.keep, self.min_reuse, self.min_wait = keep, min_reuse, max(min_reuse, min_wait)
         self._kept: list[Seq] = []  # finished conversations' caches, oldest first
         self.store = CacheStore(store_bytes)  # caches that gave way, copied out to host memory
@@ -336,7 +340,7 @@ class LocalChat(DraftingSteps, ChatModel):
         used = sum(j.reserve for j in running)
         held: dict[int, int] = {}  # id(job): its prompt tokens a cache holds, looked up once per call
         while waiting and len(running) < self.max_concurrent:
-            job = next_admitted(waiting, lambda j: self._to_read(j, running, held), self.max_concurrent)
+            job = next_admitted(waiting, lambda j: self._to_read(j, running, held), self.due_after)
             if job is None:
                 break  # running jobs are reading the prompts' prefixes: copy them once read
             source, common = self._reusable(job.prompt, running)
@@ -545,6 +549,7 @@ def open_local_chat(
     keep: int = 2,
     prefill_chunk: int = PREFILL_CHUNK,
     store_bytes: int = 0,
+    admission: str = "shortest",
     backend: str = "llama.cpp",
     n_threads: int | None = None,
     device: str | None = None,
@@ -567,7 +572,12 @@ def open_local_chat(
         kv_unified=False,
     )
     return LocalChat(
-        model, max_concurrent=parallel, keep=keep, prefill_chunk=prefill_chunk, store_bytes=store_bytes
+        model,
+        max_concurrent=parallel,
+        keep=keep,
+        prefill_chunk=prefill_chunk,
+        store_bytes=store_bytes,
+        admission=admission,
     )
 
 

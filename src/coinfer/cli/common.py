@@ -266,6 +266,7 @@ def open_chat_from_args(
         keep=keep,
         prefill_chunk=getattr(args, "prefill_chunk", None) or PREFILL_CHUNK,
         store_bytes=int((getattr(args, "cache_ram", None) or 0) * 2**20),
+        admission=getattr(args, "admission", None) or "shortest",
         backend=args.backend,
         n_threads=args.threads,
         device=args.device,

@@ -198,6 +198,11 @@ def add_parser(sub: Any) -> None:
         help="prompt tokens read per step between decoding steps, so a long prompt never stalls "
         "the running streams (default: %(default)s)",
     )  # fmt: skip
+    p.add_argument(
+        "--admission", choices=("shortest", "arrival"), default="shortest",
+        help="which waiting request takes a free slot: the one with the fewest prompt tokens to read "
+        "(a request passed over --max-batch times goes next), or the oldest (default: %(default)s)",
+    )  # fmt: skip
     p.set_defaults(func=cmd_serve)
 
 
