@@ -29,13 +29,13 @@ from collections.abc import Callable, Sequence
 
 from coinfer.chat.job import Job
 
-__all__ = ["POLICIES", "WINDOW", "due_after", "next_admitted", "passed_over"]
+__all__ = ["POLICIES", "WINDOW", "next_admitted", "passed_over", "passes_before_due"]
 
 WINDOW = 4  # batches' worth of the oldest waiting jobs that are candidates
 POLICIES = ("shortest", "arrival")
 
 
-def due_after(policy: str, width: int) -> int:
+def passes_before_due(policy: str, width: int) -> int:
     """How often a job may be passed over before it goes next: a batch's ``width``
     shortest first, never in order of arrival."""
     return width if policy == "shortest" else 0

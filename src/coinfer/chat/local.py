@@ -62,7 +62,7 @@ from typing import Any
 
 import numpy as np
 
-from coinfer.chat.admission import POLICIES, due_after, next_admitted, passed_over
+from coinfer.chat.admission import POLICIES, next_admitted, passed_over, passes_before_due
 from coinfer.chat.base import ChatModel, ChatRequest, ChatResult, Usage
 from coinfer.chat.cache_store import CacheStore
 from coinfer.chat.drafting import DraftingSteps
@@ -116,7 +116,7 @@ class LocalChat(DraftingSteps, ChatModel):
         self.model, self.prefill_chunk = model, prefill_chunk
         self.name = model.name
         self.max_concurrent = max_concurrent
-        self.due_after = due_after(admission, max_concurrent)  # passes before a waiting job goes next
+        self.due_after = passes_before_due(admission, max_concurrent)  # passes before a waiting job goes next
         self.keep, self.min_reuse, self.min_wait = keep, min_reuse, max(min_reuse, min_wait)
         self._kept: list[Seq] = []  # finished conversations' caches, oldest first
         self.store = CacheStore(store_bytes)  # caches that gave way, copied out to host memory
