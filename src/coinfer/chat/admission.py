@@ -28,6 +28,7 @@ import itertools
 from collections.abc import Callable, Sequence
 
 from coinfer.chat.job import Job
+from coinfer.errors import ConfigError
 
 __all__ = ["POLICIES", "WINDOW", "next_admitted", "passed_over", "passes_before_due"]
 
@@ -38,6 +39,8 @@ POLICIES = ("shortest", "arrival")
 def passes_before_due(policy: str, width: int) -> int:
     """How often a job may be passed over before it goes next: a batch's ``width``
     shortest first, never in order of arrival."""
+    if policy not in POLICIES:
+        raise ConfigError(f"no admission policy {policy!r}", hint=f"use one of {', '.join(POLICIES)}")
     return width if policy == "shortest" else 0
 
 

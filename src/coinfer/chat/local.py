@@ -62,7 +62,7 @@ from typing import Any
 
 import numpy as np
 
-from coinfer.chat.admission import POLICIES, next_admitted, passed_over, passes_before_due
+from coinfer.chat.admission import next_admitted, passed_over, passes_before_due
 from coinfer.chat.base import ChatModel, ChatRequest, ChatResult, Usage
 from coinfer.chat.cache_store import CacheStore
 from coinfer.chat.drafting import DraftingSteps
@@ -106,8 +106,6 @@ class LocalChat(DraftingSteps, ChatModel):
         store_bytes: int = 0,
         admission: str = "shortest",
     ) -> None:
-        if admission not in POLICIES:
-            raise ConfigError(f"no admission policy {admission!r}", hint=f"use one of {', '.join(POLICIES)}")
         if max_concurrent < 1 or min(keep, store_bytes) < 0 or min(min_reuse, min_wait, prefill_chunk) < 1:
             raise ConfigError(
                 "need max_concurrent >= 1, keep >= 0, store_bytes >= 0, and min_reuse, min_wait and "
