@@ -1,6 +1,6 @@
 from __future__ import annotations
 
-from coinfer.chat.admission import WINDOW, next_admitted, passed_over
+from coinfer.chat.admission import WINDOW, next_admitted, passed_over, reads_this_step
 from coinfer.chat.job import Job
 from coinfer.decoding.sampling import PositionDraws, SamplingParams
 
@@ -47,3 +47,17 @@ def test_only_the_oldest_window_of_batches_are_priced() -> None:
     assert next_admitted(waiting, to_read, due_after=2) is waiting[0]
     assert priced == waiting[: WINDOW * 2]
     assert next_admitted(waiting[1:], lambda j: len(j.prompt), due_after=2) is waiting[-1]
+
+
+def test_a_job_is_admitted_only_where_the_steps_reading_reaches_it() -> None:
+    chunk = 512
+    assert reads_this_step(900, [], chunk)  # nothing being read: any prompt starts
+    # the prompts being read go shortest first: 300 and 200 (the oldest) take 500 before a 400
+    assert reads_this_step(400, [200, 300], chunk)
+    assert not reads_this_step(400, [200, 300, 100], chunk)  # 600 ahead of it
+    # a longer prompt read after it takes nothing from it: a short one goes in beside long ones
+    assert reads_this_step(20, [2000, 1500, 1800], chunk)
+    # the oldest keeps half the step until its turn, however long it is
+    assert reads_this_step(200, [2000, 100], chunk)
+    assert not reads_this_step(200, [2000, 100, 160], chunk)  # 256 + 100 + 160 ahead
+    assert not reads_this_step(600, [512], chunk)  # the oldest, shorter, takes the whole step

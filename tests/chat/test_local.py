@@ -635,6 +635,35 @@ def test_a_crowd_is_admitted_fewest_prompt_tokens_first_and_a_long_prompt_is_not
     assert model.live_sequences == 0
 
 
+def test_a_burst_first_step_admits_only_what_it_reads_so_later_shorter_arrivals_still_go_first() -> None:
+    """Four long prompts reach an idle chat of four slots first, two short ones a moment
+    later (a burst reaches a server over some milliseconds). The first step admits only the
+    prompts its budget reads, so the short ones, arriving while it runs, start in the next
+    step instead of waiting for a long one to finish; the answers are the same."""
+    from collections import deque
+
+    from coinfer.decoding.sampling import SamplingParams
+    from coinfer.testing import ScriptedModel
+
+    model = ScriptedModel(lambda prefix: 40 + len(prefix) % 7, n_ctx=4096)
+    chat = LocalChat(model, max_concurrent=4, keep=0, prefill_chunk=64)
+    lengths = [60, 40, 50, 45, 8, 9]  # in the order they arrived; the last two after the first step
+    prompts = [[i + 1, *(100 + k % 50 for k in range(n - 1))] for i, n in enumerate(lengths)]
+    params = SamplingParams()
+    jobs = [chat.new_jobs(i, p, n=1, max_tokens=20, params=params)[0] for i, p in enumerate(prompts)]
+    waiting, running, admitted = deque(jobs[:4]), [], []  # type: ignore[var-annotated]
+    running = chat.step(waiting, running)
+    assert [j.request for j in running] == [1, 3]  # 40, then 45 (24 ahead of it fit): 50 and 60 wait
+    waiting.extend(jobs[4:])
+    while waiting or running:
+        admitted += [j.request for j in running if j.request not in admitted]  # in the order admitted
+        running = chat.step(waiting, running)
+    assert admitted == [1, 3, 4, 5, 0, 2]  # 60, passed over by a batch's worth (4), before 50
+    assert [j.tokens for j in jobs] == [[40 + (n + i) % 7 for i in range(20)] for n in lengths]
+    chat.close()
+    assert model.live_sequences == 0
+
+
 def test_an_unknown_admission_policy_is_refused_with_the_choices() -> None:
     from coinfer.testing import ScriptedModel
 

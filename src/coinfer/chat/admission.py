@@ -17,6 +17,14 @@ to read is a prefix lookup over every kept, running and stored cache, and a queu
 hundreds (a crowd at the server's queue limit) would price them all at each admission.
 A job further back joins the candidates as older ones go.
 
+A job is admitted only where it starts reading in the step being planned
+(``reads_this_step``): the prompts being read share a step's budget shortest first, and one
+admitted beyond what the step reads would hold a slot without reading. A crowd's first step
+then takes only what it reads, and those that arrive while that step runs (a burst reaches
+the server over some milliseconds, in any order) still go shortest first at the next one,
+not in the order they arrived, as vLLM's scheduler starts a waiting request only within a
+step's token budget.
+
 ``--admission arrival`` admits in order of arrival instead (``due_after`` 0: the oldest
 is always due), for an operator who would rather a long prompt (a document) not wait
 behind a crowd of short ones than have the crowd's median answer start sooner.
@@ -30,7 +38,7 @@ from collections.abc import Callable, Sequence
 from coinfer.chat.job import Job
 from coinfer.errors import ConfigError
 
-__all__ = ["POLICIES", "WINDOW", "next_admitted", "passed_over", "passes_before_due"]
+__all__ = ["POLICIES", "WINDOW", "next_admitted", "passed_over", "passes_before_due", "reads_this_step"]
 
 WINDOW = 4  # batches' worth of the oldest waiting jobs that are candidates
 POLICIES = ("shortest", "arrival")
@@ -70,3 +78,15 @@ def passed_over(waiting: Sequence[Job], admitted: Job) -> None:
         if job is admitted:
             return
         job.passed += 1
+
+
+def reads_this_step(rest: int, readers: Sequence[int], chunk: int) -> bool:
+    """Whether a job with ``rest`` prompt tokens to read, admitted now, reads in this step:
+    the prompts being read (``readers``: each one's rest, the oldest first, the jobs just
+    admitted last) share the step's ``chunk`` shortest rest first, ties oldest first, and
+    until its turn the oldest keeps half of it (``LocalChat._prompt_chunks``)."""
+    if not readers:
+        return True
+    oldest, *others = readers
+    ahead = oldest if oldest <= rest else min(oldest, chunk // 2)
+    return ahead + sum(r for r in others if r <= rest) < chunk

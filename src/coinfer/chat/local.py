@@ -4,7 +4,8 @@
 sequences of one model, decoded together: every step is one ``extend_many`` call that
 prefills the prompts of newly admitted conversations and advances every running one by a
 token (continuous batching: a finished conversation's slot goes to a waiting one at once,
-the one with the fewest prompt tokens to read, ``chat.admission``). On llama.cpp, whose
+the one with the fewest prompt tokens to read, ``chat.admission``, and only as the step's
+prompt budget reaches it). On llama.cpp, whose
 sequences share one context of ``n_ctx`` cells, a conversation is admitted only when its
 prompt and its whole token budget fit beside the running ones, so a batch never
 overflows the cache halfway. Each of a request's ``n`` samples is its own sequence;
@@ -62,7 +63,7 @@ from typing import Any
 
 import numpy as np
 
-from coinfer.chat.admission import next_admitted, passed_over, passes_before_due
+from coinfer.chat.admission import next_admitted, passed_over, passes_before_due, reads_this_step
 from coinfer.chat.base import ChatModel, ChatRequest, ChatResult, Usage
 from coinfer.chat.cache_store import CacheStore
 from coinfer.chat.drafting import DraftingSteps
@@ -330,17 +331,20 @@ class LocalChat(DraftingSteps, ChatModel):
             self._retire(job, force=True)
 
     def _admit(self, waiting: deque[Job], running: list[Job]) -> None:
-        """Start waiting jobs while slots and (on a shared cache) cells allow, the fewest
-        prompt tokens left to read first (``admission``: a job passed over by a batch's
-        worth of later ones goes first): each gets a sequence (a copy of a kept or running
-        one holding part of its prompt, if any), its prompt read from there."""
+        """Start waiting jobs while slots and (on a shared cache) cells allow and this step's
+        prompt budget reaches them (``admission.reads_this_step``), the fewest prompt
+        tokens left to read first (``admission``: a job passed over by a batch's worth of
+        later ones goes first): each gets a sequence (a copy of a kept or running one
+        holding part of its prompt, if any), its prompt read from there."""
         shared = self.model.kv_cells_shared
         used = sum(j.reserve for j in running)
         held: dict[int, int] = {}  # id(job): its prompt tokens a cache holds, looked up once per call
+        chunk = self.prefill_chunk
+        readers = [len(j.prompt) - j.read for j in running if j.reading and j.finish is None]  # their rests
         while waiting and len(running) < self.max_concurrent:
             job = next_admitted(waiting, lambda j: self._to_read(j, running, held), self.due_after)
-            if job is None:
-                break  # running jobs are reading the prompts' prefixes: copy them once read
+            if job is None or not reads_this_step(len(job.prompt) - held[id(job)], readers, chunk):
+                break  # running jobs are reading its prefix, or this step's reading is full
             source, common = self._reusable(job.prompt, running)
             self._make_room(len(running), used + job.reserve, source)
             if shared and running and used + job.reserve > self.model.n_ctx:
@@ -350,6 +354,7 @@ class LocalChat(DraftingSteps, ChatModel):
             job.seq, common = self._cache_for(source, common, len(running))
             job.read = job.cached = common
             running.append(job)
+            readers.append(len(job.prompt) - common)
             used += job.reserve
 
     def _to_read(self, job: Job, running: list[Job], held: dict[int, int]) -> int | None:
