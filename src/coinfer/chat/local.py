@@ -4,12 +4,11 @@
 sequences of one model, decoded together: every step is one ``extend_many`` call that
 prefills the prompts of newly admitted conversations and advances every running one by a
 token (continuous batching: a finished conversation's slot goes to a waiting one at once,
-the one with the fewest prompt tokens to read, ``chat.admission``, and only as the step's
-prompt budget reaches it). On llama.cpp, whose
-sequences share one context of ``n_ctx`` cells, a conversation is admitted only when its
-prompt and its whole token budget fit beside the running ones, so a batch never
-overflows the cache halfway. Each of a request's ``n`` samples is its own sequence;
-usage counts every prompt token, as APIs do.
+the one with the fewest prompt tokens to read, ``chat.admission``, in the step whose
+prompt budget reaches it). On llama.cpp, whose sequences share one context of ``n_ctx``
+cells, a conversation is admitted only when its prompt and its whole token budget fit
+beside the running ones, so a batch never overflows the cache halfway. Each of a
+request's ``n`` samples is its own sequence; usage counts every prompt token, as APIs do.
 
 A prompt is read in chunks between decoding steps (``prefill_chunk`` prompt tokens a step,
 shared by the prompts being read, as vLLM's chunked prefill and llama-server's
