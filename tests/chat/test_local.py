@@ -653,7 +653,7 @@ def test_a_burst_first_step_admits_only_what_it_reads_so_later_shorter_arrivals_
     jobs = [chat.new_jobs(i, p, n=1, max_tokens=20, params=params)[0] for i, p in enumerate(prompts)]
     waiting, running, admitted = deque(jobs[:4]), [], []  # type: ignore[var-annotated]
     running = chat.step(waiting, running)
-    assert [j.request for j in running] == [1, 3]  # 40, then 45 (24 ahead of it fit): 50 and 60 wait
+    assert [j.request for j in running] == [1, 3]  # 40, then 45 (the 40 leave it 24): 50 and 60 wait
     waiting.extend(jobs[4:])
     while waiting or running:
         admitted += [j.request for j in running if j.request not in admitted]  # in the order admitted
