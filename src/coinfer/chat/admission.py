@@ -18,12 +18,12 @@ hundreds (a crowd at the server's queue limit) would price them all at each admi
 A job further back joins the candidates as older ones go.
 
 A job is admitted only where it starts reading in the step being planned
-(``reads_this_step``): the prompts being read share a step's budget shortest first, and one
-admitted beyond what the step reads would hold a slot without reading. A crowd's first step
-then takes only what it reads, and those that arrive while that step runs (a burst reaches
-the server over some milliseconds, in any order) still go shortest first at the next one,
-not in the order they arrived, as vLLM's scheduler starts a waiting request only within a
-step's token budget.
+(``reads_this_step``, by the plan the step itself reads with: ``prefill.share_step``): the
+prompts being read share a step's budget shortest first, and one admitted beyond what the
+step reads would hold a slot without reading. A crowd's first step then takes only what it
+reads, and those that arrive while that step runs (a burst reaches the server over some
+milliseconds, in any order) still go shortest first at the next one, not in the order they
+arrived, as vLLM's scheduler starts a waiting request only within a step's token budget.
 
 ``--admission arrival`` admits in order of arrival instead (``due_after`` 0: the oldest
 is always due), for an operator who would rather a long prompt (a document) not wait
@@ -36,6 +36,7 @@ import itertools
 from collections.abc import Callable, Sequence
 
 from coinfer.chat.job import Job
+from coinfer.chat.prefill import share_step
 from coinfer.errors import ConfigError
 
 __all__ = ["POLICIES", "WINDOW", "next_admitted", "passed_over", "passes_before_due", "reads_this_step"]
@@ -84,9 +85,8 @@ def reads_this_step(rest: int, readers: Sequence[int], chunk: int) -> bool:
     """Whether a job with ``rest`` prompt tokens to read, admitted now, reads in this step:
     the prompts being read (``readers``: each one's rest, the oldest first, the jobs just
     admitted last) share the step's ``chunk`` shortest rest first, ties oldest first, and
-    until its turn the oldest keeps half of it (``LocalChat._prompt_chunks``)."""
-    if not readers:
-        return True
-    oldest, *others = readers
-    ahead = oldest if oldest <= rest else min(oldest, chunk // 2)
-    return ahead + sum(r for r in others if r <= rest) < chunk
+    until its turn the oldest keeps half of it: the plan ``prefill.share_step`` makes for
+    ``LocalChat._prompt_chunks``, each prompt's chunk uncut."""
+    rests = [*readers, rest]
+    plan = share_step(rests, chunk, lambda k, budget: min(budget, rests[k]))
+    return any(i == len(readers) for i, _ in plan)

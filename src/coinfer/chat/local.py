@@ -67,6 +67,7 @@ from coinfer.chat.base import ChatModel, ChatRequest, ChatResult, Usage
 from coinfer.chat.cache_store import CacheStore
 from coinfer.chat.drafting import DraftingSteps
 from coinfer.chat.job import Job, seq_of
+from coinfer.chat.prefill import share_step
 from coinfer.decoding.batch_speculation import BatchSpeculator
 from coinfer.decoding.cost_curve import CostCurve
 from coinfer.decoding.drafters import common_prefix
@@ -280,30 +281,20 @@ class LocalChat(DraftingSteps, ChatModel):
 
     def _prompt_chunks(self, running: list[Job]) -> list[tuple[Job, list[int]]]:
         """The next chunk of each prompt being read, ``prefill_chunk`` tokens in all this
-        step, the shortest rests first (a short prompt behind a long one starts within a
-        step, as vLLM's concurrent partial prefills let it), ties oldest first. Until the
-        oldest prompt's turn, the others leave it half the budget, so that a long prompt
-        always advances and none waits forever. A chunk is cut where its rows and the
+        step, shared as ``prefill.share_step`` plans: the shortest rests first, the oldest
+        keeping half until its turn. A chunk is cut where its rows and the
         rest's take the kernels of a whole read (``_chunk_size``), so an answer does not
         move with what else was read beside it; a prompt whose share makes no such chunk
         reads next step."""
         readers = [j for j in running if j.reading and j.finish is None]
-        if not readers:
-            return []
-        oldest = readers[0]
-        reserve = min(len(oldest.prompt) - oldest.read, self.prefill_chunk // 2)
-        budget = self.prefill_chunk
+        rests = [len(j.prompt) - j.read for j in readers]
         feed: list[tuple[Job, list[int]]] = []
-        for job in sorted(readers, key=lambda j: len(j.prompt) - j.read):  # stable: ties oldest first
-            if job is oldest:  # a budget too small to cut: as much as it allows, uncut
-                take = _chunk_size(job, budget, self.model) or max(1, min(budget, len(job.prompt) - job.read))
-                reserve = 0
-            else:
-                take = _chunk_size(job, max(0, budget - reserve), self.model)
-            if take:
-                feed.append((job, job.prompt[job.read : job.read + take]))
-                job.read += take
-                budget -= take
+        for i, take in share_step(
+            rests, self.prefill_chunk, lambda k, budget: _chunk_size(readers[k], budget, self.model)
+        ):
+            job = readers[i]
+            feed.append((job, job.prompt[job.read : job.read + take]))
+            job.read += take
         return feed
 
     def _feed(self, feed: list[tuple[Job, list[int]]]) -> None:
