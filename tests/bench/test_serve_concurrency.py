@@ -69,6 +69,20 @@ def test_unknown_systems_and_bad_levels_are_refused() -> None:
         ConcurrencyConfig(temperature=-0.5)
 
 
+def test_a_sampled_level_has_llama_server_draw_from_the_whole_distribution_as_coinfer_does() -> None:
+    from coinfer.bench.serve_concurrency import system_flags
+
+    # greedy: each server as its users start it
+    assert system_flags("llama-server-ngram-mod", 0.0) == ("llama-server", ["--spec-type", "ngram-mod"])
+    # sampled: llama-server's top-k 40, top-p 0.95 and min-p 0.05 off, so a temperature
+    # means the same distribution on both servers
+    kind, flags = system_flags("llama-server-ngram-mod", 0.7)
+    assert kind == "llama-server" and flags[:2] == ["--spec-type", "ngram-mod"]
+    cuts = dict(zip(flags[2::2], flags[3::2], strict=True))
+    assert cuts == {"--top-k": "0", "--top-p": "1.0", "--min-p": "0.0"}
+    assert system_flags("coinfer-speculative", 0.7) == system_flags("coinfer-speculative", 0.0)
+
+
 def test_the_systems_take_turns_going_first_round_by_round() -> None:
     from coinfer.bench.serve_concurrency import run_order
 

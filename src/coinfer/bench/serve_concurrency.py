@@ -23,8 +23,9 @@ Per level: aggregate completion tokens/s (all tokens over the time from the firs
 request sent to the last token), time to first token and inter-token latency (a
 request's seconds per token after its first) at p50 and p95, errors, honest 429s, and how
 many texts equal the same request served alone (greedy, or sampled with the same seed:
-``--concurrency-temperature``). Every fourth prompt is held out
-of any tuning; both halves are reported.
+``--concurrency-temperature``; every server then draws from the whole distribution at that
+temperature, as the OpenAI API defines it: ``system_flags``). Every fourth prompt is held
+out of any tuning; both halves are reported.
 
 ``shared_tokens``: every request opens with one system message of about that many
 tokens (a team assistant's long instructions, a shared document: the start of CPython's
@@ -55,6 +56,7 @@ __all__ = [
     "run_concurrency",
     "run_order",
     "start_system",
+    "system_flags",
 ]
 
 # name -> (server, its flags); coinfer's flags follow ``coinfer serve``, llama-server's its own
@@ -64,6 +66,8 @@ SYSTEMS: dict[str, tuple[str, list[str]]] = {
     "llama-server-plain": ("llama-server", []),
     "llama-server-ngram-mod": ("llama-server", ["--spec-type", "ngram-mod"]),
 }
+# llama-server's sampling as the OpenAI API defines it: no top-k, top-p or min-p cut
+OPENAI_SAMPLING = ["--top-k", "0", "--top-p", "1.0", "--min-p", "0.0"]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -174,8 +178,21 @@ def _rate(streams: list[Stream], wall_s: float) -> float:
 
 def _start(name: str, config: ConcurrencyConfig) -> tuple[str, Callable[[], None]] | None:
     """``name``'s server, alone: its OpenAI base URL and how to stop it (None: not built)."""
-    kind, flags = SYSTEMS[name]
+    kind, flags = system_flags(name, config.temperature)
     return start_system(kind, flags, model=config.model, ctx=config.ctx, slots=config.slots)
+
+
+def system_flags(name: str, temperature: float) -> tuple[str, list[str]]:
+    """``name``'s server and its flags for requests at ``temperature``. llama-server draws a
+    token through top-k 40, top-p 0.95 and min-p 0.05 unless told otherwise, so a sampled
+    request would mean a narrower distribution there (nearer greedy, its drafts accepted
+    more often) than the OpenAI API's whole vocabulary at that temperature, which coinfer
+    samples: at a temperature above 0 it starts with those cuts off (``OPENAI_SAMPLING``),
+    and both draw from the same distribution."""
+    kind, flags = SYSTEMS[name]
+    if kind == "llama-server" and temperature > 0:
+        return kind, [*flags, *OPENAI_SAMPLING]
+    return kind, flags
 
 
 def start_system(
