@@ -35,6 +35,11 @@ def test_a_level_counts_throughput_latencies_and_identical_texts_for_both_halves
     assert row["held_out"] == {"requests": 1, "ttft_p50_s": 4.0, "itl_p50_s": 1.0, "identical": 1}
     table = markdown_table({"systems": {"coinfer-plain": [row]}})
     assert "| coinfer-plain | 4 | 1.30 | 2.00 s /" in table and "| 1 | 0 | 2/4 | 4.00 s, 1/1 |" in table
+    # a reference that failed alone is said, not only counted as a text that differs
+    failed = {"coinfer-plain": ["prompt 2: APITimeoutError"], "llama-server-plain": []}
+    table = markdown_table({"systems": {"coinfer-plain": [row]}, "reference_errors": failed})
+    assert "coinfer-plain's alone run (each prompt's reference text) failed 1 time(s)" in table
+    assert "prompt 2: APITimeoutError" in table and "llama-server-plain's" not in table
 
 
 def test_repeated_runs_give_the_median_runs_throughput_and_pool_their_latencies() -> None:

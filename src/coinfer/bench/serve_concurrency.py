@@ -316,6 +316,11 @@ def run_concurrency(config: ConcurrencyConfig, *, log: Callable[[str], None]) ->
         "environment": environment(),
         "prompts": [{"id": p["id"], "held_out": i % 4 == 3} for i, p in enumerate(suite)],
         "systems": systems,
+        # a prompt whose text alone failed has no reference: its texts count as not identical
+        "reference_errors": {
+            name: [f"prompt {s.prompt}: {s.error}" for s in streams if s.error is not None]
+            for name, (streams, _) in alone.items()
+        },
     }
 
 
@@ -359,6 +364,12 @@ def markdown_table(report: dict[str, Any]) -> str:
                 f"{cell(r['ttft_p95_s'], ' s')} | {cell(itl[0])} / {cell(itl[1])} | {len(r['errors'])} | "
                 f"{r['rate_limited']} | {r['identical']}/{r['requests']} | "
                 f"{cell(held['ttft_p50_s'], ' s')}, {held['identical']}/{held['requests']} |"
+            )
+    for name, errors in report.get("reference_errors", {}).items():
+        if errors:
+            lines.append(
+                f"\n{name}'s alone run (each prompt's reference text) failed {len(errors)} time(s), "
+                f"so those prompts' texts count as not identical: {'; '.join(errors)}"
             )
     return "\n".join(lines) + "\n"
 
