@@ -282,10 +282,9 @@ class LocalChat(DraftingSteps, ChatModel):
     def _prompt_chunks(self, running: list[Job]) -> list[tuple[Job, list[int]]]:
         """The next chunk of each prompt being read, ``prefill_chunk`` tokens in all this
         step, shared as ``prefill.share_step`` plans: the shortest rests first, the oldest
-        keeping half until its turn. A chunk is cut where its rows and the
-        rest's take the kernels of a whole read (``_chunk_size``), so an answer does not
-        move with what else was read beside it; a prompt whose share makes no such chunk
-        reads next step."""
+        keeping half until its turn. A chunk is cut where its rows and the rest's take the
+        kernels of a whole read (``_chunk_size``), so an answer does not move with what
+        else was read beside it; a prompt whose share makes no such chunk reads next step."""
         readers = [j for j in running if j.reading and j.finish is None]
         rests = [len(j.prompt) - j.read for j in readers]
         feed: list[tuple[Job, list[int]]] = []
