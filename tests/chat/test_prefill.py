@@ -8,8 +8,8 @@ def whole(rests: list[int]):
 def test_the_shortest_prompts_read_first_and_the_oldest_keeps_half_the_step_until_its_turn():
     rests = [2000, 300, 100, 900]
     plan = share_step(rests, 512, whole(rests))
-    # 100 and 300 fit in what the oldest leaves (512 - 256); 900 gets none of it; the oldest
-    # then takes what is left, more than its half
+    # 100, then 156 of the 300, fill what the oldest leaves (512 - 256); 900 gets none of
+    # it; the oldest then takes its half
     assert plan == [(2, 100), (1, 156), (0, 256)]
     assert sum(take for _, take in plan) == 512
 

@@ -49,6 +49,11 @@ class Job:
         return self.read < len(self.prompt)
 
     @property
+    def prompt_left(self) -> int:
+        """Its prompt tokens still to be read."""
+        return len(self.prompt) - self.read
+
+    @property
     def greedy(self) -> bool:
         """Whether the next token is the argmax of the logits alone (no grammar to apply)."""
         return self.params.greedy and self.constraint is None

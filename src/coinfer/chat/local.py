@@ -285,11 +285,12 @@ class LocalChat(DraftingSteps, ChatModel):
         keeping half until its turn. A chunk is cut where its rows and the rest's take the
         kernels of a whole read (``_chunk_size``), so an answer does not move with what
         else was read beside it; a prompt whose share makes no such chunk reads next step."""
-        readers = [j for j in running if j.reading and j.finish is None]
-        rests = [len(j.prompt) - j.read for j in readers]
+        readers = _readers(running)
         feed: list[tuple[Job, list[int]]] = []
         for i, take in share_step(
-            rests, self.prefill_chunk, lambda k, budget: _chunk_size(readers[k], budget, self.model)
+            [j.prompt_left for j in readers],
+            self.prefill_chunk,
+            lambda k, budget: _chunk_size(readers[k], budget, self.model),
         ):
             job = readers[i]
             feed.append((job, job.prompt[job.read : job.read + take]))
@@ -329,7 +330,7 @@ class LocalChat(DraftingSteps, ChatModel):
         used = sum(j.reserve for j in running)
         held: dict[int, int] = {}  # id(job): its prompt tokens a cache holds, looked up once per call
         chunk = self.prefill_chunk
-        readers = [len(j.prompt) - j.read for j in running if j.reading and j.finish is None]  # their rests
+        readers = [j.prompt_left for j in _readers(running)]  # their rests
         while waiting and len(running) < self.max_concurrent:
             job = next_admitted(waiting, lambda j: self._to_read(j, running, held), self.due_after)
             if job is None or not reads_this_step(len(job.prompt) - held[id(job)], readers, chunk):
@@ -343,7 +344,7 @@ class LocalChat(DraftingSteps, ChatModel):
             job.seq, common = self._cache_for(source, common, len(running))
             job.read = job.cached = common
             running.append(job)
-            readers.append(len(job.prompt) - common)
+            readers.append(job.prompt_left)
             used += job.reserve
 
     def _to_read(self, job: Job, running: list[Job], held: dict[int, int]) -> int | None:
@@ -523,12 +524,17 @@ def _cut(common: int, length: int, model: SteerableModel) -> int:
     return max(0, common - common % model.prefix_block)
 
 
+def _readers(running: Sequence[Job]) -> list[Job]:
+    """The running jobs whose prompts are still being read, oldest first."""
+    return [j for j in running if j.reading and j.finish is None]
+
+
 def _chunk_size(job: Job, budget: int, model: SteerableModel) -> int:
     """How many of ``job``'s next prompt tokens to read within ``budget``: the rest of the
     prompt where it fits; else a chunk that ends where a prompt continued from a cached
     prefix would (``_cut``), with at least ``min_tail`` rows in it; else none (0)."""
-    if len(job.prompt) - job.read <= budget:
-        return len(job.prompt) - job.read
+    if job.prompt_left <= budget:
+        return job.prompt_left
     end = _cut(job.read + budget, len(job.prompt), model)
     return end - job.read if end - job.read >= model.min_tail else 0
 
