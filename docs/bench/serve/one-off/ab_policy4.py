@@ -2,7 +2,6 @@ import sys, time
 from collections import deque
 from coinfer.chat.local import open_local_chat
 from coinfer.chat.base import ChatRequest
-from coinfer.decoding import batch_speculation as bs
 from coinfer.decoding.batch_speculation import BatchSpeculator, DraftingGate, BATCH_FLOOR, BATCH_COPY_MISS
 from coinfer.decoding.draft_length import AdaptiveDraftLength, DraftSizer
 from coinfer.decoding.ngram import NgramDrafter

@@ -1,8 +1,7 @@
 import json, sys, statistics as st
 d = json.load(open(sys.argv[1]))
 held = {i for i, p in enumerate(d['prompts']) if p['held_out']}
-sysn = list(d['systems'])
-for name in sysn:
+for name in d['systems']:
     for L in d['systems'][name]:
         tl = L['timelines']
         per = []
@@ -12,4 +11,4 @@ for name in sysn:
             ttft = [t[2] - t[1] for t in rnd]
             per.append((st.mean(h) if h else 0, st.mean(u) if u else 0, st.median(ttft), st.mean(ttft)))
         pooled = st.median([t[2] - t[1] for rnd in tl for t in rnd])
-        print(f"{name:24s} {L['clients']:3d} tok/s {L['tok_s_runs']} ttft med/mean per round {[f'{p[2]:.2f}/{p[3]:.2f}' for p in per]} pooled {pooled:.2f}; per-request tok/s held {[round(p[0],2) for p in per]} tuned {[round(p[1],2) for p in per]}; identical {L['identical']}/{L['requests']} errors {len(L['errors'])} ref_errors {L.get('reference_errors')}")
+        print(f"{name:24s} {L['clients']:3d} tok/s {L['tok_s_runs']} ttft med/mean per round {[f'{p[2]:.2f}/{p[3]:.2f}' for p in per]} pooled {pooled:.2f}; per-request tok/s held {[round(p[0],2) for p in per]} tuned {[round(p[1],2) for p in per]}; identical {L['identical']}/{L['requests']} errors {len(L['errors'])} alone-pass errors {d.get('reference_errors', {}).get(name)}")
