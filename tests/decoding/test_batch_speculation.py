@@ -135,7 +135,7 @@ def test_an_adaptive_speculator_measures_plain_forwards_before_it_drafts() -> No
     model = ScriptedModel(_cyclic, n_ctx=256)
     costs = CostCurve()
     chat = LocalChat(model, max_concurrent=4, keep=0)
-    chat.speculator = BatchSpeculator.over(NgramDrafter(), costs)
+    chat.speculator = BatchSpeculator.over(NgramDrafter(), costs, batch_floor=0.0)
     jobs = _serve(chat)
     assert 4 in costs  # a plain forward of the four requests, measured
     assert all(len(j.tokens) == 40 for j in jobs)
@@ -152,6 +152,9 @@ def test_the_speculative_engines_batch_floor_is_its_configs() -> None:
     with get("speculative").open({"target": model}, SpecConfig(batch_floor=0.5)) as session:
         speculator = session.speculator()
         assert speculator is not None and speculator.sizer.policy.batch_floor == 0.5
+    with get("speculative").open({"target": model}, SpecConfig()) as session:  # served: the batch's best cut
+        speculator = session.speculator()
+        assert speculator is not None and speculator.sizer.policy.batch_floor == 0.0
     with pytest.raises(ConfigError, match="batch_floor"):
         SpecConfig(batch_floor=1.5)
 
@@ -164,7 +167,7 @@ def test_a_served_batch_bets_further_on_a_fresh_deep_copy_only_in_steps_of_two_o
     from coinfer.decoding.batch_speculation import BATCH_COPY_MISS
     from coinfer.decoding.draft_length import AdaptiveDraftLength, CopyBucket
 
-    batch = BatchSpeculator.over(NgramDrafter(), CostCurve()).sizer.policy
+    batch = BatchSpeculator.over(NgramDrafter(), CostCurve(), batch_floor=0.0).sizer.policy
     alone = AdaptiveDraftLength()
     assert isinstance(batch, AdaptiveDraftLength)
     deep = CopyBucket(32, True)

@@ -156,7 +156,12 @@ class BatchSpeculator:
     gate: DraftingGate | None = None
 
     @classmethod
-    def over(cls, drafter: Drafter, costs: CostCurve, *, batch_floor: float = BATCH_FLOOR) -> BatchSpeculator:
+    def over(cls, drafter: Drafter, costs: CostCurve, *, batch_floor: float) -> BatchSpeculator:
+        """The adaptive policy with the served batch's copy miss and a drafting gate.
+        ``batch_floor`` has no default: the served speculative engine's is 0
+        (``SpecConfig``), LLMCad's ``BATCH_FLOOR``, and an in-process study that took this
+        method's old default of ``BATCH_FLOOR`` measured another cut than the server's
+        (``docs/bench/serve/one-off/width4_drafts.txt``)."""
         policy = AdaptiveDraftLength(costs=costs, batch_floor=batch_floor, batch_copy_miss=BATCH_COPY_MISS)
         return cls(drafter, DraftSizer(policy), DraftingGate())
 
