@@ -1,8 +1,9 @@
-import sys, time
+import os, sys, time
 from collections import deque
 from coinfer.chat.local import open_local_chat
 from coinfer.chat.base import ChatRequest
-from coinfer.decoding.batch_speculation import BatchSpeculator, DraftingGate, BATCH_FLOOR, BATCH_COPY_MISS
+# FLOOR: the batch floor (the served engine: 0; the first runs of 2026-12-05: 0.97)
+from coinfer.decoding.batch_speculation import BatchSpeculator, DraftingGate, BATCH_COPY_MISS
 from coinfer.decoding.draft_length import AdaptiveDraftLength, DraftSizer
 from coinfer.decoding.ngram import NgramDrafter
 from coinfer.decoding.learned import Learned
@@ -26,7 +27,7 @@ for mode in modes:
     if kw is None:
         chat.speculator = None
     else:
-        pol = AdaptiveDraftLength(costs=target_costs(model, Learned()), batch_floor=BATCH_FLOOR, batch_copy_miss=BATCH_COPY_MISS, **kw)
+        pol = AdaptiveDraftLength(costs=target_costs(model, Learned()), batch_floor=float(os.environ.get("FLOOR", "0")), batch_copy_miss=BATCH_COPY_MISS, **kw)
         chat.speculator = BatchSpeculator(NgramDrafter(), DraftSizer(pol), DraftingGate())
     todo = deque(range(len(suite))); waiting, running, jobs = deque(), [], []
     t0 = time.perf_counter(); steps = 0

@@ -1,4 +1,4 @@
-import sys, time
+import os, sys, time
 from collections import deque
 from coinfer.chat.local import open_local_chat
 from coinfer.chat.base import ChatRequest
@@ -17,7 +17,8 @@ chat.chat(ChatRequest(messages=[{"role": "user", "content": "hi"}], max_tokens=4
 pays = bs.DraftingGate.pays
 for mode in modes:
     bs.DraftingGate.pays = pays if mode == "beside" else (lambda self, w: False)
-    chat.speculator = BatchSpeculator.over(NgramDrafter(), target_costs(model, Learned()))
+    # FLOOR: the batch floor (the served engine: 0; the first runs of 2026-12-05: 0.97)
+    chat.speculator = BatchSpeculator.over(NgramDrafter(), target_costs(model, Learned()), batch_floor=float(os.environ.get("FLOOR", "0")))
     todo = deque(range(len(suite))); waiting, running, jobs = deque(), [], []
     t0 = time.perf_counter(); steps = 0
     while todo or waiting or running:

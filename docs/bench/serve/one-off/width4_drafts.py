@@ -1,4 +1,4 @@
-import sys, time, collections
+import sys, time, collections, os
 from collections import deque
 from coinfer.chat.local import open_local_chat
 from coinfer.chat.base import ChatRequest
@@ -28,13 +28,14 @@ def dw(self, rows, others, passes=None):
     d = dstat[len(rows)+others]; d[0]+=1; d[1]+=sum(1 for x in out.drafts if x) ; d[2]+=out.proposed; d[3]+=sum(map(len,out.drafts))
     return out
 BatchSpeculator.drafts = dw
-chat.speculator = BatchSpeculator.over(NgramDrafter(), target_costs(model, Learned()))
+# FLOOR: the batch floor (the served engine: 0; the first runs of 2026-12-05 took the then default, 0.97)
+chat.speculator = BatchSpeculator.over(NgramDrafter(), target_costs(model, Learned()), batch_floor=float(os.environ.get("FLOOR", "0")))
 todo = deque(range(len(suite))); waiting, running, jobs = deque(), [], []
 t0 = time.perf_counter(); steps = 0
 while todo or waiting or running:
     while todo and len(waiting) + len(running) < clients:
         i = todo.popleft(); prompt = model.chat_prompt(suite[i]["messages"])
-        js = chat.new_jobs(i, prompt, n=1, max_tokens=128, params=SamplingParams(temperature=0.0, seed=i), speculate=True)
+        js = chat.new_jobs(i, prompt, n=1, max_tokens=128, params=SamplingParams(temperature=0.0, seed=i), speculate=os.environ.get("PLAIN") is None)
         jobs += js; waiting.extend(js)
     running = chat.step(waiting, running); steps += 1
 wall = time.perf_counter() - t0
