@@ -8,7 +8,6 @@ verification treats greedy and sampled decoding alike.
 from __future__ import annotations
 
 import math
-import threading
 from dataclasses import dataclass
 from typing import Any
 
@@ -155,8 +154,7 @@ def sample_at(probs: np.ndarray, u: float) -> int:
         return int(np.argmax(probs))
     glance = probs[::97]  # which way is faster (both give the same token)
     if 2 * np.count_nonzero(glance) > glance.size:
-        cdf = np.cumsum(probs, out=_scratch(probs))
-        return min(int(np.searchsorted(cdf, u * cdf[-1], side="right")), probs.size - 1)
+        return _dense_at(probs, u)
     # a cut distribution (top-k, top-p, a residual): its zeros add nothing to the running
     # sums, so the sums over its support are the whole cumulative sum's, where it rises
     support = np.flatnonzero(probs)
@@ -167,18 +165,28 @@ def sample_at(probs: np.ndarray, u: float) -> int:
     return int(support[j]) if j < support.size else probs.size - 1
 
 
-_SCRATCH = threading.local()
+_BLOCK = 4096  # tokens per block of a dense distribution's running sum (``_dense_at``)
 
 
-def _scratch(like: np.ndarray) -> np.ndarray | None:
-    """This thread's reused buffer shaped and typed as ``like`` (a float64 row), for a
-    running sum read once and dropped; None (a new array) for other rows."""
-    if like.dtype != np.float64 or like.ndim != 1:
-        return None
-    buf = getattr(_SCRATCH, "buf", None)
-    if buf is None or buf.size != like.size:
-        buf = _SCRATCH.buf = np.empty(like.size, dtype=np.float64)
-    return buf
+def _dense_at(probs: np.ndarray, u: float) -> int:
+    """``sample_at`` of a distribution with mass nearly everywhere: the running sum of each
+    block of ``_BLOCK`` tokens' totals, then, within the block that holds ``u``, of its
+    tokens. A running sum over the whole vocabulary took 0.42 ms a row (151,936 tokens),
+    a sum per block 0.02: the Python of a sampled speculative step, which samples every
+    verified row (``one-off/sampled_cdf.txt``). The token is the whole running sum's, but
+    where ``u`` falls within rounding of a boundary between two tokens."""
+    starts = np.arange(0, probs.size, _BLOCK)
+    before = np.cumsum(np.add.reduceat(probs, starts))
+    target = u * before[-1]
+    b = min(int(np.searchsorted(before, target, side="right")), starts.size - 1)
+    offset = float(before[b - 1]) if b else 0.0
+    for block in range(b, starts.size):  # rounding may put ``target`` past this block's own sum
+        cdf = offset + np.cumsum(probs[starts[block] : starts[block] + _BLOCK])
+        j = int(np.searchsorted(cdf, target, side="right"))
+        if j < cdf.size:
+            return int(starts[block]) + j
+        offset = float(cdf[-1])
+    return probs.size - 1
 
 
 class PositionDraws:
