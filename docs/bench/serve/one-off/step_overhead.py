@@ -1,5 +1,7 @@
 """Where a 16-prompt, 8-slot in-process run's seconds go: llama_decode, reading logits, the rest (Python).
-Usage: step_overhead.py spec,plain [TEMP TOP_P] (greedy by default; sampled requests seeded by their index)."""
+Usage: step_overhead.py spec,plain [TEMP TOP_P] (greedy by default; sampled requests seeded by their index).
+Since 2026-12-06 each line also names the temperature and counts the drafts (sampled_cdf.txt); the earlier
+records (step_overhead.txt, step_overhead_sampled.txt) were printed without them."""
 import sys, time
 from collections import deque
 from coinfer.chat.local import open_local_chat
@@ -31,4 +33,4 @@ for cfg in cfgs:
     wall = time.perf_counter() - t0
     comp, logi = model.clock.compute_s - c0, model.clock.logits_s - l0
     toks = sum(len(j.tokens) for j in jobs)
-    print(f"{cfg}: {toks/wall:.2f} tok/s ({toks} in {wall:.1f}s), {steps} steps; llama_decode {comp:.1f}s, logits {logi:.2f}s, rest {wall-comp-logi:.2f}s ({(wall-comp-logi)/wall:.1%}; {(wall-comp-logi)/steps*1000:.1f} ms a step)", flush=True)
+    print(f"{cfg} t={temp}: {toks/wall:.2f} tok/s ({toks} in {wall:.1f}s), {steps} steps, drafted {sum(j.drafted for j in jobs)} accepted {sum(j.accepted for j in jobs)}; llama_decode {comp:.1f}s, logits {logi:.2f}s, rest {wall-comp-logi:.2f}s ({(wall-comp-logi)/wall:.1%}; {(wall-comp-logi)/steps*1000:.1f} ms a step)", flush=True)

@@ -1,13 +1,12 @@
 import sys, time, collections, os
-from collections import deque
 from coinfer.chat.local import open_local_chat
 from coinfer.chat.base import ChatRequest
 from coinfer.decoding.batch_speculation import BatchSpeculator
 from coinfer.decoding.ngram import NgramDrafter
 from coinfer.decoding.learned import Learned
 from coinfer.decoding.speculative import target_costs
-from coinfer.decoding.sampling import SamplingParams
 from coinfer.bench.workloads import build_suite
+from in_flight import run_in_flight
 clients = int(sys.argv[1]); per = int(sys.argv[2])
 chat = open_local_chat("qwen2.5-coder-1.5b", n_ctx=4096)
 model = chat.model
@@ -30,15 +29,7 @@ def dw(self, rows, others, passes=None):
 BatchSpeculator.drafts = dw
 # FLOOR: the batch floor (the served engine: 0; the first runs of 2026-12-05 took the then default, 0.97)
 chat.speculator = BatchSpeculator.over(NgramDrafter(), target_costs(model, Learned()), batch_floor=float(os.environ.get("FLOOR", "0")))
-todo = deque(range(len(suite))); waiting, running, jobs = deque(), [], []
-t0 = time.perf_counter(); steps = 0
-while todo or waiting or running:
-    while todo and len(waiting) + len(running) < clients:
-        i = todo.popleft(); prompt = model.chat_prompt(suite[i]["messages"])
-        js = chat.new_jobs(i, prompt, n=1, max_tokens=128, params=SamplingParams(temperature=0.0, seed=i), speculate=os.environ.get("PLAIN") is None)
-        jobs += js; waiting.extend(js)
-    running = chat.step(waiting, running); steps += 1
-wall = time.perf_counter() - t0
+jobs, wall, steps = run_in_flight(chat, suite, clients, speculate=os.environ.get("PLAIN") is None)
 t = sum(len(j.tokens) for j in jobs)
 print(f"{t/wall:.2f} tok/s ({t} in {wall:.1f}s), {steps} steps, drafted {sum(j.drafted for j in jobs)} accepted {sum(j.accepted for j in jobs)}")
 sp = chat.speculator
