@@ -1,6 +1,6 @@
 """How much of an in-process run at CLIENTS requests reads prompts: the speculative engine as
 coinfer serve builds it (n-gram, batch floor 0, the gate) or plain, over build_suite(PER), greedy, 128
-tokens; steps that read a prompt chunk against steps that only decode. Run one MODE per process
+tokens; steps that read a prompt chunk against steps that only decode. CHUNK sets --prefill-chunk. Run one MODE per process
 (a second mode in the same process reuses the first's kept caches). python reading_share.py 4 6 spec"""
 import sys, collections
 from coinfer.chat.local import open_local_chat, LocalChat
@@ -13,6 +13,8 @@ from coinfer.bench.workloads import build_suite
 from in_flight import run_in_flight
 clients = int(sys.argv[1]); per = int(sys.argv[2]); modes = sys.argv[3].split(",")
 chat = open_local_chat("qwen2.5-coder-1.5b", n_ctx=4096)
+import os
+chat.prefill_chunk = int(os.environ.get("CHUNK", chat.prefill_chunk))  # the server's --prefill-chunk
 model = chat.model
 suite = build_suite(per_category=per)
 chat.chat(ChatRequest(messages=[{"role": "user", "content": "hi"}], max_tokens=4))
