@@ -152,6 +152,7 @@ def _run_row(chats: list[Chat], wall_s: float) -> dict[str, Any]:
         "later_prompt_tokens": sum(t.prompt_tokens for t in later),
         "later_cached_tokens": sum(t.cached_tokens for t in later),
         "errors": [f"chat {c.opening}: {t.error}" for c in chats for t in c.turns if t.error is not None],
+        "resent": sum(t.resent for c in chats for t in c.turns),  # closed unanswered, sent again
         "texts": [[t.text for t in c.turns] for c in chats],
     }
 

@@ -21,7 +21,8 @@ latencies and identical texts pool every run's streams.
 
 Per level: aggregate completion tokens/s (all tokens over the time from the first
 request sent to the last token), time to first token and inter-token latency (a
-request's seconds per token after its first) at p50 and p95, errors, honest 429s, and how
+request's seconds per token after its first) at p50 and p95, errors, honest 429s, requests
+sent again because the server closed their connection unanswered (``stream_chat``), and how
 many texts equal the same request served alone (greedy, or sampled with the same seed:
 ``--concurrency-temperature``; every server then draws from the whole distribution at that
 temperature, as the OpenAI API defines it: ``system_flags``). Every fourth prompt is held
@@ -146,6 +147,7 @@ def level_row(clients: int, runs: list[Run], reference: dict[int, str]) -> dict[
         "itl_p95_s": pct(gaps, 0.95),
         "errors": [f"prompt {s.prompt}: {s.error}" for s in streams if s.error is not None],
         "rate_limited": sum(s.rate_limited for s in streams),
+        "resent": sum(s.resent for s in streams),
         "identical": sum(s.text == reference.get(s.prompt) for s in done),
         "tuned": _half(streams, reference, held_out=False),
         "held_out": _half(streams, reference, held_out=True),
@@ -259,9 +261,10 @@ def _alone(
 
 def _log_run(log: Callable[[str], None], name: str, clients: int, run: Run) -> None:
     streams, wall_s = run
-    errors = sum(s.error is not None for s in streams)
+    errors, resent = sum(s.error is not None for s in streams), sum(s.resent for s in streams)
     rate, ttft = _rate(streams, wall_s), _median_ttft(streams)
-    log(f"{name:24} {clients:3} clients: {rate:7.2f} tok/s, TTFT p50 {ttft} s, {errors} errors")
+    again = f" ({resent} sent again: closed unanswered)" if resent else ""
+    log(f"{name:24} {clients:3} clients: {rate:7.2f} tok/s, TTFT p50 {ttft} s, {errors} errors{again}")
 
 
 def _interleaved_runs(
@@ -364,6 +367,13 @@ def markdown_table(report: dict[str, Any]) -> str:
                 f"{cell(r['ttft_p95_s'], ' s')} | {cell(itl[0])} / {cell(itl[1])} | {len(r['errors'])} | "
                 f"{r['rate_limited']} | {r['identical']}/{r['requests']} | "
                 f"{cell(held['ttft_p50_s'], ' s')}, {held['identical']}/{held['requests']} |"
+            )
+    for name, rows in report["systems"].items():
+        resent = sum(r.get("resent", 0) for r in rows)
+        if resent:
+            lines.append(
+                f"\n{name} closed {resent} connection(s) without answering; those requests were sent "
+                "again, as the client's own retries would send them (`resent`)"
             )
     for name, errors in report.get("reference_errors", {}).items():
         if errors:

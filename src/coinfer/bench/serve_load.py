@@ -4,11 +4,11 @@ deadline; then each request served alone, to compare. With ``disconnect``, that 
 the requests' clients go away mid-stream, each after a random number of chunks (churn).
 
 Checked: no error other than 429s (an honest refusal: the client waits ``Retry-After``
-and sends again), every stream that was not left complete (a finish reason), every
-greedy text identical to the same request served alone, the model's live sequences (cache
-cells in use) back to their count before the storm, and the server's memory (its resident
-set) back within 10% of where it started. The requests are HumanEval's prompts, as a user
-would send them.
+and sends again), no connection closed unanswered (``resent``), every stream that was not
+left complete (a finish reason), every greedy text identical to the same request served
+alone, the model's live sequences (cache cells in use) back to their count before the
+storm, and the server's memory (its resident set) back within 10% of where it started.
+The requests are HumanEval's prompts, as a user would send them.
 """
 
 from __future__ import annotations
@@ -28,6 +28,7 @@ from coinfer.errors import ConfigError
 __all__ = [
     "LoadConfig",
     "LoadResult",
+    "RESENDS",
     "Stream",
     "Work",
     "clients_at_once",
@@ -35,9 +36,11 @@ __all__ = [
     "run_load",
     "seconds_said",
     "stream_chat",
+    "unanswered",
 ]
 
 Work = list[tuple[list[dict[str, str]], dict[str, Any] | None]]  # (messages, extra body) per request
+RESENDS = 2  # times a request whose connection closed unanswered is sent again (the client's default)
 
 
 @dataclass(frozen=True)
@@ -72,6 +75,7 @@ class Stream:
     finish: str | None = None
     error: str | None = None
     rate_limited: int = 0
+    resent: int = 0  # sent again: the server closed the connection without answering (``stream_chat``)
     first_s: float | None = None
     last_s: float | None = None
     tokens: int = 0  # the server's count (the stream's usage)
@@ -101,6 +105,7 @@ class LoadResult:
     complete: int = 0
     errors: list[str] = field(default_factory=list)
     rate_limited: int = 0
+    resent: int = 0  # requests sent again after the server closed a connection unanswered
     identical: int = 0
     different: list[int] = field(default_factory=list)
     wall_s: float = 0.0
@@ -116,7 +121,7 @@ class LoadResult:
     def passed(self) -> bool:
         memory_ok = self.rss_end_mb <= 1.10 * self.rss_start_mb and self.live_end == self.live_start
         complete = self.complete == self.streams - self.left
-        return not self.errors and complete and not self.different and memory_ok
+        return not self.errors and not self.resent and complete and not self.different and memory_ok
 
     def as_dict(self) -> dict[str, Any]:
         return {**asdict(self), "passed": self.passed}
@@ -145,8 +150,13 @@ async def stream_chat(
     *, leave_after: int | None = None, extra_body: dict[str, Any] | None = None, temperature: float = 0.0,
 ) -> Stream:  # fmt: skip
     """One streaming request by ``client`` (an ``openai.AsyncOpenAI``), timed at the client;
-    after a 429 it waits ``Retry-After`` and sends again. Greedy, or sampled at
-    ``temperature`` with the seed ``index`` (so the same request sends the same seed).
+    after a 429 it waits ``Retry-After`` and sends again. A request whose connection the
+    server closed without a byte of answer (a kept-alive one it shut as the client took it:
+    llama-server's "Server disconnected without sending a response", 2 ms after sending)
+    is sent again up to ``RESENDS`` times, as the client's own retries would
+    (``max_retries``, which the bench turns off to count 429s itself), and counted
+    (``resent``). A timeout, or a failure once the answer began, is an error. Greedy, or
+    sampled at ``temperature`` with the seed ``index`` (so the same request sends the same seed).
     ``leave_after``: the client goes away after that many chunks of text (its ``finish``:
     ``left``); ``extra_body``: coinfer's own fields (a MinionS request's ``documents``)."""
     import openai
@@ -185,10 +195,27 @@ async def stream_chat(
                 s.error = "rate limited past the deadline"
                 break
             await asyncio.sleep(wait)
+        except openai.APIConnectionError as exc:
+            if unanswered(exc) and s.first_s is None and s.resent < RESENDS and time.monotonic() < deadline:
+                s.resent += 1
+                continue
+            s.error = f"{type(exc).__name__}: {exc}"
+            break
         except openai.OpenAIError as exc:
             s.error = f"{type(exc).__name__}: {exc}"
             break
     return s
+
+
+def unanswered(exc: Exception) -> bool:
+    """Whether ``exc`` (an ``openai.APIConnectionError``) says the server closed the
+    connection before any response: sending the request again cannot repeat work."""
+    import openai
+
+    if isinstance(exc, openai.APITimeoutError):
+        return False  # the server may be working on it
+    cause = exc.__cause__
+    return cause is not None and "without sending a response" in str(cause)
 
 
 def cached_said(chunk: Any) -> int:
@@ -313,6 +340,7 @@ def run_load(config: LoadConfig) -> LoadResult:
         f"request {i}: never sent" for i in sorted(set(range(config.requests)) - {s.prompt for s in streams})
     ]
     result.rate_limited = sum(s.rate_limited for s in streams)
+    result.resent = sum(s.resent for s in streams)
     result.complete = sum(s.finish in ("stop", "length") and s.error is None for s in finished)
     result.different = sorted(s.prompt for s in finished if s.error is None and s.text != alone[s.prompt])
     result.identical = sum(s.error is None and s.text == alone[s.prompt] for s in finished)

@@ -138,7 +138,8 @@ def _load(args: argparse.Namespace) -> bool:
     else:
         err(
             f"{result['complete']}/{result['streams']} streams complete, {len(result['errors'])} errors, "
-            f"{result['rate_limited']} honest 429s, {result['left']} left mid-stream, "
+            f"{result['rate_limited']} honest 429s, {result['resent']} closed unanswered, "
+            f"{result['left']} left mid-stream, "
             f"{result['identical']} identical to the request alone; live sequences "
             f"{result['live_start']:.0f} -> {result['live_end']:.0f}; "
             f"{result['tokens']} tokens in {result['wall_s']} s; memory {result['rss_start_mb']} -> "
