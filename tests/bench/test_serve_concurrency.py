@@ -40,6 +40,16 @@ def test_a_level_counts_throughput_latencies_and_identical_texts_for_both_halves
     table = markdown_table({"systems": {"coinfer-plain": [row]}, "reference_errors": failed})
     assert "coinfer-plain's alone run (each prompt's reference text) failed 1 time(s)" in table
     assert "prompt 2: APITimeoutError" in table and "llama-server-plain's" not in table
+    assert "without answering" not in table
+
+
+def test_requests_sent_again_after_a_connection_closed_unanswered_are_counted_and_said() -> None:
+    streams = [_stream(0, "a", 1.0, 3.0, 5), _stream(1, "b", 2.0, 3.0, 3)]
+    streams[1].resent = 2
+    row = level_row(1, [(streams, 10.0)], {0: "a", 1: "b"})
+    assert row["resent"] == 2 and row["errors"] == [] and row["identical"] == 2
+    table = markdown_table({"systems": {"llama-server-ngram-mod": [row]}})
+    assert "llama-server-ngram-mod closed 2 connection(s) without answering" in table
 
 
 def test_repeated_runs_give_the_median_runs_throughput_and_pool_their_latencies() -> None:
