@@ -50,6 +50,12 @@ def test_requests_sent_again_after_a_connection_closed_unanswered_are_counted_an
     assert row["resent"] == 2 and row["errors"] == [] and row["identical"] == 2
     table = markdown_table({"systems": {"llama-server-ngram-mod": [row]}})
     assert "llama-server-ngram-mod closed 2 connection(s) without answering" in table
+    # a run without the 1-client level still says what its alone run (the reference texts) sent again
+    at_16 = {**row, "clients": 16, "resent": 1}
+    table = markdown_table(
+        {"systems": {"llama-server-ngram-mod": [at_16]}, "reference_resent": {"llama-server-ngram-mod": 3}}
+    )
+    assert "llama-server-ngram-mod closed 4 connection(s) without answering" in table
 
 
 def test_repeated_runs_give_the_median_runs_throughput_and_pool_their_latencies() -> None:

@@ -324,6 +324,7 @@ def run_concurrency(config: ConcurrencyConfig, *, log: Callable[[str], None]) ->
             name: [f"prompt {s.prompt}: {s.error}" for s in streams if s.error is not None]
             for name, (streams, _) in alone.items()
         },
+        "reference_resent": {name: sum(s.resent for s in streams) for name, (streams, _) in alone.items()},
     }
 
 
@@ -369,7 +370,9 @@ def markdown_table(report: dict[str, Any]) -> str:
                 f"{cell(held['ttft_p50_s'], ' s')}, {held['identical']}/{held['requests']} |"
             )
     for name, rows in report["systems"].items():
-        resent = sum(r.get("resent", 0) for r in rows)
+        # the alone run is the 1-client level's first: counted once where that level is a row
+        alone = 0 if any(r["clients"] == 1 for r in rows) else report.get("reference_resent", {}).get(name, 0)
+        resent = alone + sum(r.get("resent", 0) for r in rows)
         if resent:
             lines.append(
                 f"\n{name} closed {resent} connection(s) without answering; those requests were sent "
