@@ -176,3 +176,19 @@ def test_a_shared_opening_is_one_system_message_of_about_the_tokens_asked() -> N
     assert shared_opening(500) == [message]  # the same for every request and every run
     with pytest.raises(ConfigError, match="at most"):
         shared_opening(10**6)
+
+
+def test_a_prompts_file_replaces_the_suite_and_a_bad_one_says_which_line(tmp_path: Path) -> None:
+    import json
+
+    from coinfer.bench.serve_concurrency import suite_of
+
+    mine = [{"id": f"q{i}", "category": "chat", "messages": [{"role": "user", "content": f"q {i}"}]}
+            for i in range(5)]  # fmt: skip
+    path = tmp_path / "mine.jsonl"
+    path.write_text("\n".join(json.dumps(p) for p in mine) + "\n")
+    assert suite_of(ConcurrencyConfig(prompts=str(path), per_category=2)) == mine
+    assert len(suite_of(ConcurrencyConfig(per_category=2))) == 6  # the suite's three kinds
+    path.write_text(json.dumps(mine[0]) + "\n{not json\n")
+    with pytest.raises(ConfigError, match=":2 is not JSON"):
+        suite_of(ConcurrencyConfig(prompts=str(path)))

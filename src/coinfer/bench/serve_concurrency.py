@@ -31,6 +31,10 @@ out of any tuning; both halves are reported.
 ``shared_tokens``: every request opens with one system message of about that many
 tokens (a team assistant's long instructions, a shared document: the start of CPython's
 ``shlex`` module, four characters a token): the case a prefix cache is for.
+
+``prompts``: a JSON-lines file of the user's own prompts (``workloads.load_prompts``) in
+place of the built-in suite (``per_category`` then unused), so that a team measures on
+what it serves; every fourth is held out as in the suite.
 """
 
 from __future__ import annotations
@@ -57,6 +61,7 @@ __all__ = [
     "run_concurrency",
     "run_order",
     "start_system",
+    "suite_of",
     "system_flags",
 ]
 
@@ -75,7 +80,7 @@ OPENAI_SAMPLING = ["--top-k", "0", "--top-p", "1.0", "--min-p", "0.0"]
 class ConcurrencyConfig:
     """``slots``: requests each server decodes at once (coinfer's ``--max-batch``,
     llama-server's ``-np``); ``per_category``: prompts of each of the suite's three kinds;
-    ``ctx``: each request's window."""
+    ``ctx``: each request's window; ``prompts``: a JSON-lines file in place of the suite."""
 
     model: str = "qwen2.5-coder-1.5b"
     levels: tuple[int, ...] = (1, 4, 16, 32)
@@ -88,6 +93,7 @@ class ConcurrencyConfig:
     shared_tokens: int = 0
     repeats: int = 1  # runs of each level, interleaved across systems (see the module)
     temperature: float = 0.0  # greedy; above 0, each request sampled with its prompt's index as seed
+    prompts: str | None = None
 
     def __post_init__(self) -> None:
         if (
@@ -303,9 +309,8 @@ def run_concurrency(config: ConcurrencyConfig, *, log: Callable[[str], None]) ->
     """Every system alone, at every level, ``repeats`` times interleaved; the rows by
     system and the config."""
     from coinfer.bench.report import environment
-    from coinfer.bench.workloads import build_suite
 
-    suite = build_suite(config.per_category)
+    suite = suite_of(config)
     opening = shared_opening(config.shared_tokens)
     prompts = [[*opening, *p["messages"]] for p in suite]
     alone = _alone(config, prompts, log)
@@ -326,6 +331,13 @@ def run_concurrency(config: ConcurrencyConfig, *, log: Callable[[str], None]) ->
         },
         "reference_resent": {name: sum(s.resent for s in streams) for name, (streams, _) in alone.items()},
     }
+
+
+def suite_of(config: ConcurrencyConfig) -> list[dict[str, Any]]:
+    """The prompts a run streams: the file's (``config.prompts``), else the built-in suite."""
+    from coinfer.bench.workloads import build_suite, load_prompts
+
+    return load_prompts(config.prompts) if config.prompts else build_suite(config.per_category)
 
 
 def shared_opening(tokens: int) -> list[dict[str, str]]:

@@ -83,6 +83,7 @@ def _concurrency(args: argparse.Namespace) -> None:
         slots=args.max_batch, per_category=1 if args.quick else args.per_category,
         systems=tuple(args.systems.split(",")) if args.systems else ConcurrencyConfig().systems,
         shared_tokens=args.shared_tokens, repeats=args.repeats, temperature=args.concurrency_temperature,
+        prompts=args.concurrency_prompts,
     )  # fmt: skip
     report = run_concurrency(config, log=err)
     _publish(args, "concurrency", report, markdown_table(report), shown="systems", plot=plot)
@@ -208,6 +209,11 @@ def _add_concurrency_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--per-category", type=int, default=4,
         help="the concurrency part's prompts of each kind (code, edit, grounded; every fourth held out)",
+    )  # fmt: skip
+    p.add_argument(
+        "--concurrency-prompts", default=None, metavar="FILE",
+        help='the concurrency part: your own prompts in place of the suite, JSON lines {"id", "category", '
+        '"messages"} (every fourth held out)',
     )  # fmt: skip
     p.add_argument(
         "--systems", default=None,
