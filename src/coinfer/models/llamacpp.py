@@ -32,13 +32,13 @@ from coinfer import catalog
 from coinfer.errors import ConfigError, ContextOverflowError, MissingDependencyError, ModelError
 from coinfer.models.base import CheckedForward, Seq, SteerableModel, TokenConstraint, backend_seq
 from coinfer.models.chat_template import ChatTemplate
-from coinfer.models.gguf_layout import check_gguf
+from coinfer.models.gguf_layout import read_tensor_table
 from coinfer.models.llamacpp_hooks import layer_progress_callback, route_logs
 from coinfer.models.llamacpp_split import FreeStreams, equal_groups, split_passes
 from coinfer.models.llamacpp_state import copy_in, copy_out
 from coinfer.models.tree import TokenTree
 
-__all__ = ["TILED_MIN_ROWS", "TILED_MIN_ROWS_ENV", "LlamaCppModel"]
+__all__ = ["TILED_MIN_ROWS", "TILED_MIN_ROWS_ENV", "LlamaCppModel", "tiled_min_rows"]
 
 log = logging.getLogger(__name__)
 
@@ -49,6 +49,17 @@ log = logging.getLogger(__name__)
 # 10% faster with 16 (docs/bench/serve/one-off/tiled_matmul.txt). A user's own setting wins.
 TILED_MIN_ROWS_ENV = "GGML_CPU_TILED_MIN_ROWS"
 TILED_MIN_ROWS = 16
+K_QUANT_TYPES = frozenset(range(10, 16))  # GGML_TYPE_Q2_K .. Q8_K: the tiled kernel's
+
+
+def tiled_min_rows() -> int:
+    """The least rows of a matmul that llama.cpp's tiled K-quant kernel takes in this
+    process: the variable where set (coinfer sets 16 on importing llama.cpp), else 8."""
+    try:
+        rows = int(os.environ.get(TILED_MIN_ROWS_ENV, "8"))
+    except ValueError:
+        return 8
+    return rows if rows > 0 else 8  # the patch ignores a value it cannot use
 
 
 def _import_llama() -> Any:
@@ -142,7 +153,9 @@ class LlamaCppModel(SteerableModel):
     backend = "llama.cpp"
     kv_cells_shared = True
     # its CPU kernels run a forward's rows in blocks of 4, and fewer than 8 rows on others:
-    # a tail of another length read otherwise than the whole prompt (Qwen2.5-Coder-0.5B)
+    # a tail of another length read otherwise than the whole prompt (Qwen2.5-Coder-0.5B);
+    # a model with K-quant weights raises ``min_tail`` to the tiled kernel's threshold
+    # (``tiled_min_rows``)
     prefix_block, min_tail = 4, 8
 
     def __init__(
@@ -168,9 +181,13 @@ class LlamaCppModel(SteerableModel):
         path = Path(path)
         if not path.is_file():
             raise ModelError(f"no model file at {path}", hint="pass an existing .gguf file")
-        check_gguf(path)  # a damaged header is refused here, not met inside llama.cpp
+        tensors = read_tensor_table(path)  # a damaged header is refused here, not met inside llama.cpp
         self.name = name or path.name
         self.path = path
+        if any(t.kind in K_QUANT_TYPES for t in tensors):
+            # a tail of fewer rows than the tiled K-quant kernel takes runs on other kernels
+            # than the whole prompt's read, and its logits differ (one-off/tail_rows_tiled.txt)
+            self.min_tail = max(type(self).min_tail, tiled_min_rows())
         self.extra_buffers = cpu_extra_buffers_work(path) if extra_buffers is None else extra_buffers
         self._model = self._load(path, n_gpu_layers, use_mmap)
         # memory-mapped weights are paged in from the file (and out under memory pressure)
