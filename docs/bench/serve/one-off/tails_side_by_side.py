@@ -2,9 +2,10 @@
 several are fed in one step, on a K-quant model? ``python tails_side_by_side.py MODEL``:
 the unseen prompts' first four, each read whole alone (the reference), then resumed with a
 tail of ``min_tail`` rows: alone, two at once, four at once, and beside other sequences'
-single tokens. Prints which last logits are bit-identical to the whole read."""
+single tokens (``MIN_TAIL=8``: the tail before fb7827b). Prints which last logits are bit-identical to the whole read."""
 
 import json
+import os
 import sys
 
 import numpy as np
@@ -13,6 +14,7 @@ from coinfer.chat.local import _cut
 from coinfer.models import load_model
 
 model = load_model(sys.argv[1], n_ctx=2048, n_seq_max=12, kv_unified=False)
+model.min_tail = int(os.environ.get("MIN_TAIL", model.min_tail))  # 8: the rule before fb7827b
 lines = open("docs/bench/serve/prompts/unseen.jsonl").readlines()[:4]
 prompts = [model.chat_prompt(json.loads(line)["messages"]) for line in lines]
 whole, expected = [], []
