@@ -238,24 +238,22 @@ def test_a_prompt_continued_from_its_cached_prefix_reads_as_the_whole_prompt_on_
     smollm_path: Path,
 ) -> None:
     """The same request sent twice gets the same answer: the second continues the first's
-    cached prompt (``_cut``: at least ``min_tail`` rows, from a multiple of ``prefix_block``)
+    cached prompt (at least ``min_tail`` rows, from a multiple of ``prefix_block``)
     and its last logits are the whole read's, bit for bit. On a K-quant model the rows take
     the tiled kernel only from its threshold (16 in coinfer's processes); a tail of 8 to 15
     rows ran on others and moved the logits, and greedy answers departed at near ties.
     SmolLM2's Q4_1 weights never take that kernel, and keep the tail of 8."""
-    from coinfer.chat.local import _cut
     from coinfer.models import load_model
+    from coinfer.models.llamacpp_tiled import tiled_min_rows
 
     model = load_model("qwen2.5-coder-0.5b", backend="llama.cpp", n_ctx=1024, n_seq_max=2, kv_unified=False)
     try:
-        assert model.min_tail == max(8, llamacpp.tiled_min_rows()) == 16
+        assert model.min_tail == max(8, tiled_min_rows()) == 16
         prompt = model.chat_prompt([{"role": "user", "content": "Explain Python's GIL. " * 12}])
         prompt = prompt[: len(prompt) - len(prompt) % 4]  # so that a tail of 8 rows is aligned too
         whole = model.new_sequence()
         expected = model.extend(whole, prompt, last_only=True)[-1]
-        cut = _cut(len(prompt), len(prompt), model)  # the whole prompt cached: where a repeat resumes
-        assert len(prompt) - cut == 16
-        for tail in (len(prompt) - cut, len(prompt) - cut + 4):
+        for tail in (model.min_tail, model.min_tail + model.prefix_block):  # a repeat resumes so
             again = model.fork(whole)
             model.truncate(again, len(prompt) - tail)
             assert np.array_equal(model.extend(again, prompt[-tail:], last_only=True)[-1], expected)

@@ -36,30 +36,12 @@ from coinfer.models.gguf_layout import read_tensor_table
 from coinfer.models.llamacpp_hooks import layer_progress_callback, route_logs
 from coinfer.models.llamacpp_split import FreeStreams, equal_groups, split_passes
 from coinfer.models.llamacpp_state import copy_in, copy_out
+from coinfer.models.llamacpp_tiled import TILED_MIN_ROWS, TILED_MIN_ROWS_ENV, resume_rows
 from coinfer.models.tree import TokenTree
 
-__all__ = ["TILED_MIN_ROWS", "TILED_MIN_ROWS_ENV", "LlamaCppModel", "tiled_min_rows"]
+__all__ = ["TILED_MIN_ROWS", "TILED_MIN_ROWS_ENV", "LlamaCppModel"]
 
 log = logging.getLogger(__name__)
-
-# The least rows of a matmul that llama.cpp's tiled K-quant kernel takes (the variable is added by
-# scripts/patches/llama-tiled-min-rows.patch; llama.cpp's own threshold is 8). On this project's
-# AVX2 machine a step of 8 to 15 rows ran 7-22% faster on the stock path, 16 to 24 rows even, and
-# from 32 rows (prompt chunks) the kernel wins; the speculative engine served at a batch of 8 ran
-# 10% faster with 16 (docs/bench/serve/one-off/tiled_matmul.txt). A user's own setting wins.
-TILED_MIN_ROWS_ENV = "GGML_CPU_TILED_MIN_ROWS"
-TILED_MIN_ROWS = 16
-K_QUANT_TYPES = frozenset(range(10, 16))  # GGML_TYPE_Q2_K .. Q8_K: the tiled kernel's
-
-
-def tiled_min_rows() -> int:
-    """The least rows of a matmul that llama.cpp's tiled K-quant kernel takes in this
-    process: the variable where set (coinfer sets 16 on importing llama.cpp), else 8."""
-    try:
-        rows = int(os.environ.get(TILED_MIN_ROWS_ENV, "8"))
-    except ValueError:
-        return 8
-    return rows if rows > 0 else 8  # the patch ignores a value it cannot use
 
 
 def _import_llama() -> Any:
@@ -154,8 +136,7 @@ class LlamaCppModel(SteerableModel):
     kv_cells_shared = True
     # its CPU kernels run a forward's rows in blocks of 4, and fewer than 8 rows on others:
     # a tail of another length read otherwise than the whole prompt (Qwen2.5-Coder-0.5B);
-    # a model with K-quant weights raises ``min_tail`` to the tiled kernel's threshold
-    # (``tiled_min_rows``)
+    # a model with K-quant weights raises ``min_tail`` to the tiled kernel's (``resume_rows``)
     prefix_block, min_tail = 4, 8
 
     def __init__(
@@ -184,10 +165,7 @@ class LlamaCppModel(SteerableModel):
         tensors = read_tensor_table(path)  # a damaged header is refused here, not met inside llama.cpp
         self.name = name or path.name
         self.path = path
-        if any(t.kind in K_QUANT_TYPES for t in tensors):
-            # a tail of fewer rows than the tiled K-quant kernel takes runs on other kernels
-            # than the whole prompt's read, and its logits differ (one-off/tail_rows_tiled.txt)
-            self.min_tail = max(type(self).min_tail, tiled_min_rows())
+        self.min_tail = resume_rows((t.kind for t in tensors), type(self).min_tail)
         self.extra_buffers = cpu_extra_buffers_work(path) if extra_buffers is None else extra_buffers
         self._model = self._load(path, n_gpu_layers, use_mmap)
         # memory-mapped weights are paged in from the file (and out under memory pressure)
