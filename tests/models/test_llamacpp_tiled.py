@@ -10,7 +10,9 @@ from coinfer.models.llamacpp_tiled import TILED_MIN_ROWS_ENV, resume_rows, tiled
 Q4_1, Q8_0, Q4_K, Q6_K = 3, 8, 12, 14
 
 
-@pytest.mark.parametrize(("setting", "rows"), [("16", 16), ("64", 64), ("0", 8), ("many", 8), (None, 8)])
+@pytest.mark.parametrize(
+    ("setting", "rows"), [("16", 16), ("64", 64), ("24 rows", 24), ("0", 8), ("many", 8), (None, 8)]
+)
 def test_the_threshold_is_the_variable_where_llama_cpp_would_take_it(
     monkeypatch: pytest.MonkeyPatch, setting: str | None, rows: int
 ) -> None:

@@ -11,6 +11,7 @@ speculative engine served at a batch of 8 ran 10% faster with 16
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Iterable
 
 __all__ = ["K_QUANT_TYPES", "TILED_MIN_ROWS", "TILED_MIN_ROWS_ENV", "resume_rows", "tiled_min_rows"]
@@ -23,10 +24,8 @@ K_QUANT_TYPES = frozenset(range(10, 16))  # GGML_TYPE_Q2_K .. Q8_K: the kernel's
 def tiled_min_rows() -> int:
     """The least rows of a matmul that the tiled kernel takes in this process: the variable
     where set (coinfer sets it on importing llama.cpp), else llama.cpp's 8."""
-    try:
-        rows = int(os.environ.get(TILED_MIN_ROWS_ENV, "8"))
-    except ValueError:
-        return 8
+    leading = re.match(r"\s*[+-]?\d+", os.environ.get(TILED_MIN_ROWS_ENV, ""))  # read as C's atoi
+    rows = int(leading.group()) if leading else 0
     return rows if rows > 0 else 8  # the patch ignores a value it cannot use
 
 
