@@ -33,7 +33,7 @@ def test_transformers_assisted_generation_is_timed_and_matches_greedy_decoding(
 def test_llama_cpp_peers_run_with_llama_cpps_own_kernel_threshold(monkeypatch: pytest.MonkeyPatch) -> None:
     """coinfer sets the threshold for its own processes; a peer is measured as its users run it."""
     from coinfer.bench.peers import peer_env
-    from coinfer.models.llamacpp import TILED_MIN_ROWS_ENV
+    from coinfer.models.llamacpp_tiled import TILED_MIN_ROWS_ENV
 
     monkeypatch.setenv(TILED_MIN_ROWS_ENV, "16")
     monkeypatch.setenv("OMP_WAIT_POLICY", "PASSIVE")

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from coinfer.errors import ModelError
-from coinfer.models import llamacpp
+from coinfer.models import llamacpp, llamacpp_tiled
 from coinfer.models.base import Forward
 from tests.conftest import needs_llama
 
@@ -71,12 +71,12 @@ def test_coinfer_takes_llama_cpps_tiled_kernel_from_16_rows_unless_told_otherwis
 ) -> None:
     """Steps of 8 to 15 rows (a batch of 8, 4 requests with a draft token each) ran faster
     without the tiled K-quant kernel; a user's own setting is kept."""
-    monkeypatch.delenv(llamacpp.TILED_MIN_ROWS_ENV, raising=False)
+    monkeypatch.delenv(llamacpp_tiled.TILED_MIN_ROWS_ENV, raising=False)
     _load_and_decode(smollm_path)
-    assert os.environ[llamacpp.TILED_MIN_ROWS_ENV] == str(llamacpp.TILED_MIN_ROWS) == "16"
-    monkeypatch.setenv(llamacpp.TILED_MIN_ROWS_ENV, "64")
+    assert os.environ[llamacpp_tiled.TILED_MIN_ROWS_ENV] == str(llamacpp_tiled.TILED_MIN_ROWS) == "16"
+    monkeypatch.setenv(llamacpp_tiled.TILED_MIN_ROWS_ENV, "64")
     _load_and_decode(smollm_path)
-    assert os.environ[llamacpp.TILED_MIN_ROWS_ENV] == "64"
+    assert os.environ[llamacpp_tiled.TILED_MIN_ROWS_ENV] == "64"
 
 
 def test_the_llama_cpp_that_setup_builds_reads_the_tiled_threshold() -> None:
@@ -85,7 +85,7 @@ def test_the_llama_cpp_that_setup_builds_reads_the_tiled_threshold() -> None:
 
     libs = sorted((Path(llama_cpp.__file__).parent / "lib").glob("libggml-cpu*"))
     assert libs, "llama-cpp-python ships no libggml-cpu"
-    assert any(llamacpp.TILED_MIN_ROWS_ENV.encode() in lib.read_bytes() for lib in libs), (
+    assert any(llamacpp_tiled.TILED_MIN_ROWS_ENV.encode() in lib.read_bytes() for lib in libs), (
         f"llama-cpp-python {llama_cpp.__version__} is not scripts/build-llama-wheel.sh's: run make setup"
     )
 
@@ -244,11 +244,10 @@ def test_a_prompt_continued_from_its_cached_prefix_reads_as_the_whole_prompt_on_
     rows ran on others and moved the logits, and greedy answers departed at near ties.
     SmolLM2's Q4_1 weights never take that kernel, and keep the tail of 8."""
     from coinfer.models import load_model
-    from coinfer.models.llamacpp_tiled import tiled_min_rows
 
     model = load_model("qwen2.5-coder-0.5b", backend="llama.cpp", n_ctx=1024, n_seq_max=2, kv_unified=False)
     try:
-        assert model.min_tail == max(8, tiled_min_rows()) == 16
+        assert model.min_tail == max(8, llamacpp_tiled.tiled_min_rows()) == 16
         prompt = model.chat_prompt([{"role": "user", "content": "Explain Python's GIL. " * 12}])
         prompt = prompt[: len(prompt) - len(prompt) % 4]  # so that a tail of 8 rows is aligned too
         whole = model.new_sequence()

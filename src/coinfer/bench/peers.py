@@ -33,7 +33,7 @@ from typing import Any
 from coinfer import catalog
 from coinfer.decoding import DecodeStats
 from coinfer.errors import ConfigError, ModelError
-from coinfer.models.llamacpp import TILED_MIN_ROWS_ENV
+from coinfer.models.llamacpp_tiled import TILED_MIN_ROWS_ENV
 from coinfer.serve.process import stop_process
 from coinfer.transport.ports import free_loopback_port
 

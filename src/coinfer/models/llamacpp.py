@@ -39,7 +39,7 @@ from coinfer.models.llamacpp_state import copy_in, copy_out
 from coinfer.models.llamacpp_tiled import TILED_MIN_ROWS, TILED_MIN_ROWS_ENV, resume_rows
 from coinfer.models.tree import TokenTree
 
-__all__ = ["TILED_MIN_ROWS", "TILED_MIN_ROWS_ENV", "LlamaCppModel"]
+__all__ = ["LlamaCppModel"]
 
 log = logging.getLogger(__name__)
 
